@@ -1,0 +1,3 @@
+from mdindex.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,70 @@
+"""Chunking strategies; one module each, chosen by name in ``Chunker``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from mdindex.chunking import heading, semantic, token
+from mdindex.chunking.semantic import EmbedFn
+from mdindex.errors import ConfigError
+from mdindex.models import Chunk, Document
+from mdindex.tokens import TokenCounter
+
+STRATEGIES = ("heading", "token", "semantic")
+
+# Bump when a change to the chunkers would give different chunks for the same
+# settings, so existing indexes are rebuilt instead of silently mixed.
+CHUNKER_VERSION = 1
+
+
+class Chunker:
+    def __init__(
+        self,
+        counter: TokenCounter,
+        strategy: str = "heading",
+        *,
+        overlap_tokens: int = 32,
+        noise_sections: Sequence[str] = (),
+        threshold: float = 0.45,
+        min_sentences: int = 2,
+        embed: EmbedFn | None = None,
+    ) -> None:
+        if strategy not in STRATEGIES:
+            raise ConfigError(f"strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")
+        if overlap_tokens >= counter.limit:
+            raise ConfigError(
+                f"overlap_tokens: {overlap_tokens} must be below the chunk limit of "
+                f"{counter.limit} tokens; lower overlap_tokens or raise max_tokens"
+            )
+        self.counter = counter
+        self.strategy = strategy
+        self.overlap = overlap_tokens
+        self.noise = frozenset(s.strip().casefold() for s in noise_sections)
+        self.threshold = threshold
+        self.min_sentences = min_sentences
+        self.embed = embed
+
+    def params(self) -> dict[str, Any]:
+        """Everything that decides which chunks come out, for the pipeline fingerprint."""
+        params: dict[str, Any] = {
+            "version": CHUNKER_VERSION,
+            "strategy": self.strategy,
+            "max_tokens": self.counter.limit,
+            "overlap_tokens": self.overlap,
+            "noise_sections": sorted(self.noise),
+        }
+        if self.strategy == "semantic":
+            params |= {"threshold": self.threshold, "min_sentences": self.min_sentences}
+        return params
+
+    def chunk(self, doc: Document) -> list[Chunk]:
+        if self.strategy == "heading":
+            return heading.chunk(doc, self.counter, self.overlap, self.noise)
+        if self.strategy == "token":
+            return token.chunk(doc, self.counter, self.overlap)
+        if self.embed is None:
+            raise ConfigError("strategy: semantic chunking needs an embedder")
+        return semantic.chunk(
+            doc, self.counter, self.overlap, self.embed, self.threshold, self.min_sentences
+        )

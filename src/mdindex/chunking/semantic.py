@@ -1,0 +1,95 @@
+"""Semantic chunks: consecutive sentences grouped while they stay on one topic."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from mdindex.chunking.sentences import units
+from mdindex.chunking.windows import Span, fit
+from mdindex.errors import EmbeddingError
+from mdindex.models import Chunk, Document
+from mdindex.tokens import TokenCounter
+
+EmbedFn = Callable[[Sequence[str]], NDArray[np.floating]]
+
+
+def _unit_vectors(embed: EmbedFn, texts: list[str]) -> NDArray[np.float64]:
+    if not texts:
+        return np.zeros((0, 1))
+    vectors = np.asarray(embed(texts), dtype=np.float64)
+    if vectors.ndim != 2 or vectors.shape[0] != len(texts):
+        raise EmbeddingError(
+            f"embedder returned shape {vectors.shape} for {len(texts)} sentences"
+        )
+    if not np.all(np.isfinite(vectors)):
+        bad = int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
+        raise EmbeddingError(f"embedder returned non-finite values for sentence {bad}")
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.where(norms == 0, 1.0, norms)
+
+
+def group(
+    vectors: NDArray[np.float64],
+    counts: Sequence[int],
+    breaks: Sequence[bool],
+    threshold: float,
+    min_sentences: int,
+    limit: int,
+) -> list[tuple[int, int]]:
+    """Index ranges [i, j) of sentences that form one chunk.
+
+    A chunk closes when the next sentence's cosine similarity to the running
+    mean of the chunk drops below ``threshold`` (once it has ``min_sentences``),
+    when adding it would pass ``limit`` tokens, or before a forced break.
+    """
+    out: list[tuple[int, int]] = []
+    if not len(counts):
+        return out
+    first = 0
+    total = vectors[0].copy()
+    tokens = counts[0]
+    for i in range(1, len(counts)):
+        norm = float(np.linalg.norm(total)) or 1.0
+        similar = float(vectors[i] @ total) / norm >= threshold
+        topic_break = not similar and i - first >= min_sentences
+        if breaks[i] or topic_break or tokens + counts[i] > limit:
+            out.append((first, i))
+            first, total, tokens = i, vectors[i].copy(), counts[i]
+        else:
+            total += vectors[i]
+            tokens += counts[i]
+    out.append((first, len(counts)))
+    return out
+
+
+def chunk(
+    doc: Document,
+    counter: TokenCounter,
+    overlap: int,
+    embed: EmbedFn,
+    threshold: float,
+    min_sentences: int,
+) -> list[Chunk]:
+    raw = units(doc)
+    # Sentences over the limit (long code blocks, run-on text) become windows first.
+    pieces: list[tuple[int, int, int, bool]] = []
+    starts_heading = {span[0] for span, kind in raw if kind == "heading"}
+    for s, e, n in fit(doc.text, [span for span, _ in raw], counter, overlap, doc.code_ranges):
+        pieces.append((s, e, n, s in starts_heading))
+    vectors = _unit_vectors(embed, [doc.text[s:e] for s, e, _, _ in pieces])
+    ranges = group(
+        vectors,
+        [n for _, _, n, _ in pieces],
+        [brk for _, _, _, brk in pieces],
+        threshold,
+        min_sentences,
+        counter.limit,
+    )
+    spans: list[Span] = [(pieces[i][0], pieces[j - 1][1]) for i, j in ranges]
+    return [
+        Chunk.under(doc.text, s, e, count, doc.heading_at(s))
+        for s, e, count in fit(doc.text, spans, counter, overlap, doc.code_ranges)
+    ]

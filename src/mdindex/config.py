@@ -1,0 +1,235 @@
+"""Settings: flag > MDINDEX_* environment variable > TOML config file > default.
+
+Only plain values live here; the resources they describe (model, store, state)
+are built elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from mdindex.errors import ConfigError
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+# Environment variables that are not settings keys but are still ours.
+_EXTRA_ENV = {"MDINDEX_CONFIG", "MDINDEX_QDRANT_API_KEY", "MDINDEX_CRASH_POINT"}
+
+_LABEL = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass(frozen=True)
+class Root:
+    label: str
+    path: Path
+
+
+def _default_state_dir() -> Path:
+    # systemd's StateDirectory= sets STATE_DIRECTORY; honour it first.
+    if os.environ.get("STATE_DIRECTORY"):
+        return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "mdindex"
+
+
+def _default_cache_dir() -> Path:
+    if os.environ.get("CACHE_DIRECTORY"):
+        return Path(os.environ["CACHE_DIRECTORY"].split(":")[0])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "mdindex"
+
+
+def _split_list(value: Any) -> Any:
+    # Lists may come from TOML (already lists) or env vars (comma separated).
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+StrList = Annotated[list[str], NoDecode]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="MDINDEX_",
+        extra="forbid",
+        validate_default=True,
+    )
+    _toml_file: ClassVar[Path | None] = None
+
+    roots: StrList = Field(default_factory=list)
+    collection: str = "mdindex"
+    qdrant_path: Path | None = None
+    qdrant_url: str | None = None
+    qdrant_grpc: bool = False
+    qdrant_timeout_s: float = 10.0
+    store: Literal["client", "edge"] = "client"
+    strategy: Literal["heading", "token", "semantic"] = "heading"
+    state_dir: Path = Field(default_factory=_default_state_dir)
+    cache_dir: Path = Field(default_factory=_default_cache_dir)
+
+    model: str = DEFAULT_MODEL
+    device: str = "auto"
+    batch_size: int = Field(default=64, ge=1, le=4096)
+
+    max_tokens: int | None = Field(default=None, ge=8)
+    overlap_tokens: int = Field(default=32, ge=0)
+    semantic_threshold: float = Field(default=0.45, ge=-1.0, le=1.0)
+    min_sentences: int = Field(default=2, ge=1)
+    prepend_context: bool = False
+    noise_sections: StrList = Field(default_factory=list)
+
+    include: StrList = Field(default_factory=lambda: ["**/*.md", "**/*.markdown"])
+    exclude: StrList = Field(default_factory=list)
+    follow_symlinks: bool = False
+    max_file_bytes: int = Field(default=10_000_000, ge=1)
+
+    base_url: str = ""
+    url_style: Literal["pretty", "html", "path"] = "pretty"
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["text", "json"] = "text"
+
+    retry_budget_s: float = Field(default=30.0, ge=0)
+    upsert_batch_points: int = Field(default=256, ge=1)
+    upsert_batch_bytes: int = Field(default=8_000_000, ge=1024)
+
+    http_host: str = "127.0.0.1"
+    http_port: int | None = Field(default=None, ge=0, le=65535)
+    quiet_period_ms: int = Field(default=300, ge=0)
+    rescan_interval_s: float = Field(default=600.0, gt=0)
+    queue_size: int = Field(default=10_000, ge=1)
+
+    @field_validator("roots", "noise_sections", "include", "exclude", mode="before")
+    @classmethod
+    def _lists(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _combinations(self) -> Settings:
+        if self.max_tokens is not None and self.overlap_tokens >= self.max_tokens:
+            raise ValueError(
+                f"overlap_tokens ({self.overlap_tokens}) must be smaller than "
+                f"max_tokens ({self.max_tokens})"
+            )
+        if self.qdrant_url and self.qdrant_path:
+            raise ValueError("qdrant_url and qdrant_path are exclusive; set only one")
+        if self.qdrant_url and not re.match(r"^https?://", self.qdrant_url):
+            raise ValueError(f"qdrant_url {self.qdrant_url!r} must start with http:// or https://")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if cls._toml_file is not None:
+            sources.append(_TomlSource(settings_cls, cls._toml_file))
+        return tuple(sources)
+
+    # -- derived values -------------------------------------------------
+
+    def root_list(self) -> list[Root]:
+        roots: list[Root] = []
+        for item in self.roots:
+            label, sep, path = item.partition("=")
+            if not sep or not _LABEL.match(label):
+                path = item
+                label = Path(item).resolve().name or "root"
+            roots.append(Root(label, Path(path).expanduser()))
+        labels = [r.label for r in roots]
+        dupes = sorted({x for x in labels if labels.count(x) > 1})
+        if dupes:
+            raise ConfigError(
+                f"roots: label {dupes[0]!r} is used twice; name them as label=path"
+            )
+        return roots
+
+    @property
+    def store_path(self) -> Path:
+        return self.qdrant_path or self.state_dir / "qdrant"
+
+
+class _TomlSource(PydanticBaseSettingsSource):
+    def __init__(self, settings_cls: type[BaseSettings], path: Path) -> None:
+        super().__init__(settings_cls)
+        self.data = read_toml(path)
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self.data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self.data)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config: file {path} not found; fix --config or MDINDEX_CONFIG") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config: {path} is not valid TOML ({exc})") from exc
+    # Accept both a flat file and one with an [mdindex] table.
+    if isinstance(data.get("mdindex"), dict) and len(data) == 1:
+        data = data["mdindex"]
+    return data
+
+
+def _check_env() -> None:
+    known = {f"MDINDEX_{name.upper()}" for name in Settings.model_fields} | _EXTRA_ENV
+    for key in sorted(os.environ):
+        if key.startswith("MDINDEX_") and key not in known:
+            raise ConfigError(
+                f"{key}: unknown setting; valid keys are MDINDEX_ plus one of "
+                f"{', '.join(sorted(Settings.model_fields))}"
+            )
+
+
+def load_settings(overrides: dict[str, Any] | None = None, config: Path | None = None) -> Settings:
+    """Build settings from flags (``overrides``), environment and config file."""
+    _check_env()
+    if config is None and os.environ.get("MDINDEX_CONFIG"):
+        config = Path(os.environ["MDINDEX_CONFIG"])
+    cli = {k: v for k, v in (overrides or {}).items() if v is not None}
+    Settings._toml_file = config
+    try:
+        return Settings(**cli)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc)) from exc
+    finally:
+        Settings._toml_file = None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    key = ".".join(str(p) for p in err["loc"]) or "settings"
+    if err["type"] == "extra_forbidden":
+        return f"{key}: unknown key; remove it (valid keys: {', '.join(sorted(Settings.model_fields))})"
+    msg = err["msg"].removeprefix("Value error, ")
+    got = err.get("input")
+    shown = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
+    return f"{key}: {msg}{shown}"

@@ -1,0 +1,284 @@
+"""Reading and parsing one markdown document, shared by every chunking strategy."""
+
+from __future__ import annotations
+
+import datetime as dt
+import errno
+import os
+import re
+import stat
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import quote
+
+import yaml
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+from mdindex.errors import BinaryFile, DecodeError, FileTooLarge, UnreadableFile
+from mdindex.models import Block, Document, Heading
+
+FRONTMATTER_MAX_BYTES = 64 * 1024
+_FM_CLOSE = re.compile(r"^(?:---|\.\.\.)[ \t]*$", re.MULTILINE)
+_CUSTOM_ID = re.compile(r"\s*\{#([A-Za-z0-9_:.-]+)\}\s*$")
+_SLUG_DROP = re.compile(r"[^\w\- ]", re.UNICODE)
+_INDEX_STEMS = {"index", "_index", "readme"}
+
+# Block structure only: inline parsing is the costly part of markdown-it and
+# only heading text needs it, which is done separately for headings.
+_BLOCK_PARSER = MarkdownIt("commonmark").disable("inline")
+_INLINE_PARSER = MarkdownIt("commonmark")
+
+
+def read_bytes(path: Path, max_bytes: int) -> bytes:
+    """Read a regular file, refusing FIFOs and devices and anything over ``max_bytes``."""
+    try:
+        # O_NONBLOCK so a FIFO named .md cannot hang the open; fstat then rejects it.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError as exc:
+        raise UnreadableFile("vanished before it could be read") from exc
+    except PermissionError as exc:
+        raise UnreadableFile("permission denied") from exc
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnreadableFile("symlink loop") from exc
+        raise UnreadableFile(f"cannot open: {exc.strerror}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnreadableFile("not a regular file")
+        if st.st_size > max_bytes:
+            raise FileTooLarge(f"{st.st_size} bytes is over max_file_bytes ({max_bytes})")
+        chunks: list[bytes] = []
+        remaining = max_bytes + 1
+        while remaining > 0:
+            piece = os.read(fd, min(remaining, 1 << 20))
+            if not piece:
+                break
+            chunks.append(piece)
+            remaining -= len(piece)
+        data = b"".join(chunks)
+    except OSError as exc:
+        raise UnreadableFile(f"read failed: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise FileTooLarge(f"grew past max_file_bytes ({max_bytes}) while being read")
+    return data
+
+
+def decode(data: bytes) -> str:
+    """UTF-8 without BOM, with CRLF and CR normalised to LF."""
+    if b"\x00" in data:
+        raise BinaryFile(f"contains NUL bytes at offset {data.index(0)}; binary file?")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"invalid UTF-8 at byte {exc.start}") from exc
+    text = text.removeprefix("\ufeff")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
+
+class _FrontmatterProblem(Exception):
+    pass
+
+
+def _load_yaml_mapping(source: str) -> dict[str, Any]:
+    # Aliases and anchors are refused outright: they are what alias bombs are made of.
+    try:
+        for event in yaml.parse(source, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise _FrontmatterProblem("uses YAML anchors or aliases, which are not allowed")
+        data = yaml.safe_load(source)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 2}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise _FrontmatterProblem(f"malformed YAML{where}: {problem}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise _FrontmatterProblem(f"is a YAML {type(data).__name__}, not a mapping")
+    return {str(k): _jsonable(v) for k, v in data.items()}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dt.date | dt.datetime | dt.time):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def split_frontmatter(text: str) -> tuple[dict[str, Any], int, list[str]]:
+    """Return (frontmatter mapping, body start offset, warnings)."""
+    if not (text.startswith("---\n") or text == "---"):
+        return {}, 0, []
+    window = text[: 4 + FRONTMATTER_MAX_BYTES]
+    close = _FM_CLOSE.search(window, 4)
+    if close is None:
+        if len(text) > len(window):
+            return {}, 0, [f"frontmatter larger than {FRONTMATTER_MAX_BYTES} bytes; treated as body text"]
+        return {}, 0, ["unterminated frontmatter; treated as body text"]
+    source = text[4 : close.start()]
+    try:
+        meta = _load_yaml_mapping(source)
+    except _FrontmatterProblem as exc:
+        return {}, 0, [f"frontmatter {exc}; treated as body text"]
+    body_start = min(close.end() + 1, len(text))
+    return meta, body_start, []
+
+
+def github_slug(text: str) -> str:
+    return _SLUG_DROP.sub("", text.strip().lower()).replace(" ", "-")
+
+
+def _plain_inline(source: str) -> str:
+    parts: list[str] = []
+    for token in _INLINE_PARSER.parseInline(source):
+        for child in token.children or []:
+            if child.type in ("text", "code_inline"):
+                parts.append(child.content)
+            elif child.type in ("softbreak", "hardbreak"):
+                parts.append(" ")
+    return "".join(parts).strip()
+
+
+def line_starts_of(text: str) -> list[int]:
+    starts = [0]
+    find = text.find
+    pos = find("\n")
+    while pos != -1:
+        starts.append(pos + 1)
+        pos = find("\n", pos + 1)
+    return starts
+
+
+def _outline(
+    text: str, body_start: int, line_starts: list[int]
+) -> tuple[list[Heading], list[Block], list[tuple[int, int]]]:
+    first_line = len(line_starts) - 1 if body_start >= len(text) else line_starts.index(body_start)
+    n_lines = len(line_starts)
+
+    def offset(body_line: int) -> int:
+        line = first_line + body_line
+        return line_starts[line] if line < n_lines else len(text)
+
+    tokens: list[Token] = _BLOCK_PARSER.parse(text[body_start:])
+    headings: list[Heading] = []
+    blocks: list[Block] = []
+    code: list[tuple[int, int]] = []
+    used: set[str] = set()
+    stack: list[tuple[int, str]] = []
+    for i, tok in enumerate(tokens):
+        if tok.map is None:
+            continue
+        start, end = offset(tok.map[0]), offset(tok.map[1])
+        if tok.type == "heading_open":
+            level = int(tok.tag[1])
+            raw = tokens[i + 1].content
+            custom = _CUSTOM_ID.search(raw)
+            if custom:
+                raw = raw[: custom.start()]
+            plain = _plain_inline(raw)
+            base = custom.group(1) if custom else github_slug(plain)
+            anchor, n = base, 0
+            while anchor in used:
+                n += 1
+                anchor = f"{base}-{n}"
+            used.add(anchor)
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, plain))
+            path = tuple(t for _, t in stack)
+            headings.append(Heading(level, plain, anchor, start, end, path))
+            blocks.append(Block(start, end, "heading"))
+        elif tok.type in ("fence", "code_block"):
+            code.append((start, end))
+            blocks.append(Block(start, end, "code"))
+        elif tok.type == "html_block":
+            blocks.append(Block(start, end, "code"))
+        elif tok.type == "paragraph_open":
+            blocks.append(Block(start, end, "prose"))
+    blocks.sort(key=lambda b: b.start)
+    return headings, _fill_gaps(text, body_start, blocks), code
+
+
+def _fill_gaps(text: str, body_start: int, blocks: list[Block]) -> list[Block]:
+    """Cover text the parser emitted no block for (link definitions, rules, ...)."""
+    out: list[Block] = []
+    pos = body_start
+    for block in blocks:
+        if block.start > pos and text[pos : block.start].strip():
+            out.append(Block(pos, block.start, "prose"))
+        if block.start < pos:  # nested (e.g. fence inside a list item) already covered
+            if block.end > pos:
+                out.append(Block(pos, block.end, block.kind))
+                pos = block.end
+            continue
+        out.append(block)
+        pos = block.end
+    if pos < len(text) and text[pos:].strip():
+        out.append(Block(pos, len(text), "prose"))
+    return out
+
+
+def document_url(base_url: str, url_style: str, rel_path: str, fm_url: str) -> str:
+    base = base_url.rstrip("/")
+    if fm_url:
+        if re.match(r"^[a-z][a-z0-9+.-]*://", fm_url, re.IGNORECASE) or not base:
+            return fm_url
+        return f"{base}/{fm_url.lstrip('/')}"
+    if not base:
+        return ""
+    path = PurePosixPath(rel_path)
+    if url_style == "path":
+        mapped = str(path)
+    else:
+        stem_path = path.with_suffix("")
+        is_index = path.stem.lower() in _INDEX_STEMS
+        if url_style == "pretty":
+            parent = str(stem_path.parent) if is_index else str(stem_path)
+            mapped = "" if parent == "." else parent + "/"
+        else:
+            mapped = str(path.with_name("index.html") if is_index else path.with_suffix(".html"))
+    return f"{base}/{quote(mapped)}"
+
+
+def parse_document(
+    text: str,
+    rel_path: str,
+    *,
+    base_url: str = "",
+    url_style: str = "pretty",
+) -> Document:
+    """Parse normalised text into a Document with frontmatter, outline and line index."""
+    meta, body_start, warnings = split_frontmatter(text)
+    line_starts = line_starts_of(text)
+    headings, blocks, code = _outline(text, body_start, line_starts)
+    fm_title = meta.pop("title", None)
+    fm_url = meta.pop("url", None)
+    h1 = next((h.text for h in headings if h.level == 1), None)
+    title = fm_title.strip() if isinstance(fm_title, str) and fm_title.strip() else None
+    title = title or h1 or PurePosixPath(rel_path).stem
+    url = document_url(base_url, url_style, rel_path, fm_url if isinstance(fm_url, str) else "")
+    return Document(
+        text=text,
+        body_start=body_start,
+        title=title,
+        url=url,
+        meta=meta,
+        headings=headings,
+        blocks=blocks,
+        code_ranges=code,
+        line_starts=line_starts,
+        warnings=warnings,
+    )

