@@ -163,9 +163,7 @@ class Settings(BaseSettings):
         labels = [r.label for r in roots]
         dupes = sorted({x for x in labels if labels.count(x) > 1})
         if dupes:
-            raise ConfigError(
-                f"roots: label {dupes[0]!r} is used twice; name them as label=path"
-            )
+            raise ConfigError(f"roots: label {dupes[0]!r} is used twice; name them as label=path")
         return roots
 
     @property
@@ -228,7 +226,8 @@ def describe_validation_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     key = ".".join(str(p) for p in err["loc"]) or "settings"
     if err["type"] == "extra_forbidden":
-        return f"{key}: unknown key; remove it (valid keys: {', '.join(sorted(Settings.model_fields))})"
+        valid = ", ".join(sorted(Settings.model_fields))
+        return f"{key}: unknown key; remove it (valid keys: {valid})"
     msg = err["msg"].removeprefix("Value error, ")
     got = err.get("input")
     shown = "" if isinstance(got, dict) or got is None else f" (got {got!r})"

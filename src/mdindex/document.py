@@ -126,7 +126,11 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any], int, list[str]]:
     close = _FM_CLOSE.search(window, 4)
     if close is None:
         if len(text) > len(window):
-            return {}, 0, [f"frontmatter larger than {FRONTMATTER_MAX_BYTES} bytes; treated as body text"]
+            return (
+                {},
+                0,
+                [f"frontmatter larger than {FRONTMATTER_MAX_BYTES} bytes; treated as body text"],
+            )
         return {}, 0, ["unterminated frontmatter; treated as body text"]
     source = text[4 : close.start()]
     try:

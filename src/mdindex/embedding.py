@@ -1,4 +1,4 @@
-"""The sentence-transformers embedder, loaded lazily, and what we know of a model without loading it."""
+"""The sentence-transformers embedder, loaded lazily, and what a model tells without loading."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -56,7 +56,9 @@ def resolve_model(name: str) -> ModelInfo:
                 "download it once or give a path"
             ) from exc
     if not (path / "tokenizer.json").is_file():
-        raise ConfigError(f"model: {path} has no tokenizer.json; give a sentence-transformers model")
+        raise ConfigError(
+            f"model: {path} has no tokenizer.json; give a sentence-transformers model"
+        )
     st_config = _read_json(path / "sentence_bert_config.json")
     hf_config = _read_json(path / "config.json")
     max_len = st_config.get("max_seq_length") or hf_config.get("max_position_embeddings") or 512
@@ -85,6 +87,15 @@ def pick_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+class VectorFn(Protocol):
+    """What the sync core needs from an embedder; tests pass a tiny deterministic one."""
+
+    @property
+    def dimension(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]: ...
+
+
 class Embedder:
     """Embeds texts into L2-normalised float32 vectors; the model loads on first use."""
 
@@ -106,6 +117,9 @@ class Embedder:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
                 from sentence_transformers import SentenceTransformer
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # bar breaks log lines
 
                 device = pick_device(self.device_setting)
                 log.info("loading model %s on %s", self.info.name, device)

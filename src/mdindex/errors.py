@@ -1,18 +1,18 @@
 """One exception tree for mdindex; third-party errors are translated at the boundary.
 
-    MdindexError
-    ├── ConfigError            bad key, value or combination        (exit 2)
-    ├── LockError              another writer holds the state       (exit 2)
-    ├── PruneRefused           a guarded prune would go too far     (exit 2)
-    ├── InputError             one file cannot be indexed; the run goes on
-    │   ├── FileTooLarge
-    │   ├── BinaryFile
-    │   ├── DecodeError
-    │   └── UnreadableFile
-    ├── EmbeddingError         the model failed or gave non-finite vectors (exit 1)
-    └── StoreError             Qdrant refused an operation
-        ├── StoreMismatch      existing collection has other vector settings  (exit 2)
-        └── StoreUnavailable   unreachable or refusing writes after retries   (exit 3)
+MdindexError
+├── ConfigError            bad key, value or combination        (exit 2)
+├── LockError              another writer holds the state       (exit 2)
+├── PruneRefused           a guarded prune would go too far     (exit 2)
+├── InputError             one file cannot be indexed; the run goes on
+│   ├── FileTooLarge
+│   ├── BinaryFile
+│   ├── DecodeError
+│   └── UnreadableFile
+├── EmbeddingError         the model failed or gave non-finite vectors (exit 1)
+└── StoreError             Qdrant refused an operation
+    ├── StoreMismatch      existing collection has other vector settings  (exit 2)
+    └── StoreUnavailable   unreachable or refusing writes after retries   (exit 3)
 """
 
 from __future__ import annotations

@@ -21,9 +21,7 @@ def _unit_vectors(embed: EmbedFn, texts: list[str]) -> NDArray[np.float64]:
         return np.zeros((0, 1))
     vectors = np.asarray(embed(texts), dtype=np.float64)
     if vectors.ndim != 2 or vectors.shape[0] != len(texts):
-        raise EmbeddingError(
-            f"embedder returned shape {vectors.shape} for {len(texts)} sentences"
-        )
+        raise EmbeddingError(f"embedder returned shape {vectors.shape} for {len(texts)} sentences")
     if not np.all(np.isfinite(vectors)):
         bad = int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
         raise EmbeddingError(f"embedder returned non-finite values for sentence {bad}")

@@ -13,11 +13,73 @@ from mdindex.chunking.windows import Span, strip_span
 from mdindex.models import Document
 
 ABBREVIATIONS = frozenset(
-    """
-    dr mr mrs ms mx prof sr jr st mt vs etc cf fig figs eq eqs no nos vol vols ch chap sec
-    p pp approx est dept inc ltd co corp al ca resp viz ie eg e.g i.e u.s u.k a.m p.m
-    jan feb mar apr jun jul aug sep sept oct nov dec op ed eds rev gen col lt sgt
-    """.split()
+    [
+        "dr",
+        "mr",
+        "mrs",
+        "ms",
+        "mx",
+        "prof",
+        "sr",
+        "jr",
+        "st",
+        "mt",
+        "vs",
+        "etc",
+        "cf",
+        "fig",
+        "figs",
+        "eq",
+        "eqs",
+        "no",
+        "nos",
+        "vol",
+        "vols",
+        "ch",
+        "chap",
+        "sec",
+        "p",
+        "pp",
+        "approx",
+        "est",
+        "dept",
+        "inc",
+        "ltd",
+        "co",
+        "corp",
+        "al",
+        "ca",
+        "resp",
+        "viz",
+        "ie",
+        "eg",
+        "e.g",
+        "i.e",
+        "u.s",
+        "u.k",
+        "a.m",
+        "p.m",
+        "jan",
+        "feb",
+        "mar",
+        "apr",
+        "jun",
+        "jul",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
+        "op",
+        "ed",
+        "eds",
+        "rev",
+        "gen",
+        "col",
+        "lt",
+        "sgt",
+    ]
 )
 
 _END = re.compile(r"[.!?…]+[\"'”’)\]*_]*(?=\s)")
@@ -73,7 +135,9 @@ def units(doc: Document) -> list[tuple[Span, str]]:
     out: list[tuple[Span, str]] = []
     for block in doc.blocks:
         if block.kind == "prose":
-            out.extend((span, "prose") for span in split_sentences(doc.text, block.start, block.end))
+            out.extend(
+                (span, "prose") for span in split_sentences(doc.text, block.start, block.end)
+            )
         else:
             s, e = strip_span(doc.text, block.start, block.end)
             if e > s:

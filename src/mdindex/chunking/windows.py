@@ -75,7 +75,9 @@ def split_span(
     def tokens_in(lo: int, hi: int) -> int:
         return bisect.bisect_left(tok_starts, hi) - bisect.bisect_left(tok_starts, lo)
 
-    guard = _Guard([r for r in code_ranges if r[1] > start and r[0] < end and tokens_in(*r) <= limit])
+    guard = _Guard(
+        [r for r in code_ranges if r[1] > start and r[0] < end and tokens_in(*r) <= limit]
+    )
     spans: list[Span] = []
     i = 0
     win_start = start

@@ -1,0 +1,343 @@
+"""The `mdindex` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from mdindex import __version__
+from mdindex.config import Settings, load_settings
+from mdindex.document import decode, read_bytes
+from mdindex.errors import (
+    EXIT_DRIFT,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_USAGE,
+    InputError,
+    MdindexError,
+    StoreUnavailable,
+)
+from mdindex.lock import WriterLock, lock_path, read_holder
+from mdindex.pipeline import Planner, check_roots
+from mdindex.runtime import make_indexer, make_pipeline, make_sink, setup_logging, state_path
+
+log = logging.getLogger("mdindex")
+
+# Payload keys that are ours, not the interface's; kept out of user-facing output.
+_INTERNAL_KEYS = ("vector_key",)
+
+
+def _common(parser: argparse.ArgumentParser, roots: bool) -> None:
+    parser.add_argument("--config", type=Path, help="TOML config file (or MDINDEX_CONFIG)")
+    if roots:
+        parser.add_argument(
+            "roots", nargs="*", metavar="ROOT", help="folders to index, optionally label=path"
+        )
+    else:
+        parser.add_argument(
+            "--root",
+            dest="roots",
+            action="append",
+            metavar="ROOT",
+            help="a root folder, optionally label=path (repeatable)",
+        )
+    parser.add_argument("--collection", help="Qdrant collection (default mdindex)")
+    parser.add_argument("--qdrant-path", type=Path, help="embedded Qdrant folder")
+    parser.add_argument(
+        "--qdrant-url", help="Qdrant server URL; API key from MDINDEX_QDRANT_API_KEY"
+    )
+    parser.add_argument("--store", choices=["client", "edge"], help="embedded engine")
+    parser.add_argument(
+        "--strategy", choices=["heading", "token", "semantic"], help="chunking strategy"
+    )
+    parser.add_argument("--state-dir", type=Path, help="local state, locks and the embedded store")
+    parser.add_argument("--model", help="sentence-transformers model name or path")
+    parser.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR")
+    parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mdindex", description="Keep a Qdrant vector index identical to folders of markdown."
+    )
+    parser.add_argument("--version", action="version", version=f"mdindex {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("backfill", help="make the collection equal to the files, once")
+    _common(p, roots=True)
+    p.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
+    p.add_argument("--no-prune", action="store_true", help="keep points of files that are gone")
+    p.add_argument("--force", action="store_true", help="prune even when the guard would refuse")
+    p.set_defaults(func=cmd_backfill)
+
+    p = sub.add_parser("watch", help="reconcile, then follow file events until stopped")
+    _common(p, roots=True)
+    p.set_defaults(func=cmd_watch)
+
+    p = sub.add_parser("search", help="nearest chunks to a query")
+    _common(p, roots=False)
+    p.add_argument("query", metavar="QUERY")
+    p.add_argument("-k", type=int, default=5, help="number of hits (default 5)")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("chunk", help="show the chunks of one file; embeds and writes nothing")
+    _common(p, roots=False)
+    p.add_argument("file", type=Path, metavar="FILE")
+    p.set_defaults(func=cmd_chunk)
+
+    p = sub.add_parser("status", help="collection, model, counts and last sync")
+    _common(p, roots=True)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("verify", help="compare the collection with the files")
+    _common(p, roots=True)
+    p.add_argument("--repair", action="store_true", help="fix missing, stale and duplicate points")
+    p.set_defaults(func=cmd_verify)
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    keys = (
+        "collection",
+        "qdrant_path",
+        "qdrant_url",
+        "store",
+        "strategy",
+        "state_dir",
+        "model",
+        "log_level",
+    )
+    overrides: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
+    roots = getattr(args, "roots", None)
+    if roots:
+        overrides["roots"] = list(roots)
+    return load_settings(overrides, args.config)
+
+
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    if args.json:
+        json.dump(data, sys.stdout, ensure_ascii=False, indent=None)
+        sys.stdout.write("\n")
+    else:
+        print(text)
+
+
+def _public(payload: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in payload.items() if k not in _INTERNAL_KEYS}
+
+
+# -- commands -------------------------------------------------------------
+
+
+def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
+    check_roots(settings.root_list())
+    with WriterLock(settings.state_dir, settings.collection, "backfill"):
+        indexer = make_indexer(settings)
+        bar = _progress(args)
+        if bar is not None:
+            indexer.on_progress = lambda n: bar.update(1)
+        try:
+            summary = indexer.backfill(
+                dry_run=args.dry_run, prune=not args.no_prune, force=args.force
+            )
+        finally:
+            if bar is not None:
+                bar.close()
+            indexer.finish()
+            indexer.state.close()
+    emit(args, summary.as_dict(), summary.line())
+    for err in summary.errors if not args.json else []:
+        print(f"  failed: {err['root']}:{err['path']}: {err['reason']}", file=sys.stderr)
+    return EXIT_PARTIAL if summary.errors else EXIT_OK
+
+
+def _progress(args: argparse.Namespace) -> Any:
+    if args.json or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(desc="files", unit="file", file=sys.stderr, leave=False)
+
+
+def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
+    from mdindex.daemon.service import run_daemon
+
+    check_roots(settings.root_list())
+    return run_daemon(settings)
+
+
+def _daemon_url(settings: Settings) -> str | None:
+    holder = read_holder(lock_path(settings.state_dir, settings.collection))
+    if not holder or holder.get("command") != "watch":
+        return None
+    if not holder.get("http_port"):
+        if settings.qdrant_url:
+            return None  # a server store can be shared; go to it directly
+        raise StoreUnavailable(
+            f"the daemon (pid {holder.get('pid')}) holds the embedded store and has no HTTP "
+            "endpoint; set http_port so other commands can ask it"
+        )
+    return f"http://{holder.get('http_host', '127.0.0.1')}:{holder['http_port']}"
+
+
+def _ask_daemon(url: str, path: str) -> Any:
+    try:
+        with urllib.request.urlopen(url + path, timeout=30) as resp:
+            return json.loads(resp.read().decode())
+    except OSError as exc:
+        raise StoreUnavailable(f"the daemon at {url} did not answer: {exc}") from exc
+
+
+def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
+    daemon = _daemon_url(settings)
+    if daemon is not None:
+        hits = _ask_daemon(
+            daemon, "/search?" + urllib.parse.urlencode({"q": args.query, "k": args.k})
+        )
+    else:
+        hits = search(settings, args.query, args.k)
+    lines = []
+    for hit in hits:
+        where = f"{hit.get('doc_path')}:{hit.get('line_start')}-{hit.get('line_end')}"
+        lines.append(f"{hit['score']:.3f}  {where}  {hit.get('title')} › {hit.get('section')}")
+        if hit.get("url"):
+            lines.append(f"       {hit['url']}")
+        snippet = " ".join(str(hit.get("text", "")).split())[:160]
+        lines.append(f"       {snippet}")
+    emit(args, hits, "\n".join(lines) or "no results")
+    return EXIT_OK
+
+
+def search(settings: Settings, query: str, k: int) -> list[dict[str, Any]]:
+    pipeline = make_pipeline(settings)
+    sink = make_sink(settings)
+    try:
+        if not sink.open().exists():
+            return []
+        vector = pipeline.embedder.embed([query])[0]
+        return [{"score": h.score, **_public(h.payload)} for h in sink.search(vector.tolist(), k)]
+    finally:
+        sink.close()
+
+
+def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:
+    pipeline = make_pipeline(settings)
+    path: Path = args.file
+    rel, root = path.name, path.resolve().parent.name or "root"
+    for r in settings.root_list():
+        try:
+            rel = path.resolve().relative_to(r.path.resolve()).as_posix()
+            root = r.label
+            break
+        except ValueError:
+            continue
+    planner = Planner(settings, pipeline.info, pipeline.counter, pipeline.chunker)
+    try:
+        text = decode(read_bytes(path, settings.max_file_bytes))
+    except InputError as exc:
+        log.error("%s: %s", path, exc)
+        return EXIT_PARTIAL
+    doc = planner.parse(rel, text)
+    for warning in doc.warnings:
+        log.warning("%s: %s", path, warning)
+    planned = planner.plan_points(root, rel, doc, pipeline.chunker.chunk(doc))
+    payloads = [_public(p.payload) for p in planned]
+    text_out = "\n".join(
+        f"[{p['chunk_index']}] lines {p['line_start']}-{p['line_end']} chars {p['char_start']}-"
+        f"{p['char_end']} tokens {p['token_count']}  "
+        f"{' > '.join(p['heading_path']) or '(preamble)'}"
+        f"\n{_indent(p['text'])}"
+        for p in payloads
+    )
+    emit(args, payloads, text_out or "no chunks")
+    return EXIT_OK
+
+
+def _indent(text: str, limit: int = 400) -> str:
+    shown = text if len(text) <= limit else text[:limit] + " …"
+    return "\n".join("    " + line for line in shown.splitlines())
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    daemon = _daemon_url(settings)
+    data = _ask_daemon(daemon, "/status") if daemon is not None else status(settings)
+    text = "\n".join(f"{k}: {v}" for k, v in data.items())
+    emit(args, data, text)
+    return EXIT_OK
+
+
+def status(settings: Settings) -> dict[str, Any]:
+    from mdindex.state import State
+
+    sink = make_sink(settings)
+    state = State(state_path(settings))
+    try:
+        points = sink.open().count()
+        return {
+            "collection": settings.collection,
+            "store": sink.where,
+            "model": settings.model,
+            "strategy": settings.strategy,
+            "documents": state.doc_count(),
+            "points": points,
+            "last_sync": state.get("last_sync"),
+            "daemon": False,
+        }
+    finally:
+        sink.close()
+        state.close()
+
+
+def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
+    check_roots(settings.root_list())
+    with WriterLock(settings.state_dir, settings.collection, "verify"):
+        indexer = make_indexer(settings)
+        try:
+            report = indexer.verify(repair=args.repair)
+        finally:
+            indexer.finish()
+            indexer.state.close()
+    data = report.as_dict()
+    lines = [
+        f"missing: {len(report.missing)}, stale: {len(report.stale)}, "
+        f"duplicates: {len(report.duplicates)}, in sync: {report.in_sync}"
+        + (" (repaired)" if report.repaired else "")
+    ]
+    for kind in ("missing", "stale", "duplicates"):
+        for e in data[kind][:50]:
+            lines.append(f"  {kind}: {e['root']}:{e['doc_path']} #{e['chunk_index']} {e['id']}")
+    emit(args, data, "\n".join(lines))
+    if report.in_sync or report.repaired:
+        return EXIT_OK
+    return EXIT_DRIFT
+
+
+Command = Callable[[argparse.Namespace, Settings], int]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_from(args)
+        setup_logging(settings.log_level, settings.log_format)
+        func: Command = args.func
+        return func(args, settings)
+    except MdindexError as exc:
+        print(f"mdindex: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The `mdindex watch` daemon: startup, a main loop, shutdown."""

@@ -1,0 +1,191 @@
+"""Which files are documents: the path filter and the tree scan shared by backfill and watch."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from mdindex.config import Root
+
+log = logging.getLogger(__name__)
+
+
+@lru_cache(maxsize=256)
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """Translate a glob where ``**`` spans folders and ``*`` stays within one."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z", re.DOTALL)
+
+
+class PathFilter:
+    """Decides from a root-relative POSIX path whether it is a document.
+
+    Hidden files and folders (``.git``, ``.obsidian``, editor locks like
+    ``.#notes.md``) never are; then the path must match an include glob and
+    no exclude glob. Editor debris such as ``notes.md~``, ``.notes.md.swp``
+    or vim's ``4913`` fails the default include globs.
+    """
+
+    def __init__(self, include: Sequence[str], exclude: Sequence[str] = ()) -> None:
+        self.include = [glob_regex(p) for p in include]
+        self.exclude = [glob_regex(p) for p in exclude]
+
+    def __call__(self, rel_path: str) -> bool:
+        parts = rel_path.split("/")
+        if any(p.startswith(".") or p == "" for p in parts):
+            return False
+        if not any(r.match(rel_path) for r in self.include):
+            return False
+        return not any(r.match(rel_path) for r in self.exclude)
+
+    def may_contain(self, rel_dir: str) -> bool:
+        """Whether a folder can hold documents at all (hidden folders cannot)."""
+        return not any(p.startswith(".") for p in rel_dir.split("/") if p)
+
+
+@dataclass(frozen=True, slots=True)
+class FileRef:
+    root: str  # root label
+    rel: str  # POSIX path relative to the root
+    path: Path
+    size: int
+    mtime_ns: int
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.root, self.rel
+
+
+@dataclass(frozen=True, slots=True)
+class ScanError:
+    root: str
+    rel: str
+    reason: str
+
+
+def printable(path: str) -> str:
+    """A path safe for one log line: control characters and undecodable bytes escaped."""
+    return (
+        path.encode("utf-8", "backslashreplace")
+        .decode("ascii", "backslashreplace")
+        .translate({i: f"\\x{i:02x}" for i in range(32)})
+    )
+
+
+def _rel_name(rel: str) -> str | None:
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return rel
+
+
+def stat_file(
+    root: Root, rel: str, accept: PathFilter, follow_symlinks: bool
+) -> FileRef | ScanError | None:
+    """Check one candidate path; None when a rule skips it silently."""
+    if not accept(rel):
+        return None
+    path = root.path / rel
+    try:
+        lst = path.lstat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return ScanError(root.label, rel, f"cannot stat: {exc.strerror}")
+    if _rel_name(rel) is None:
+        return ScanError(root.label, printable(rel), "file name is not valid UTF-8")
+    st = lst
+    if stat.S_ISLNK(lst.st_mode):
+        if not follow_symlinks:
+            log.debug("skipped symlink %s (follow_symlinks is off)", printable(rel))
+            return None
+        try:
+            target = path.resolve(strict=True)
+            st = target.stat()
+        except RuntimeError:
+            return ScanError(root.label, rel, "symlink loop")
+        except OSError as exc:
+            if exc.errno == 40:
+                return ScanError(root.label, rel, "symlink loop")
+            return ScanError(root.label, rel, "dangling symlink")
+        if not target.is_relative_to(root.path.resolve()):
+            return ScanError(root.label, rel, "symlink points outside its root; not followed")
+    if not stat.S_ISREG(st.st_mode):
+        return ScanError(root.label, rel, "not a regular file")
+    return FileRef(root.label, rel, path, st.st_size, st.st_mtime_ns)
+
+
+def scan(
+    root: Root, accept: PathFilter, follow_symlinks: bool = False, under: str = ""
+) -> Iterator[FileRef | ScanError]:
+    """Every document below ``root`` (or below its subfolder ``under``), in sorted order."""
+    base = root.path.resolve()
+    seen_dirs: set[tuple[int, int]] = set()
+    stack = [under.strip("/")]
+    while stack:
+        rel_dir = stack.pop()
+        folder = root.path / rel_dir if rel_dir else root.path
+        try:
+            st = folder.stat()
+            if (st.st_dev, st.st_ino) in seen_dirs:
+                continue  # a followed link led back to a folder already scanned
+            seen_dirs.add((st.st_dev, st.st_ino))
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            yield ScanError(root.label, rel_dir or ".", f"cannot list folder: {exc.strerror}")
+            continue
+        subdirs: list[str] = []
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            try:
+                is_link = entry.is_symlink()
+                is_dir = entry.is_dir(follow_symlinks=follow_symlinks)
+            except OSError:
+                is_link, is_dir = False, False
+            if is_dir:
+                if not accept.may_contain(rel):
+                    continue
+                if is_link:
+                    try:
+                        target = Path(entry.path).resolve(strict=True)
+                    except (OSError, RuntimeError):
+                        yield ScanError(root.label, rel, "symlink loop")
+                        continue
+                    if not target.is_relative_to(base):
+                        yield ScanError(
+                            root.label, rel, "symlink points outside its root; not followed"
+                        )
+                        continue
+                subdirs.append(rel)
+                continue
+            result = stat_file(root, rel, accept, follow_symlinks)
+            if result is not None:
+                yield result
+        stack.extend(reversed(subdirs))

@@ -1,0 +1,86 @@
+"""One writer per state dir and collection, enforced with an flock'd file.
+
+The lock file also tells other commands who holds it and, for a daemon, where
+its HTTP endpoint listens, so `search` and `status` can ask it instead.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from mdindex.errors import LockError
+
+
+def lock_path(state_dir: Path, collection: str) -> Path:
+    return state_dir / f"{collection}.lock"
+
+
+def read_holder(path: Path) -> dict[str, Any] | None:
+    """The holder's record if the lock is held right now, else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raw = os.pread(fd, 4096, 0)
+            try:
+                data = json.loads(raw.decode() or "{}")
+            except ValueError:
+                data = {}
+            return data if isinstance(data, dict) else {}
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+class WriterLock:
+    def __init__(self, state_dir: Path, collection: str, command: str) -> None:
+        self.path = lock_path(state_dir, collection)
+        self.command = command
+        self.fd: int | None = None
+
+    def acquire(self, **info: Any) -> WriterLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raw = os.pread(fd, 4096, 0)
+            os.close(fd)
+            try:
+                holder = json.loads(raw.decode() or "{}")
+            except ValueError:
+                holder = {}
+            who = f"pid {holder.get('pid', '?')} ({holder.get('command', 'mdindex')})"
+            raise LockError(
+                f"{self.path} is held by {who}; stop it first or use another --state-dir"
+            ) from exc
+        self.fd = fd
+        self.update(**info)
+        return self
+
+    def update(self, **info: Any) -> None:
+        if self.fd is None:
+            return
+        record = json.dumps({"pid": os.getpid(), "command": self.command, **info}).encode()
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, record, 0)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> WriterLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

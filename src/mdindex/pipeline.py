@@ -1,0 +1,676 @@
+"""The sync core shared by backfill, watch and verify.
+
+For every document that changed, new points are written before old ones are
+deleted, and the local state is committed last; IDs about to be written are
+recorded first as pending. A crash at any moment therefore leaves the store
+with extra points the next run knows about and removes, never with a
+document missing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mdindex.chunking import Chunker
+from mdindex.config import Root, Settings
+from mdindex.document import decode, parse_document, read_bytes
+from mdindex.embedding import ModelInfo, VectorFn
+from mdindex.errors import ConfigError, InputError, MdindexError, PruneRefused
+from mdindex.files import FileRef, PathFilter, ScanError, printable, scan
+from mdindex.models import Chunk, Document, digest
+from mdindex.sinks import Point, QdrantSink
+from mdindex.state import DocRow, PointRow, State
+from mdindex.tokens import TokenCounter
+
+log = logging.getLogger(__name__)
+
+CRASH_ENV = "MDINDEX_CRASH_POINT"
+CRASH_POINTS = ("after_chunk", "after_embed", "after_upsert", "after_delete", "after_commit")
+_ID_NAMESPACE = uuid.UUID("6f6d2a3e-5a1b-4c1e-9a7e-6d64696e6478")
+_GROUP_DOCS = 64
+_GROUP_POINTS = 512
+
+
+def crash_point(name: str) -> None:
+    """Die here, as a power cut would, when MDINDEX_CRASH_POINT names this point.
+
+    ``name@N`` dies at the N-th time the point is reached in this process.
+    """
+    wanted = os.environ.get(CRASH_ENV)
+    if not wanted:
+        return
+    target, _, nth = wanted.partition("@")
+    if target != name:
+        return
+    _crash_hits[name] = _crash_hits.get(name, 0) + 1
+    if _crash_hits[name] >= int(nth or 1):
+        log.warning("crash point %s reached; exiting", name)
+        logging.shutdown()
+        os._exit(86)
+
+
+_crash_hits: dict[str, int] = {}
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Summary:
+    files_seen: int = 0
+    files_changed: int = 0
+    files_unchanged: int = 0
+    files_deleted: int = 0
+    files_failed: int = 0
+    chunks_embedded: int = 0
+    points_upserted: int = 0
+    points_deleted: int = 0
+    seconds: float = 0.0
+    errors: list[dict[str, str]] = field(default_factory=list)
+    dry_run: bool = False
+
+    def fail(self, root: str, rel: str, reason: str) -> None:
+        self.files_failed += 1
+        shown = printable(f"{root}:{rel}")
+        self.errors.append({"path": printable(rel), "root": root, "reason": reason})
+        log.warning("skipped %s: %s", shown, reason)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "files_seen": self.files_seen,
+            "files_changed": self.files_changed,
+            "files_unchanged": self.files_unchanged,
+            "files_deleted": self.files_deleted,
+            "files_failed": self.files_failed,
+            "chunks_embedded": self.chunks_embedded,
+            "points_upserted": self.points_upserted,
+            "points_deleted": self.points_deleted,
+            "seconds": round(self.seconds, 3),
+            "errors": self.errors,
+            "dry_run": self.dry_run,
+        }
+
+    def line(self) -> str:
+        verb = "would change" if self.dry_run else "changed"
+        return (
+            f"{self.files_seen} files: {self.files_changed} {verb}, "
+            f"{self.files_unchanged} unchanged, "
+            f"{self.files_deleted} deleted, {self.files_failed} failed; "
+            f"{self.chunks_embedded} chunks embedded, {self.points_upserted} points upserted, "
+            f"{self.points_deleted} deleted in {self.seconds:.2f}s"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """One point as the pipeline wants it, before its vector is known."""
+
+    id: str
+    vector_key: str
+    embed_input: str
+    payload: dict[str, Any]
+
+
+@dataclass
+class _DocWork:
+    ref: FileRef
+    doc_hash: str
+    points: list[Planned]
+
+
+@dataclass
+class VerifyReport:
+    missing: list[dict[str, Any]] = field(default_factory=list)
+    stale: list[dict[str, Any]] = field(default_factory=list)
+    duplicates: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    repaired: bool = False
+
+    @property
+    def in_sync(self) -> bool:
+        return not (self.missing or self.stale or self.duplicates)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "missing": self.missing,
+            "stale": self.stale,
+            "duplicates": self.duplicates,
+            "in_sync": self.in_sync,
+            "repaired": self.repaired,
+            "errors": self.errors,
+        }
+
+
+def point_id(root: str, doc_path: str, content_hash: str, occurrence: int, fingerprint: str) -> str:
+    key = "\x1f".join((root, doc_path, content_hash, str(occurrence), fingerprint))
+    return str(uuid.uuid5(_ID_NAMESPACE, key))
+
+
+class Planner:
+    """Turns a document's text into planned points: chunks, payloads, IDs and vector keys."""
+
+    def __init__(
+        self, settings: Settings, info: ModelInfo, counter: TokenCounter, chunker: Chunker
+    ) -> None:
+        self.settings = settings
+        self.info = info
+        self.counter = counter
+        self.chunker = chunker
+        id_params = {
+            "model": info.name,
+            "chunker": chunker.params(),
+            "prepend_context": settings.prepend_context,
+        }
+        self.id_fingerprint = _hash_json(id_params)[:16]
+        # Settings that change payloads but not IDs still force every document to be rewritten.
+        self.doc_fingerprint = _hash_json(
+            {
+                "id": self.id_fingerprint,
+                "base_url": settings.base_url,
+                "url_style": settings.url_style,
+            }
+        )[:16]
+
+    def parse(self, rel: str, text: str) -> Document:
+        return parse_document(
+            text, rel, base_url=self.settings.base_url, url_style=self.settings.url_style
+        )
+
+    def plan_points(
+        self, root: str, rel: str, doc: Document, chunks: Sequence[Chunk]
+    ) -> list[Planned]:
+        seen: dict[str, int] = {}
+        out: list[Planned] = []
+        for index, chunk in enumerate(chunks):
+            content_hash = digest(chunk.text)
+            occurrence = seen.get(content_hash, 0)
+            seen[content_hash] = occurrence + 1
+            embed_input = self.embed_input(doc, chunk)
+            vector_key = digest(f"{self.info.name}\x00{embed_input}")[:32]
+            url = doc.url
+            if url and chunk.anchor:
+                url = f"{url}#{chunk.anchor}"
+            payload: dict[str, Any] = {
+                "text": chunk.text,
+                "root": root,
+                "doc_path": rel,
+                "title": doc.title,
+                "url": url,
+                "section": chunk.section,
+                "heading_path": list(chunk.heading_path),
+                "chunk_index": index,
+                "char_start": chunk.char_start,
+                "char_end": chunk.char_end,
+                "line_start": doc.line_of(chunk.char_start),
+                "line_end": doc.line_of(max(chunk.char_start, chunk.char_end - 1)),
+                "token_count": chunk.token_count,
+                "content_hash": content_hash,
+                "doc_hash": doc.doc_hash,
+                "strategy": self.chunker.strategy,
+                "model": self.info.name,
+                "meta": doc.meta,
+                "vector_key": vector_key,
+            }
+            pid = point_id(root, rel, content_hash, occurrence, self.id_fingerprint)
+            out.append(Planned(pid, vector_key, embed_input, payload))
+        return out
+
+    def embed_input(self, doc: Document, chunk: Chunk) -> str:
+        """The chunk text, optionally behind as much of title and heading path as still fits."""
+        if not self.settings.prepend_context:
+            return chunk.text
+        prefix = " > ".join([doc.title, *chunk.heading_path]) + "\n\n"
+        budget = self.counter.model_limit - chunk.token_count
+        enc = self.counter.encode(prefix)
+        if len(enc.ids) > budget:
+            prefix = prefix[: enc.offsets[budget - 1][1]] + "\n\n" if budget > 2 else ""
+        candidate = prefix + chunk.text
+        # Tokens of a concatenation can differ from the sum; the full count decides.
+        if prefix and self.counter.count(candidate) <= self.counter.model_limit:
+            return candidate
+        return chunk.text
+
+
+class Indexer:
+    """Makes the store equal to the files, touching only what changed."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        info: ModelInfo,
+        counter: TokenCounter,
+        chunker: Chunker,
+        embedder: VectorFn,
+        sink: QdrantSink,
+        state: State,
+    ) -> None:
+        self.settings = settings
+        self.info = info
+        self.counter = counter
+        self.chunker = chunker
+        self.embedder = embedder
+        self.sink = sink
+        self.state = state
+        self.roots = {r.label: r for r in settings.root_list()}
+        self.accept = PathFilter(settings.include, settings.exclude)
+        self.planner = Planner(settings, info, counter, chunker)
+        self._store_checked = False
+        self.on_progress: Callable[[int], None] | None = None
+
+    # -- store and state consistency ---------------------------------------
+
+    def store_identity(self) -> str:
+        return f"{self.sink.where}#{self.sink.collection}"
+
+    def open_store(self) -> None:
+        """Open the store and make sure the state describes it; rebuild the state if not."""
+        if self._store_checked:
+            return
+        self.sink.open()
+        self.sink.ensure_collection(self.embedder.dimension)
+        identity = self.store_identity()
+        reason = ""
+        if self.state.fresh:
+            reason = "no local state" if self.sink.count() else ""
+        elif self.state.get("store") != identity:
+            reason = "state belongs to another store"
+        else:
+            interrupted = self.state.invalidate_pending_docs()
+            if interrupted:
+                log.info(
+                    "%d documents were interrupted mid-write; they will be re-synced", interrupted
+                )
+            committed, pending = self.state.point_counts()
+            stored = self.sink.count()
+            if not committed <= stored <= committed + pending:
+                reason = f"state knows {committed} points, store holds {stored}"
+        if reason:
+            self.rebuild_state(reason)
+        self.state.put("store", identity)
+        self._store_checked = True
+
+    def rebuild_state(self, reason: str) -> None:
+        log.warning("rebuilding local state from the store (%s)", reason)
+        records = (
+            (pid, str(p.get("root", "")), str(p.get("doc_path", "")), str(p.get("vector_key", "")))
+            for pid, p, _ in self.sink.scroll(payload=["root", "doc_path", "vector_key"])
+        )
+        n = self.state.rebuild(records)
+        self.state.fresh = False
+        log.info("state rebuilt with %d points; files will be re-chunked and compared", n)
+
+    def store_unchanged_since_last_run(self) -> bool:
+        sig = self.sink.signature()
+        return bool(sig) and sig != "absent" and self.state.get("store_signature") == sig
+
+    def finish(self) -> None:
+        """Close the store and remember what it looked like, for the next fast path."""
+        self.sink.close()
+        if self._store_checked:
+            self.state.put("store_signature", self.sink.signature())
+        self._store_checked = False
+
+    # -- scanning --------------------------------------------------------
+
+    def scan_roots(self, summary: Summary) -> list[FileRef]:
+        files: list[FileRef] = []
+        for root in self.roots.values():
+            for item in scan(root, self.accept, self.settings.follow_symlinks):
+                summary.files_seen += 1
+                if isinstance(item, ScanError):
+                    summary.fail(item.root, item.rel, item.reason)
+                else:
+                    files.append(item)
+        return files
+
+    def is_fresh(self, ref: FileRef, rows: dict[tuple[str, str], DocRow]) -> bool:
+        row = rows.get(ref.key)
+        return (
+            row is not None
+            and row.size == ref.size
+            and row.mtime_ns == ref.mtime_ns
+            and row.fingerprint == self.planner.doc_fingerprint
+        )
+
+    # -- backfill --------------------------------------------------------
+
+    def backfill(
+        self, *, dry_run: bool = False, prune: bool = True, force: bool = False
+    ) -> Summary:
+        started = time.monotonic()
+        summary = Summary(dry_run=dry_run)
+        for root in self.roots.values():
+            if not root.path.is_dir() and not force:
+                raise PruneRefused(
+                    f"root {root.label!r}: {root.path} is not a folder; fix the path, "
+                    "or pass --force to prune its documents"
+                )
+        files = self.scan_roots(summary)
+        failed = {(e["root"], e["path"]) for e in summary.errors}
+        seen = {f.key for f in files} | failed
+        known = self.state.known_docs()
+        deleted = sorted(k for k in known if k not in seen) if prune else []
+        if prune and not force:
+            self._guard_prune(files, deleted, known)
+
+        rows = self.state.docs()
+        candidates = [f for f in files if not self.is_fresh(f, rows)]
+        must_open = bool(candidates or deleted or self.state.fresh)
+        if not dry_run and (must_open or not self.store_unchanged_since_last_run()):
+            self.open_store()
+            rows = self.state.docs()
+            candidates = [f for f in files if not self.is_fresh(f, rows)]
+            known = self.state.known_docs()
+            deleted = sorted(k for k in known if k not in seen) if prune else []
+            if prune and not force:  # the state may have been rebuilt from the store
+                self._guard_prune(files, deleted, known)
+        summary.files_unchanged += len(files) - len(candidates)
+        self.sync(candidates, deleted, summary, dry_run=dry_run, rows=rows)
+        if not dry_run:
+            self.state.put("last_sync", now_iso())
+        summary.seconds = time.monotonic() - started
+        return summary
+
+    def _guard_prune(
+        self,
+        files: Sequence[FileRef],
+        deleted: Sequence[tuple[str, str]],
+        known: set[tuple[str, str]],
+    ) -> None:
+        for label in self.roots:
+            if not any(f.root == label for f in files):
+                raise PruneRefused(
+                    f"root {label!r} has no markdown files; refusing to prune its documents "
+                    "(pass --force if that is intended, or --no-prune)"
+                )
+        if known and len(deleted) > len(known) / 2:
+            raise PruneRefused(
+                f"{len(deleted)} of {len(known)} indexed documents would be deleted; "
+                "refusing to prune more than half (pass --force if that is intended)"
+            )
+
+    # -- the sync core ---------------------------------------------------
+
+    def sync(
+        self,
+        files: Iterable[FileRef],
+        deleted: Iterable[tuple[str, str]],
+        summary: Summary,
+        *,
+        dry_run: bool = False,
+        rows: dict[tuple[str, str], DocRow] | None = None,
+    ) -> None:
+        """Index ``files`` (candidates for change) and remove ``deleted`` documents.
+
+        Deletes run after all writes, so a file renamed within the same batch
+        finds its old vectors still in the store and reuses them.
+        """
+        rows = self.state.docs() if rows is None else rows
+        group: list[_DocWork] = []
+        for done, ref in enumerate(files, 1):
+            work = self._prepare(ref, rows.get(ref.key), summary, dry_run)
+            if work is not None:
+                group.append(work)
+            if self.on_progress is not None:
+                self.on_progress(done)
+            if len(group) >= _GROUP_DOCS or sum(len(w.points) for w in group) >= _GROUP_POINTS:
+                self._flush(group, summary, dry_run)
+                group = []
+        self._flush(group, summary, dry_run)
+        self._delete_docs(list(deleted), summary, dry_run)
+
+    def _prepare(
+        self, ref: FileRef, row: DocRow | None, summary: Summary, dry_run: bool
+    ) -> _DocWork | None:
+        try:
+            text = decode(read_bytes(ref.path, self.settings.max_file_bytes))
+            doc_hash = digest(text)
+            if (
+                row is not None
+                and row.doc_hash == doc_hash
+                and row.fingerprint == self.planner.doc_fingerprint
+            ):
+                if not dry_run:  # touched, not changed: only the fast-path stamp moves
+                    self.state.touch(ref.root, ref.rel, ref.size, ref.mtime_ns)
+                summary.files_unchanged += 1
+                return None
+            doc = self.planner.parse(ref.rel, text)
+            for warning in doc.warnings:
+                log.warning("%s:%s: %s", ref.root, printable(ref.rel), warning)
+            chunks = self.chunker.chunk(doc)
+        except InputError as exc:
+            summary.fail(ref.root, ref.rel, str(exc))
+            return None
+        except MdindexError:
+            raise
+        except Exception as exc:  # a parser bug must cost one file, not the run
+            log.debug("chunking %s failed", ref.rel, exc_info=True)
+            summary.fail(
+                ref.root, ref.rel, f"internal error while chunking: {type(exc).__name__}: {exc}"
+            )
+            return None
+        crash_point("after_chunk")
+        return _DocWork(ref, doc_hash, self.planner.plan_points(ref.root, ref.rel, doc, chunks))
+
+    def _flush(self, group: list[_DocWork], summary: Summary, dry_run: bool) -> None:
+        if not group:
+            return
+        planned = [p for w in group for p in w.points]
+        if dry_run:
+            known = self.state.has_vector_keys({p.vector_key for p in planned})
+            summary.chunks_embedded += len({p.vector_key for p in planned} - known)
+            summary.points_upserted += len(planned)
+            for w in group:
+                old = self.state.point_ids(w.ref.root, w.ref.rel) - {p.id for p in w.points}
+                summary.points_deleted += len(old)
+            summary.files_changed += len(group)
+            return
+        self.open_store()
+        vectors = self._vectors_for(planned, summary)
+        crash_point("after_embed")
+        self.state.mark_pending(
+            [
+                (w.ref.root, w.ref.rel, [PointRow(p.id, p.vector_key) for p in w.points])
+                for w in group
+            ]
+        )
+        stamp = now_iso()
+        summary.points_upserted += self.sink.upsert(
+            [
+                Point(p.id, vectors[p.vector_key], {**p.payload, "indexed_at": stamp})
+                for p in planned
+            ]
+        )
+        crash_point("after_upsert")
+        stale: list[str] = []
+        for w in group:
+            stale.extend(self.state.point_ids(w.ref.root, w.ref.rel) - {p.id for p in w.points})
+        summary.points_deleted += self.sink.delete(stale)
+        crash_point("after_delete")
+        self.state.commit_docs(
+            [
+                (
+                    w.ref.root,
+                    w.ref.rel,
+                    DocRow(w.ref.size, w.ref.mtime_ns, w.doc_hash, self.planner.doc_fingerprint),
+                    [PointRow(p.id, p.vector_key) for p in w.points],
+                )
+                for w in group
+            ],
+            stamp,
+        )
+        summary.files_changed += len(group)
+        crash_point("after_commit")
+
+    def _vectors_for(self, planned: Sequence[Planned], summary: Summary) -> dict[str, list[float]]:
+        """Vectors by vector key: from the same point, from any point with that key, or embedded."""
+        by_key: dict[str, list[float]] = {}
+        stored = self.sink.vectors([p.id for p in planned])
+        for p in planned:
+            if p.id in stored:
+                by_key.setdefault(p.vector_key, stored[p.id])
+        wanted = {p.vector_key for p in planned} - by_key.keys()
+        if wanted:
+            donors = self.state.ids_for_vector_keys(wanted)
+            found = self.sink.vectors(list(donors.values()))
+            for key, pid in donors.items():
+                if pid in found:
+                    by_key[key] = found[pid]
+        todo: dict[str, str] = {}
+        for p in planned:
+            if p.vector_key not in by_key:
+                todo.setdefault(p.vector_key, p.embed_input)
+        if todo:
+            matrix = self.embedder.embed(list(todo.values()))
+            for key, row in zip(todo, np.asarray(matrix), strict=True):
+                by_key[key] = [float(x) for x in row]
+            summary.chunks_embedded += len(todo)
+        return by_key
+
+    def _delete_docs(self, docs: list[tuple[str, str]], summary: Summary, dry_run: bool) -> None:
+        if not docs:
+            return
+        ids = [pid for root, rel in docs for pid in self.state.point_ids(root, rel)]
+        summary.files_deleted += len(docs)
+        if dry_run:
+            summary.points_deleted += len(ids)
+            return
+        self.open_store()
+        summary.points_deleted += self.sink.delete(ids)
+        self.state.remove_docs(docs)
+        for root, rel in docs:
+            log.info("removed %s:%s", root, printable(rel))
+
+    # -- verify ----------------------------------------------------------
+
+    def expected_points(
+        self, report: VerifyReport
+    ) -> tuple[dict[str, Planned], dict[tuple[str, str], _DocWork], set[tuple[str, str]]]:
+        """What the store should hold for the current files, and the files that failed."""
+        summary = Summary()
+        expected: dict[str, Planned] = {}
+        works: dict[tuple[str, str], _DocWork] = {}
+        for ref in self.scan_roots(summary):
+            work = self._prepare(ref, None, summary, dry_run=True)
+            if work is not None:
+                works[ref.key] = work
+                for p in work.points:
+                    expected[p.id] = p
+        report.errors = summary.errors
+        failed = {(e["root"], e["path"]) for e in summary.errors}
+        return expected, works, failed
+
+    def verify(self, *, repair: bool = False) -> VerifyReport:
+        report = VerifyReport()
+        self.open_store()
+        expected, works, failed = self.expected_points(report)
+        stored: dict[str, dict[str, Any]] = {
+            pid: payload for pid, payload, _ in self.sink.scroll(payload=True)
+        }
+        slot_of = {
+            (p.payload["root"], p.payload["doc_path"], p.payload["chunk_index"]): pid
+            for pid, p in expected.items()
+        }
+        for pid, payload in sorted(stored.items()):
+            key = (str(payload.get("root")), str(payload.get("doc_path")))
+            entry = {
+                "id": pid,
+                "root": key[0],
+                "doc_path": key[1],
+                "chunk_index": payload.get("chunk_index"),
+            }
+            if pid in expected:
+                want = expected[pid].payload
+                got = {k: v for k, v in payload.items() if k != "indexed_at"}
+                if got != want:
+                    report.stale.append({**entry, "reason": "payload differs"})
+            elif key in failed:
+                continue  # unreadable for now; its points stay until it is readable or gone
+            elif (key[0], key[1], payload.get("chunk_index")) in slot_of:
+                report.duplicates.append(entry)
+            else:
+                report.stale.append({**entry, "reason": "no such chunk in the files"})
+        for pid, p in expected.items():
+            if pid not in stored:
+                report.missing.append(
+                    {
+                        "id": pid,
+                        "root": p.payload["root"],
+                        "doc_path": p.payload["doc_path"],
+                        "chunk_index": p.payload["chunk_index"],
+                    }
+                )
+        if repair and not report.in_sync:
+            self._repair(report, expected, works)
+        return report
+
+    def _repair(
+        self,
+        report: VerifyReport,
+        expected: dict[str, Planned],
+        works: dict[tuple[str, str], _DocWork],
+    ) -> None:
+        summary = Summary()
+        drop = [e["id"] for e in report.duplicates] + [
+            e["id"] for e in report.stale if e["id"] not in expected
+        ]
+        needs = {
+            (e["root"], e["doc_path"]) for e in report.missing + report.stale if e["id"] in expected
+        }
+        group = [works[k] for k in sorted(needs) if k in works]
+        planned = [p for w in group for p in w.points]
+        if planned:
+            vectors = self._vectors_for(planned, summary)
+            stamp = now_iso()
+            self.sink.upsert(
+                [
+                    Point(p.id, vectors[p.vector_key], {**p.payload, "indexed_at": stamp})
+                    for p in planned
+                ]
+            )
+        self.sink.delete(drop)
+        # The state now starts over from the repaired store.
+        self.rebuild_state("after repair")
+        self.state.commit_docs(
+            [
+                (
+                    w.ref.root,
+                    w.ref.rel,
+                    DocRow(w.ref.size, w.ref.mtime_ns, w.doc_hash, self.planner.doc_fingerprint),
+                    [PointRow(p.id, p.vector_key) for p in w.points],
+                )
+                for w in works.values()
+            ],
+            now_iso(),
+        )
+        report.repaired = True
+        log.info(
+            "repaired: %d points written, %d embedded, %d deleted",
+            len(planned),
+            summary.chunks_embedded,
+            len(drop),
+        )
+
+
+def _hash_json(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def check_roots(roots: Sequence[Root]) -> None:
+    if not roots:
+        raise ConfigError(
+            "roots: no folder to index; give ROOT arguments or set roots in the config"
+        )

@@ -1,0 +1,125 @@
+"""Builds the resources the settings describe: tokenizer, chunker, embedder, store, state."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from mdindex.chunking import Chunker
+from mdindex.config import Settings
+from mdindex.embedding import Embedder, ModelInfo, load_counter, resolve_model
+from mdindex.errors import ConfigError
+from mdindex.pipeline import Indexer
+from mdindex.sinks import QdrantSink
+from mdindex.state import State
+from mdindex.tokens import TokenCounter
+
+API_KEY_ENV = "MDINDEX_QDRANT_API_KEY"
+API_KEY_CREDENTIAL = "qdrant-api-key"
+
+
+def api_key() -> str | None:
+    """From the environment, else a systemd credential; never from a flag."""
+    if os.environ.get(API_KEY_ENV):
+        return os.environ[API_KEY_ENV]
+    creds = os.environ.get("CREDENTIALS_DIRECTORY")
+    if creds:
+        path = Path(creds) / API_KEY_CREDENTIAL
+        if path.is_file():
+            return path.read_text(encoding="utf-8").strip() or None
+    return None
+
+
+def make_sink(settings: Settings) -> QdrantSink:
+    if settings.store == "edge":
+        raise ConfigError("store: 'edge' is not available in this build; use store = \"client\"")
+    common = {
+        "retry_budget_s": settings.retry_budget_s,
+        "batch_points": settings.upsert_batch_points,
+        "batch_bytes": settings.upsert_batch_bytes,
+    }
+    if settings.qdrant_url:
+        return QdrantSink(
+            settings.collection,
+            url=settings.qdrant_url,
+            api_key=api_key(),
+            prefer_grpc=settings.qdrant_grpc,
+            timeout_s=settings.qdrant_timeout_s,
+            **common,  # type: ignore[arg-type]
+        )
+    return QdrantSink(settings.collection, path=settings.store_path, **common)  # type: ignore[arg-type]
+
+
+@dataclass
+class Pipeline:
+    """The chunking half: enough for `mdindex chunk`, with no store or state."""
+
+    settings: Settings
+    info: ModelInfo
+    counter: TokenCounter
+    embedder: Embedder
+    chunker: Chunker
+
+
+def make_pipeline(settings: Settings) -> Pipeline:
+    info = resolve_model(settings.model)
+    counter = load_counter(info, settings.max_tokens)
+    embedder = Embedder(info, settings.device, settings.batch_size)
+    chunker = Chunker(
+        counter,
+        settings.strategy,
+        overlap_tokens=settings.overlap_tokens,
+        noise_sections=settings.noise_sections,
+        threshold=settings.semantic_threshold,
+        min_sentences=settings.min_sentences,
+        embed=embedder,
+    )
+    return Pipeline(settings, info, counter, embedder, chunker)
+
+
+def state_path(settings: Settings) -> Path:
+    return settings.state_dir / f"{settings.collection}.sqlite3"
+
+
+def make_indexer(settings: Settings, pipeline: Pipeline | None = None) -> Indexer:
+    p = pipeline or make_pipeline(settings)
+    return Indexer(
+        settings,
+        info=p.info,
+        counter=p.counter,
+        chunker=p.chunker,
+        embedder=p.embedder,
+        sink=make_sink(settings),
+        state=State(state_path(settings)),
+    )
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def setup_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # Third-party libraries are noisy at INFO; their warnings still show.
+    for name in ("httpx", "sentence_transformers", "transformers", "urllib3", "watchdog"):
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLevelName(level)))

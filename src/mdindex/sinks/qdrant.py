@@ -1,0 +1,332 @@
+"""The Qdrant sink: qdrant-client in embedded local mode or against a server.
+
+Every call goes through ``_call``, which retries transient failures with
+exponential backoff and jitter within the retry budget and translates
+qdrant-client's errors into mdindex's own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import sqlite3
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from mdindex.errors import LockError, StoreError, StoreMismatch, StoreUnavailable
+
+if TYPE_CHECKING:
+    from qdrant_client import QdrantClient
+
+# qdrant-client takes ~0.6 s to import; a no-op backfill never opens the store,
+# so the import waits until it does.
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+INDEXED_KEYS = ("root", "doc_path", "content_hash")
+_RETRIEVE_BATCH = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    id: str
+    vector: Sequence[float]
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    id: str
+    score: float
+    payload: dict[str, Any]
+
+
+def _transient(exc: BaseException) -> bool:
+    from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+    if isinstance(exc, ResponseHandlingException):
+        return True  # connection refused, reset, timeout
+    if isinstance(exc, UnexpectedResponse):
+        return exc.status_code is not None and (exc.status_code >= 500 or exc.status_code == 429)
+    if isinstance(exc, sqlite3.OperationalError | OSError | TimeoutError):
+        return True  # local store: read-only folder, disk full, busy
+    return type(exc).__name__ in ("RpcError", "_InactiveRpcError", "AioRpcError")
+
+
+class QdrantSink:
+    def __init__(
+        self,
+        collection: str,
+        *,
+        path: Path | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
+        prefer_grpc: bool = False,
+        timeout_s: float = 10.0,
+        retry_budget_s: float = 30.0,
+        batch_points: int = 256,
+        batch_bytes: int = 8_000_000,
+    ) -> None:
+        if (path is None) == (url is None):
+            raise StoreError("give exactly one of a local store path or a server URL")
+        self.collection = collection
+        self.path = path
+        self.url = url
+        self.retry_budget_s = retry_budget_s
+        self.batch_points = batch_points
+        self.batch_bytes = batch_bytes
+        self._api_key = api_key
+        self._grpc = prefer_grpc
+        self._timeout = timeout_s
+        self._client: QdrantClient | None = None
+
+    @property
+    def local(self) -> bool:
+        return self.path is not None
+
+    @property
+    def where(self) -> str:
+        return str(self.path) if self.path is not None else str(self.url)
+
+    # -- connection ------------------------------------------------------
+
+    def open(self) -> QdrantSink:
+        if self._client is not None:
+            return self
+        from qdrant_client import QdrantClient
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if self.path is not None:
+                self.path.mkdir(parents=True, exist_ok=True)
+                try:
+                    self._client = QdrantClient(path=str(self.path))
+                except RuntimeError as exc:
+                    if "already accessed" in str(exc):
+                        raise LockError(
+                            f"embedded store {self.path} is open in another process; "
+                            "stop it or ask the running daemon (mdindex search/status use it)"
+                        ) from exc
+                    raise StoreError(f"cannot open embedded store {self.path}: {exc}") from exc
+                except (OSError, sqlite3.Error) as exc:
+                    raise StoreUnavailable(
+                        f"cannot open embedded store {self.path}: {exc}"
+                    ) from exc
+            else:
+                self._client = QdrantClient(
+                    url=self.url,
+                    api_key=self._api_key,
+                    prefer_grpc=self._grpc,
+                    timeout=int(self._timeout),
+                )
+        for warning in caught:
+            log.warning("qdrant-client: %s", str(warning.message).splitlines()[0])
+        return self
+
+    @property
+    def client(self) -> QdrantClient:
+        return self.open()._client  # type: ignore[return-value]
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception as exc:  # closing must never mask the real outcome
+                log.debug("closing qdrant client: %s", exc)
+            self._client = None
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        deadline = time.monotonic() + self.retry_budget_s
+        delay = 0.2
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with warnings.catch_warnings():
+                    # Local mode warns once it holds many points; that is logged, not raised.
+                    warnings.simplefilter("ignore", UserWarning)
+                    return fn()
+            except (LockError, StoreError):
+                raise
+            except Exception as exc:
+                if not _transient(exc):
+                    raise StoreError(
+                        f"qdrant {what} failed at {self.where}: {_short(exc)}"
+                    ) from exc
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StoreUnavailable(
+                        f"qdrant at {self.where} unreachable or refusing writes during {what} "
+                        f"after {attempt} attempts over {self.retry_budget_s:.0f}s: {_short(exc)}"
+                    ) from exc
+                sleep = min(left, delay * (0.5 + random.random()))
+                log.warning(
+                    "qdrant %s failed (%s); retry %d in %.1fs", what, _short(exc), attempt, sleep
+                )
+                time.sleep(sleep)
+                delay = min(delay * 2, 10.0)
+
+    # -- collection ------------------------------------------------------
+
+    def exists(self) -> bool:
+        return self._call(
+            "collection check", lambda: self.client.collection_exists(self.collection)
+        )
+
+    def ensure_collection(self, dimension: int) -> None:
+        """Create the collection, or refuse one whose vector settings differ."""
+        from qdrant_client import models as qm
+
+        if self.exists():
+            info = self._call(
+                "collection info", lambda: self.client.get_collection(self.collection)
+            )
+            params = info.config.params.vectors
+            if not isinstance(params, qm.VectorParams):
+                raise StoreMismatch(
+                    f"collection {self.collection!r} uses named vectors; "
+                    "choose another collection for mdindex"
+                )
+            if params.size != dimension or params.distance != qm.Distance.COSINE:
+                raise StoreMismatch(
+                    f"collection {self.collection!r} has {params.size}-d {params.distance.value} "
+                    f"vectors but the model gives {dimension}-d Cosine; "
+                    "use another --collection or delete that one"
+                )
+            return
+        log.info(
+            "creating collection %s (%d-d cosine) at %s", self.collection, dimension, self.where
+        )
+        self._call(
+            "create collection",
+            lambda: self.client.create_collection(
+                self.collection,
+                vectors_config=qm.VectorParams(size=dimension, distance=qm.Distance.COSINE),
+            ),
+        )
+        if self.local:
+            log.info("embedded store: payload indexes are not supported in local mode; skipped")
+            return
+        for key in INDEXED_KEYS:
+            self._call(
+                f"payload index {key}",
+                lambda key=key: self.client.create_payload_index(  # type: ignore[misc]
+                    self.collection, key, qm.PayloadSchemaType.KEYWORD, wait=True
+                ),
+            )
+
+    def count(self) -> int:
+        if not self.exists():
+            return 0
+        return self._call("count", lambda: self.client.count(self.collection, exact=True).count)
+
+    def signature(self) -> str:
+        """A cheap fingerprint of the embedded store's files; empty for a server."""
+        if self.path is None:
+            return ""
+        db = self.path / "collection" / self.collection / "storage.sqlite"
+        try:
+            st = db.stat()
+        except OSError:
+            return "absent"
+        return f"{st.st_size}:{st.st_mtime_ns}"
+
+    # -- points ----------------------------------------------------------
+
+    def vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for i in range(0, len(ids), _RETRIEVE_BATCH):
+            batch = list(ids[i : i + _RETRIEVE_BATCH])
+            records = self._call(
+                "retrieve",
+                lambda batch=batch: self.client.retrieve(  # type: ignore[misc]
+                    self.collection, ids=batch, with_vectors=True, with_payload=False
+                ),
+            )
+            for rec in records:
+                if isinstance(rec.vector, list):
+                    out[str(rec.id)] = rec.vector  # type: ignore[assignment]
+        return out
+
+    def upsert(self, points: Sequence[Point]) -> int:
+        """Write points in batches bounded by count and bytes; returns points written."""
+        from qdrant_client import models as qm
+
+        batch: list[Any] = []
+        size = 0
+        written = 0
+        for point in points:
+            est = len(json.dumps(point.payload, ensure_ascii=False)) + 12 * len(point.vector)
+            if batch and (len(batch) >= self.batch_points or size + est > self.batch_bytes):
+                written += self._upsert_batch(batch)
+                batch, size = [], 0
+            batch.append(
+                qm.PointStruct(id=point.id, vector=list(point.vector), payload=point.payload)
+            )
+            size += est
+        if batch:
+            written += self._upsert_batch(batch)
+        return written
+
+    def _upsert_batch(self, batch: list[Any]) -> int:
+        self._call("upsert", lambda: self.client.upsert(self.collection, points=batch, wait=True))
+        return len(batch)
+
+    def delete(self, ids: Sequence[str]) -> int:
+        from qdrant_client import models as qm
+
+        ids = list(ids)
+        for i in range(0, len(ids), self.batch_points * 4):
+            batch = ids[i : i + self.batch_points * 4]
+            self._call(
+                "delete",
+                lambda batch=batch: self.client.delete(  # type: ignore[misc]
+                    self.collection, points_selector=qm.PointIdsList(points=batch), wait=True
+                ),
+            )
+        return len(ids)
+
+    def scroll(
+        self, payload: Sequence[str] | bool = True, with_vectors: bool = False, page: int = 1024
+    ) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]:
+        if not self.exists():
+            return
+        offset: Any = None
+        while True:
+            records, offset = self._call(
+                "scroll",
+                lambda offset=offset: self.client.scroll(  # type: ignore[misc]
+                    self.collection,
+                    limit=page,
+                    offset=offset,
+                    with_payload=list(payload) if not isinstance(payload, bool) else payload,
+                    with_vectors=with_vectors,
+                ),
+            )
+            for rec in records:
+                vec = rec.vector if isinstance(rec.vector, list) else None
+                yield str(rec.id), dict(rec.payload or {}), vec  # type: ignore[misc]
+            if offset is None:
+                return
+
+    def search(self, vector: Sequence[float], k: int) -> list[Hit]:
+        if not self.exists():
+            return []
+        result = self._call(
+            "search",
+            lambda: self.client.query_points(
+                self.collection, query=list(vector), limit=k, with_payload=True
+            ),
+        )
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points]
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())[:300]

@@ -1,0 +1,227 @@
+"""Local state: a SQLite cache of what the store holds, never the truth.
+
+It remembers each document's size, mtime and hash (the fast path) and the
+point IDs written for it (so deletes go by ID). If it is lost, corrupt or
+disagrees with the store, it is rebuilt from the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = "1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS docs (
+    root TEXT NOT NULL, path TEXT NOT NULL,
+    size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
+    doc_hash TEXT NOT NULL, fingerprint TEXT NOT NULL,
+    PRIMARY KEY (root, path)
+);
+CREATE TABLE IF NOT EXISTS points (
+    id TEXT PRIMARY KEY, root TEXT NOT NULL, path TEXT NOT NULL,
+    vector_key TEXT NOT NULL, pending INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS points_doc ON points (root, path);
+CREATE INDEX IF NOT EXISTS points_vector ON points (vector_key);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class DocRow:
+    size: int
+    mtime_ns: int
+    doc_hash: str
+    fingerprint: str
+
+
+@dataclass(frozen=True, slots=True)
+class PointRow:
+    id: str
+    vector_key: str
+
+
+class State:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fresh = False  # True when this open created or replaced the file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = self._connect()
+        except sqlite3.DatabaseError as exc:
+            log.warning("state %s is unreadable (%s); rebuilding it from the store", path, exc)
+            self._discard()
+            self.db = self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        existed = self.path.exists() and self.path.stat().st_size > 0
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+            row = db.execute("SELECT v FROM meta WHERE k='schema'").fetchone()
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        if row is None or row[0] != SCHEMA_VERSION:
+            if existed:
+                log.warning("state %s is empty or from another version; rebuilding", self.path)
+            db.executescript("DELETE FROM docs; DELETE FROM points; DELETE FROM meta;")
+            db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+            self.fresh = True
+        return db
+
+    def _discard(self) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(self.path) + suffix).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    # -- meta ------------------------------------------------------------
+
+    def get(self, key: str) -> str | None:
+        row = self.db.execute("SELECT v FROM meta WHERE k=?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def put(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    # -- documents -------------------------------------------------------
+
+    def docs(self) -> dict[tuple[str, str], DocRow]:
+        return {
+            (r, p): DocRow(s, m, h, f)
+            for r, p, s, m, h, f in self.db.execute(
+                "SELECT root, path, size, mtime_ns, doc_hash, fingerprint FROM docs"
+            )
+        }
+
+    def doc(self, root: str, path: str) -> DocRow | None:
+        row = self.db.execute(
+            "SELECT size, mtime_ns, doc_hash, fingerprint FROM docs WHERE root=? AND path=?",
+            (root, path),
+        ).fetchone()
+        return None if row is None else DocRow(*row)
+
+    def doc_count(self) -> int:
+        return int(self.db.execute("SELECT count(*) FROM docs").fetchone()[0])
+
+    def known_docs(self) -> set[tuple[str, str]]:
+        """Documents with a row or with points (pending ones included)."""
+        rows = self.db.execute("SELECT root, path FROM docs UNION SELECT root, path FROM points")
+        return {(r, p) for r, p in rows}
+
+    def touch(self, root: str, path: str, size: int, mtime_ns: int) -> None:
+        self.db.execute(
+            "UPDATE docs SET size=?, mtime_ns=? WHERE root=? AND path=?",
+            (size, mtime_ns, root, path),
+        )
+
+    # -- points ----------------------------------------------------------
+
+    def point_ids(self, root: str, path: str) -> set[str]:
+        rows = self.db.execute("SELECT id FROM points WHERE root=? AND path=?", (root, path))
+        return {r[0] for r in rows}
+
+    def point_counts(self) -> tuple[int, int]:
+        """(committed, pending) point rows."""
+        row = self.db.execute(
+            "SELECT count(*) - coalesce(sum(pending), 0), coalesce(sum(pending), 0) FROM points"
+        ).fetchone()
+        return int(row[0]), int(row[1])
+
+    def ids_for_vector_keys(self, keys: Iterable[str]) -> dict[str, str]:
+        """One point ID per vector key that some committed point already has."""
+        out: dict[str, str] = {}
+        keys = list(keys)
+        for i in range(0, len(keys), 500):
+            batch = keys[i : i + 500]
+            marks = ",".join("?" * len(batch))
+            for key, pid in self.db.execute(
+                f"SELECT vector_key, id FROM points WHERE pending=0 AND vector_key IN ({marks})",
+                batch,
+            ):
+                out.setdefault(key, pid)
+        return out
+
+    def has_vector_keys(self, keys: Iterable[str]) -> set[str]:
+        return set(self.ids_for_vector_keys(keys))
+
+    def mark_pending(self, docs: Sequence[tuple[str, str, Sequence[PointRow]]]) -> None:
+        """Record IDs about to be written, so a crash cannot orphan them."""
+        with self.transaction() as db:
+            for root, path, points in docs:
+                db.executemany(
+                    "INSERT OR IGNORE INTO points (id, root, path, vector_key, pending) "
+                    "VALUES (?, ?, ?, ?, 1)",
+                    [(p.id, root, path, p.vector_key) for p in points],
+                )
+
+    def commit_docs(
+        self, docs: Sequence[tuple[str, str, DocRow, Sequence[PointRow]]], sync_time: str
+    ) -> None:
+        with self.transaction() as db:
+            for root, path, row, points in docs:
+                db.execute("DELETE FROM points WHERE root=? AND path=?", (root, path))
+                db.executemany(
+                    "INSERT OR REPLACE INTO points (id, root, path, vector_key, pending) "
+                    "VALUES (?, ?, ?, ?, 0)",
+                    [(p.id, root, path, p.vector_key) for p in points],
+                )
+                db.execute(
+                    "INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?, ?, ?)",
+                    (root, path, row.size, row.mtime_ns, row.doc_hash, row.fingerprint),
+                )
+            self.put("last_write", sync_time)
+
+    def remove_docs(self, docs: Iterable[tuple[str, str]]) -> None:
+        with self.transaction() as db:
+            for root, path in docs:
+                db.execute("DELETE FROM points WHERE root=? AND path=?", (root, path))
+                db.execute("DELETE FROM docs WHERE root=? AND path=?", (root, path))
+
+    def invalidate_pending_docs(self) -> int:
+        """Docs with pending points were interrupted mid-write: force them to resync."""
+        with self.transaction() as db:
+            cur = db.execute(
+                "UPDATE docs SET fingerprint='' WHERE (root, path) IN "
+                "(SELECT root, path FROM points WHERE pending=1)"
+            )
+            return cur.rowcount
+
+    def rebuild(self, records: Iterable[tuple[str, str, str, str]]) -> int:
+        """Replace everything with (id, root, path, vector_key) read from the store.
+
+        Document rows are dropped, so every file is re-chunked and compared on
+        the next sync; vectors the store holds are reused, not re-embedded.
+        """
+        n = 0
+        with self.transaction() as db:
+            db.execute("DELETE FROM docs")
+            db.execute("DELETE FROM points")
+            for pid, root, path, key in records:
+                db.execute(
+                    "INSERT OR REPLACE INTO points VALUES (?, ?, ?, ?, 0)", (pid, root, path, key)
+                )
+                n += 1
+        return n
