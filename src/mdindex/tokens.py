@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,14 +35,17 @@ class TokenCounter:
             raise ConfigError(f"model: cannot load tokenizer {path}: {exc}") from exc
 
     def with_limit(self, max_tokens: int | None) -> TokenCounter:
-        if max_tokens is not None:
-            if max_tokens > self.model_limit:
-                raise ConfigError(
-                    f"max_tokens: {max_tokens} is above the model limit of {self.model_limit}; "
-                    f"use at most {self.model_limit}"
-                )
-            self.limit = max_tokens
-        return self
+        """A counter sharing this tokenizer whose chunk limit is ``max_tokens``."""
+        if max_tokens is None:
+            return self
+        if max_tokens > self.model_limit:
+            raise ConfigError(
+                f"max_tokens: {max_tokens} is above the model limit of {self.model_limit}; "
+                f"use at most {self.model_limit}"
+            )
+        other = copy.copy(self)
+        other.limit = max_tokens
+        return other
 
     def encode(self, text: str) -> Encoding:
         return self.tokenizer.encode(text, add_special_tokens=False)

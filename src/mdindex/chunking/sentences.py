@@ -87,8 +87,8 @@ _PROTECTED = re.compile(
     r"(`+)[\s\S]*?\1"  # inline code
     r"|<[^>\s]+>"  # autolinks and inline HTML tags
     r"|\]\([^)\s]*\)"  # link destinations
-    r"|\b(?:https?|ftp)://\S+"
-    r"|\bwww\.\S+"
+    # URLs, minus the punctuation that ends the sentence around them
+    r"|\b(?:(?:https?|ftp)://|www\.)\S+?(?=[.,;:!?)\]'\"]*(?:\s|\Z))"
 )
 _WORD_BEFORE = re.compile(r"(\S+)$")
 

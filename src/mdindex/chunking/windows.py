@@ -18,6 +18,7 @@ Counted = tuple[int, int, int]  # start, end, token count
 
 _BLANK = re.compile(r"\n[ \t]*\n")
 _SENTENCE = re.compile(r"[.!?][\"'”’)\]]*(?=\s)")
+_NEWLINE = re.compile(r"\n")
 _SPACE = re.compile(r"\s+")
 
 
@@ -62,8 +63,8 @@ def split_span(
     """Cut ``text[start:end]`` into windows of at most ``limit`` tokens.
 
     ``offsets`` are the absolute char spans of the tokens in the span. Each cut
-    prefers a blank line or code block edge, then a sentence end, then any
-    whitespace, and only as a last resort falls between two tokens of one word.
+    prefers a blank line or code block edge, then a sentence end, then a line
+    end, then any whitespace, and only as a last resort falls between two tokens of one word.
     Cuts never land inside a code block unless that block alone is over the limit.
     Consecutive windows share about ``overlap`` tokens, starting at a word.
     """
@@ -122,7 +123,11 @@ def _best_cut(text: str, lo_pref: int, lo_any: int, hi: int, guard: _Guard) -> i
     candidates = [p for p in [*edges, blank] if p is not None]
     if candidates:
         return max(candidates)
-    for pattern, lo, use_end in ((_SENTENCE, lo_pref, True), (_SPACE, lo_any, False)):
+    for pattern, lo, use_end in (
+        (_SENTENCE, lo_pref, True),
+        (_NEWLINE, lo_pref, False),
+        (_SPACE, lo_any, False),
+    ):
         pos = last(pattern, lo, use_end)
         if pos is not None:
             return pos

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mdindex.chunking import Chunker
+from mdindex.chunking.semantic import group
+from mdindex.chunking.sentences import split_sentences
+from mdindex.document import parse_document
+from mdindex.errors import EmbeddingError
+from tests.chunking.invariants import check
+
+
+def sentences(text: str) -> list[str]:
+    return [text[s:e] for s, e in split_sentences(text, 0, len(text))]
+
+
+def test_segmenter_keeps_abbreviations_numbers_urls_and_code() -> None:
+    text = (
+        "Dr. Smith met Mr. Jones at 3.14 p.m. on Main St. today. "
+        "Version 1.2.3 shipped, e.g. with fixes. See https://example.com/a.b?c=d. "
+        "Run `make. all` now! Is it done? Yes."
+    )
+    assert sentences(text) == [
+        "Dr. Smith met Mr. Jones at 3.14 p.m. on Main St. today.",
+        "Version 1.2.3 shipped, e.g. with fixes.",
+        "See https://example.com/a.b?c=d.",
+        "Run `make. all` now!",
+        "Is it done?",
+        "Yes.",
+    ]
+
+
+def test_headings_lists_and_code_are_boundaries() -> None:
+    from mdindex.chunking.sentences import units
+
+    doc = parse_document("# Title\n\nOne. Two\n- item one\n- item two\n\n```\ncode. More\n```\n", "a.md")
+    kinds = [(doc.text[s:e], k) for (s, e), k in units(doc)]
+    assert kinds == [
+        ("# Title", "heading"),
+        ("One.", "prose"),
+        ("Two", "prose"),
+        ("- item one", "prose"),
+        ("- item two", "prose"),
+        ("```\ncode. More\n```", "code"),
+    ]
+
+
+def test_group_breaks_on_topic_change_min_sentences_and_limit() -> None:
+    a, b = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    vectors = np.stack([a, a, b, b, b, a])
+    no_breaks = [False] * 6
+    assert group(vectors, [5] * 6, no_breaks, 0.5, 1, 100) == [(0, 2), (2, 5), (5, 6)]
+    assert group(vectors, [5] * 6, no_breaks, 0.5, 3, 100) == [(0, 3), (3, 6)]
+    assert group(vectors, [40] * 6, no_breaks, 0.5, 1, 100) == [(0, 2), (2, 4), (4, 5), (5, 6)]
+    assert group(vectors, [5] * 6, [False, True, False, False, False, False], 0.5, 1, 100)[0] == (0, 1)
+
+
+def test_non_finite_embeddings_raise(counter) -> None:
+    doc = parse_document("One sentence. Another one.\n", "a.md")
+    chunker = Chunker(counter, "semantic", embed=lambda texts: np.full((len(texts), 4), np.nan))
+    with pytest.raises(EmbeddingError, match="non-finite"):
+        chunker.chunk(doc)
+
+
+def test_sentences_are_embedded_in_one_call(counter, tiny) -> None:
+    text = "# A\n\n" + " ".join(f"Sentence number {i} is here." for i in range(40)) + "\n"
+    doc = parse_document(text, "a.md")
+    Chunker(counter, "semantic", embed=tiny).chunk(doc)
+    assert len(tiny.calls) == 1 and len(tiny.calls[0]) == 41
+
+
+@pytest.mark.model
+def test_semantic_with_the_real_model_splits_topics(counter, real_embedder) -> None:
+    cats = "Cats are small furry pets. Cats purr when they are happy. Many cats love to sleep."
+    rust = (
+        "The Rust compiler checks ownership at compile time. Borrowing rules prevent data races. "
+        "The borrow checker rejects dangling references."
+    )
+    text = f"# Notes\n\n{cats} {rust}\n"
+    doc = parse_document(text, "notes.md")
+    chunker = Chunker(counter, "semantic", embed=real_embedder, threshold=0.3, min_sentences=2)
+    chunks = chunker.chunk(doc)
+    check(doc, chunks, counter, chunker)
+    bodies = [c.text for c in chunks]
+    assert any("Cats" in b and "Rust" not in b for b in bodies)
+    assert any("Rust" in b and "Cats" not in b for b in bodies)

@@ -1,0 +1,149 @@
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from mdindex.config import DEFAULT_MODEL, Settings, load_settings  # noqa: E402
+from mdindex.embedding import Embedder, load_counter, resolve_model  # noqa: E402
+from mdindex.pipeline import Indexer  # noqa: E402
+from mdindex.runtime import make_pipeline, make_sink, state_path  # noqa: E402
+from mdindex.state import State  # noqa: E402
+from mdindex.tokens import TokenCounter  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = Path(os.environ.get("MDINDEX_TEST_CORPUS", REPO.parent / "shared" / "corpus"))
+
+
+def corpus_files() -> list[Path]:
+    if not CORPUS.is_dir():
+        return []
+    return sorted(CORPUS.rglob("*.md"))
+
+
+needs_corpus = pytest.mark.skipif(not corpus_files(), reason=f"corpus not found at {CORPUS}")
+
+
+class TinyEmbedder:
+    """Deterministic bag-of-words vectors: shared words give similar vectors."""
+
+    dimension = 32
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.texts_embedded = 0
+
+    def vector(self, text: str) -> np.ndarray:
+        v = np.zeros(self.dimension, dtype=np.float32)
+        for word in re.findall(r"\w+", text.lower()):
+            h = hashlib.blake2b(word.encode(), digest_size=8).digest()
+            v[h[0] % self.dimension] += 1.0 + h[1] / 255
+        if not v.any():
+            v[0] = 1.0
+        return v / np.linalg.norm(v)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        self.texts_embedded += len(texts)
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return np.stack([self.vector(t) for t in texts])
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)
+
+
+@pytest.fixture(scope="session")
+def counter() -> TokenCounter:
+    return load_counter(resolve_model(DEFAULT_MODEL))
+
+
+@pytest.fixture(scope="session")
+def real_embedder() -> Embedder:
+    return Embedder(resolve_model(DEFAULT_MODEL), device="cpu", batch_size=32)
+
+
+@pytest.fixture
+def tiny() -> TinyEmbedder:
+    return TinyEmbedder()
+
+
+def settings_for(tmp_path: Path, roots: Sequence[str | Path], **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "roots": [str(r) for r in roots],
+        "state_dir": str(tmp_path / "state"),
+        "retry_budget_s": 0.5,
+    }
+    values.update(overrides)
+    return load_settings(values)
+
+
+def build_indexer(settings: Settings, embedder: Any) -> Indexer:
+    pipeline = make_pipeline(settings)
+    pipeline.chunker.embed = embedder
+    return Indexer(
+        settings,
+        info=pipeline.info,
+        counter=pipeline.counter,
+        chunker=pipeline.chunker,
+        embedder=embedder,
+        sink=make_sink(settings),
+        state=State(state_path(settings)),
+    )
+
+
+def run_backfill(settings: Settings, embedder: Any, **kwargs: Any) -> dict[str, Any]:
+    indexer = build_indexer(settings, embedder)
+    try:
+        return indexer.backfill(**kwargs).as_dict()
+    finally:
+        indexer.finish()
+        indexer.state.close()
+
+
+def stored_points(settings: Settings, vectors: bool = False) -> dict[str, dict[str, Any]]:
+    """Every point in the collection: id -> payload (indexed_at removed), optionally with vector."""
+    sink = make_sink(settings)
+    try:
+        sink.open()
+        out = {}
+        for pid, payload, vec in sink.scroll(payload=True, with_vectors=vectors):
+            payload.pop("indexed_at", None)
+            if vectors:
+                payload["_vector"] = vec
+            out[pid] = payload
+        return out
+    finally:
+        sink.close()
+
+
+@pytest.fixture
+def docs_tree(tmp_path: Path) -> Path:
+    root = tmp_path / "docs"
+    (root / "guide").mkdir(parents=True)
+    (root / "index.md").write_text(
+        "---\ntitle: Home\n---\n\n# Welcome\n\nHello there, reader.\n\n## Install\n\n"
+        "Run the installer and wait.\n"
+    )
+    (root / "guide" / "a.md").write_text("# Alpha\n\nAlpha text about apples.\n\n## More\n\nMore apples.\n")
+    (root / "guide" / "b.md").write_text("# Beta\n\nBeta text about bananas.\n")
+    return root
+
+
+Factory = Callable[..., Settings]
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path) -> Iterator[Factory]:
+    def factory(*roots: str | Path, **overrides: Any) -> Settings:
+        return settings_for(tmp_path, roots, **overrides)
+
+    yield factory
