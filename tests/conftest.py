@@ -12,12 +12,12 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from mdindex.config import DEFAULT_MODEL, Settings, load_settings  # noqa: E402
-from mdindex.embedding import Embedder, load_counter, resolve_model  # noqa: E402
-from mdindex.pipeline import Indexer  # noqa: E402
-from mdindex.runtime import make_pipeline, make_sink, state_path  # noqa: E402
-from mdindex.state import State  # noqa: E402
-from mdindex.tokens import TokenCounter  # noqa: E402
+from mdindex.config import DEFAULT_MODEL, Settings, load_settings
+from mdindex.embedding import Embedder, load_counter, resolve_model
+from mdindex.pipeline import Indexer
+from mdindex.runtime import make_pipeline, make_sink, state_path
+from mdindex.state import State
+from mdindex.tokens import TokenCounter
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("MDINDEX_TEST_CORPUS", REPO.parent / "shared" / "corpus"))
@@ -133,7 +133,9 @@ def docs_tree(tmp_path: Path) -> Path:
         "---\ntitle: Home\n---\n\n# Welcome\n\nHello there, reader.\n\n## Install\n\n"
         "Run the installer and wait.\n"
     )
-    (root / "guide" / "a.md").write_text("# Alpha\n\nAlpha text about apples.\n\n## More\n\nMore apples.\n")
+    (root / "guide" / "a.md").write_text(
+        "# Alpha\n\nAlpha text about apples.\n\n## More\n\nMore apples.\n"
+    )
     (root / "guide" / "b.md").write_text("# Beta\n\nBeta text about bananas.\n")
     return root
 

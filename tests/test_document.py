@@ -74,7 +74,7 @@ def test_yaml_alias_bomb_is_refused_quickly() -> None:
 
 def test_oversized_frontmatter_is_body() -> None:
     text = "---\n" + "k: v\n" * 20000 + "---\nbody\n"
-    meta, start, warnings = split_frontmatter(text)
+    _meta, start, warnings = split_frontmatter(text)
     assert start == 0 and "larger than" in warnings[0]
 
 
@@ -97,7 +97,9 @@ def test_headings_ignore_code_and_html() -> None:
 
 
 def test_anchors_are_github_style_and_unique() -> None:
-    doc = parse_document("# Intro\n## Intro\n## Intro\n## C++ & `code`!\n## Custom {#my-id}\n", "a.md")
+    doc = parse_document(
+        "# Intro\n## Intro\n## Intro\n## C++ & `code`!\n## Custom {#my-id}\n", "a.md"
+    )
     assert [h.anchor for h in doc.headings] == ["intro", "intro-1", "intro-2", "c--code", "my-id"]
     assert github_slug("Héllo Wörld") == "héllo-wörld"
 

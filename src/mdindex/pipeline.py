@@ -302,8 +302,8 @@ class Indexer:
         self.state.put("store", identity)
         self._store_checked = True
 
-    def rebuild_state(self, reason: str) -> None:
-        log.warning("rebuilding local state from the store (%s)", reason)
+    def rebuild_state(self, reason: str, level: int = logging.WARNING) -> None:
+        log.log(level, "rebuilding local state from the store (%s)", reason)
         records = (
             (pid, str(p.get("root", "")), str(p.get("doc_path", "")), str(p.get("vector_key", "")))
             for pid, p, _ in self.sink.scroll(payload=["root", "doc_path", "vector_key"])
@@ -580,9 +580,11 @@ class Indexer:
         stored: dict[str, dict[str, Any]] = {
             pid: payload for pid, payload, _ in self.sink.scroll(payload=True)
         }
-        slot_of = {
-            (p.payload["root"], p.payload["doc_path"], p.payload["chunk_index"]): pid
-            for pid, p in expected.items()
+        # A point that is not expected but repeats an expected chunk of the same
+        # document (e.g. written under other settings) is a duplicate; else stale.
+        chunk_keys = {
+            (p.payload["root"], p.payload["doc_path"], p.payload["content_hash"])
+            for p in expected.values()
         }
         for pid, payload in sorted(stored.items()):
             key = (str(payload.get("root")), str(payload.get("doc_path")))
@@ -599,7 +601,7 @@ class Indexer:
                     report.stale.append({**entry, "reason": "payload differs"})
             elif key in failed:
                 continue  # unreadable for now; its points stay until it is readable or gone
-            elif (key[0], key[1], payload.get("chunk_index")) in slot_of:
+            elif (key[0], key[1], payload.get("content_hash")) in chunk_keys:
                 report.duplicates.append(entry)
             else:
                 report.stale.append({**entry, "reason": "no such chunk in the files"})
@@ -643,7 +645,7 @@ class Indexer:
             )
         self.sink.delete(drop)
         # The state now starts over from the repaired store.
-        self.rebuild_state("after repair")
+        self.rebuild_state("after repair", logging.INFO)
         self.state.commit_docs(
             [
                 (

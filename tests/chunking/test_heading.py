@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import re
 
 from mdindex.chunking import Chunker
@@ -24,7 +25,10 @@ def test_sections_follow_headings_with_preamble(counter) -> None:
 
 
 def test_noise_sections_are_skipped_with_their_subsections(counter) -> None:
-    text = "# Doc\n\nKeep.\n\n## Table of Contents\n\n- a\n\n### Nested\n\nx\n\n## Usage\n\nKeep too.\n"
+    text = (
+        "# Doc\n\nKeep.\n\n## Table of Contents\n\n- a\n\n### Nested\n\nx\n\n"
+        "## Usage\n\nKeep too.\n"
+    )
     _, chunks = chunks_of(counter, text, noise_sections=["table of contents"])
     assert [c.section for c in chunks] == ["Doc", "Usage"]
 
@@ -33,7 +37,7 @@ def test_long_section_is_windowed_at_paragraphs_never_inside_words(counter) -> N
     words = ["lorem", "ipsum", "dolor", "sit", "amet"]
     paras = [f"Paragraph {i} " + " ".join(words[j % 5] for j in range(30)) + "." for i in range(12)]
     text = "# Long\n\n" + "\n\n".join(paras) + "\n"
-    doc, chunks = chunks_of(counter, text, limit=120, overlap_tokens=10)
+    _doc, chunks = chunks_of(counter, text, limit=120, overlap_tokens=10)
     assert len(chunks) > 2
     for c in chunks:
         assert c.token_count <= 120
@@ -43,7 +47,7 @@ def test_long_section_is_windowed_at_paragraphs_never_inside_words(counter) -> N
     # without overlap pressure the first cut falls on a blank line
     assert text[chunks[0].char_end : chunks[0].char_end + 2] == "\n\n"
     # consecutive windows overlap
-    assert any(b.char_start < a.char_end for a, b in zip(chunks, chunks[1:], strict=False))
+    assert any(b.char_start < a.char_end for a, b in itertools.pairwise(chunks))
 
 
 def test_windows_do_not_cut_inside_a_fence_that_fits(counter) -> None:

@@ -5,17 +5,38 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.chunking.invariants import check
+from tests.conftest import TinyEmbedder, corpus_files, needs_corpus
 
 from mdindex.chunking import Chunker
 from mdindex.document import decode, parse_document
 from mdindex.pipeline import Planner
-from tests.chunking.invariants import check
-from tests.conftest import TinyEmbedder, corpus_files, needs_corpus
 
 WORDS = [
-    "alpha", "Beta", "gamma", "Dr.", "e.g.", "3.14", "v1.2.3", "https://example.com/a.b",
-    "`x = 1.5`", "end.", "stop!", "why?", "naïve", "日本語", "emoji😀", "don't", "C++",
-    "word", "the", "and", "a", "supercalifragilisticexpialidocious" * 3, "#hash", "**bold**",
+    "alpha",
+    "Beta",
+    "gamma",
+    "Dr.",
+    "e.g.",
+    "3.14",
+    "v1.2.3",
+    "https://example.com/a.b",
+    "`x = 1.5`",
+    "end.",
+    "stop!",
+    "why?",
+    "naïve",
+    "日本語",
+    "emoji😀",
+    "don't",
+    "C++",
+    "word",
+    "the",
+    "and",
+    "a",
+    "supercalifragilisticexpialidocious" * 3,
+    "#hash",
+    "**bold**",
 ]
 
 word = st.sampled_from(WORDS)
@@ -40,7 +61,11 @@ markdown = st.tuples(frontmatter, st.lists(block, max_size=25)).map(
 def test_invariants_on_generated_markdown(counter, strategy: str, text: str, limit: int) -> None:
     c = counter.with_limit(limit)
     chunker = Chunker(
-        c, strategy, overlap_tokens=min(8, limit // 4), noise_sections=["Noise"], embed=TinyEmbedder()
+        c,
+        strategy,
+        overlap_tokens=min(8, limit // 4),
+        noise_sections=["Noise"],
+        embed=TinyEmbedder(),
     )
     doc = parse_document(text, "gen.md")
     check(doc, chunker.chunk(doc), c, chunker)

@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tests.chunking.invariants import check
 
 from mdindex.chunking import Chunker
 from mdindex.chunking.semantic import group
 from mdindex.chunking.sentences import split_sentences
 from mdindex.document import parse_document
 from mdindex.errors import EmbeddingError
-from tests.chunking.invariants import check
 
 
 def sentences(text: str) -> list[str]:
@@ -34,7 +34,9 @@ def test_segmenter_keeps_abbreviations_numbers_urls_and_code() -> None:
 def test_headings_lists_and_code_are_boundaries() -> None:
     from mdindex.chunking.sentences import units
 
-    doc = parse_document("# Title\n\nOne. Two\n- item one\n- item two\n\n```\ncode. More\n```\n", "a.md")
+    doc = parse_document(
+        "# Title\n\nOne. Two\n- item one\n- item two\n\n```\ncode. More\n```\n", "a.md"
+    )
     kinds = [(doc.text[s:e], k) for (s, e), k in units(doc)]
     assert kinds == [
         ("# Title", "heading"),
@@ -53,7 +55,10 @@ def test_group_breaks_on_topic_change_min_sentences_and_limit() -> None:
     assert group(vectors, [5] * 6, no_breaks, 0.5, 1, 100) == [(0, 2), (2, 5), (5, 6)]
     assert group(vectors, [5] * 6, no_breaks, 0.5, 3, 100) == [(0, 3), (3, 6)]
     assert group(vectors, [40] * 6, no_breaks, 0.5, 1, 100) == [(0, 2), (2, 4), (4, 5), (5, 6)]
-    assert group(vectors, [5] * 6, [False, True, False, False, False, False], 0.5, 1, 100)[0] == (0, 1)
+    assert group(vectors, [5] * 6, [False, True, False, False, False, False], 0.5, 1, 100)[0] == (
+        0,
+        1,
+    )
 
 
 def test_non_finite_embeddings_raise(counter) -> None:

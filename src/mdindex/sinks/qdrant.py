@@ -124,6 +124,9 @@ class QdrantSink:
                     api_key=self._api_key,
                     prefer_grpc=self._grpc,
                     timeout=int(self._timeout),
+                    # Its background version probe dies noisily on an unreachable
+                    # server; reachability is checked, with retries, by our first call.
+                    check_compatibility=False,
                 )
         for warning in caught:
             log.warning("qdrant-client: %s", str(warning.message).splitlines()[0])

@@ -1,0 +1,378 @@
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from tests.conftest import (
+    TinyEmbedder,
+    build_indexer,
+    run_backfill,
+    settings_for,
+    stored_points,
+)
+
+from mdindex.errors import LockError, PruneRefused, StoreMismatch, StoreUnavailable
+from mdindex.lock import WriterLock
+from mdindex.runtime import make_sink, state_path
+
+
+def fresh_copy(tmp_path: Path, settings, tiny) -> dict:
+    """What a fresh backfill of the same tree stores."""
+    other = settings_for(
+        tmp_path / "fresh",
+        settings.roots,
+        strategy=settings.strategy,
+        max_tokens=settings.max_tokens,
+    )
+    shutil.rmtree(tmp_path / "fresh", ignore_errors=True)
+    run_backfill(other, tiny)
+    return stored_points(other)
+
+
+def test_backfill_twice_embeds_and_writes_nothing(docs_tree, make_settings, tiny) -> None:
+    s = make_settings(docs_tree)
+    first = run_backfill(s, tiny)
+    assert first["files_changed"] == 3 and first["chunks_embedded"] > 0
+    assert first["points_upserted"] == first["chunks_embedded"]
+    before = stored_points(s)
+    assert len(before) == first["points_upserted"]
+    second = run_backfill(s, tiny)
+    assert second["chunks_embedded"] == 0 and second["points_upserted"] == 0
+    assert second["files_unchanged"] == 3 and second["points_deleted"] == 0
+    assert stored_points(s) == before
+
+
+def test_payload_keys_and_ids_are_deterministic(docs_tree, make_settings, tmp_path, tiny) -> None:
+    s = make_settings(docs_tree, base_url="https://docs.example")
+    run_backfill(s, tiny)
+    points = stored_points(s)
+    keys = {
+        "text",
+        "root",
+        "doc_path",
+        "title",
+        "url",
+        "section",
+        "heading_path",
+        "chunk_index",
+        "char_start",
+        "char_end",
+        "line_start",
+        "line_end",
+        "token_count",
+        "content_hash",
+        "doc_hash",
+        "strategy",
+        "model",
+        "meta",
+    }
+    for p in points.values():
+        assert keys <= p.keys()
+        src = (docs_tree / p["doc_path"]).read_text()
+        assert src[p["char_start"] : p["char_end"]] == p["text"]
+    home = [p for p in points.values() if p["doc_path"] == "index.md" and p["section"] == "Install"]
+    assert home[0]["url"] == "https://docs.example/#install"
+    assert home[0]["title"] == "Home" and home[0]["heading_path"] == ["Welcome", "Install"]
+    # same tree, other machine/state: same IDs
+    s2 = settings_for(tmp_path / "other", [str(docs_tree)], base_url="https://docs.example")
+    run_backfill(s2, TinyEmbedder())
+    assert stored_points(s2).keys() == points.keys()
+
+
+def test_rename_reuses_vectors(docs_tree, make_settings, tiny) -> None:
+    s = make_settings(docs_tree)
+    run_backfill(s, tiny)
+    before = stored_points(s, vectors=True)
+    (docs_tree / "guide" / "a.md").rename(docs_tree / "guide" / "renamed.md")
+    result = run_backfill(s, tiny)
+    assert result["chunks_embedded"] == 0
+    assert result["files_deleted"] == 1 and result["files_changed"] == 1
+    after = stored_points(s, vectors=True)
+    paths = {p["doc_path"] for p in after.values()}
+    assert "guide/a.md" not in paths and "guide/renamed.md" in paths
+    old_vecs = {
+        p["content_hash"]: p["_vector"] for p in before.values() if p["doc_path"] == "guide/a.md"
+    }
+    for p in after.values():
+        if p["doc_path"] == "guide/renamed.md":
+            assert p["_vector"] == old_vecs[p["content_hash"]]
+    assert len(after) == len(before)
+
+
+def test_delete_and_guarded_prune(docs_tree, make_settings, tiny) -> None:
+    s = make_settings(docs_tree)
+    run_backfill(s, tiny)
+    (docs_tree / "guide" / "b.md").unlink()
+    result = run_backfill(s, tiny)
+    assert result["files_deleted"] == 1 and result["points_deleted"] >= 1
+    assert all(p["doc_path"] != "guide/b.md" for p in stored_points(s).values())
+    # Removing two of the remaining two documents is more than half: refused.
+    before = stored_points(s)
+    for f in docs_tree.rglob("*.md"):
+        f.unlink()
+    with pytest.raises(PruneRefused, match="no markdown files"):
+        run_backfill(s, tiny)
+    assert stored_points(s) == before
+    (docs_tree / "new.md").write_text("# New\n\nnew text\n")
+    with pytest.raises(PruneRefused, match="more than half"):
+        run_backfill(s, tiny)
+    assert stored_points(s) == before
+    result = run_backfill(s, tiny, force=True)
+    assert {p["doc_path"] for p in stored_points(s).values()} == {"new.md"}
+
+
+def test_missing_root_refused(tmp_path, make_settings, tiny) -> None:
+    s = make_settings(tmp_path / "nope")
+    with pytest.raises(PruneRefused, match="not a folder"):
+        run_backfill(s, tiny)
+
+
+def test_edit_embeds_only_changed_chunks_and_moves_offsets(tmp_path, make_settings, tiny) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    sections = [f"## Part {i}\n\nThis is paragraph {i} about topic {i}.\n" for i in range(20)]
+    (root / "big.md").write_text("# Big\n\n" + "\n".join(sections))
+    s = make_settings(root)
+    run_backfill(s, tiny)
+    before = stored_points(s)
+    assert len(before) == 21
+    sections[3] = (
+        "## Part 3\n\nThis paragraph was rewritten with quite a few more words than before.\n"
+    )
+    (root / "big.md").write_text("# Big\n\n" + "\n".join(sections))
+    result = run_backfill(s, tiny)
+    assert result["chunks_embedded"] == 1
+    after = stored_points(s)
+    assert len(after) == 21
+    assert len(after.keys() - before.keys()) == 1 and len(before.keys() - after.keys()) == 1
+    text = (root / "big.md").read_text()
+    moved = [
+        p
+        for pid, p in after.items()
+        if pid in before and p["char_start"] != before[pid]["char_start"]
+    ]
+    assert len(moved) == 16  # every chunk after the edit shifted
+    for p in after.values():
+        assert text[p["char_start"] : p["char_end"]] == p["text"]
+        assert p["doc_hash"] == after[next(iter(after))]["doc_hash"]
+
+
+def test_bad_input_keeps_old_points_and_reports(docs_tree, make_settings, tiny) -> None:
+    s = make_settings(docs_tree, max_file_bytes=10_000)
+    run_backfill(s, tiny)
+    before = {pid for pid, p in stored_points(s).items() if p["doc_path"] == "guide/b.md"}
+    (docs_tree / "guide" / "b.md").write_bytes(b"# Beta\n\xff\xfe broken")
+    (docs_tree / "nul.md").write_bytes(b"\x00\x01binary")
+    (docs_tree / "huge.md").write_text("x" * 20_000)
+    os.mkfifo(docs_tree / "pipe.md")
+    (docs_tree / "loop.md").symlink_to(docs_tree / "loop.md")
+    result = run_backfill(s, tiny)
+    reasons = {e["path"]: e["reason"] for e in result["errors"]}
+    assert "invalid UTF-8" in reasons["guide/b.md"]
+    assert "NUL" in reasons["nul.md"]
+    assert "max_file_bytes" in reasons["huge.md"]
+    assert "not a regular file" in reasons["pipe.md"]
+    assert "loop.md" not in reasons  # symlinks are skipped by rule unless followed
+    assert result["files_failed"] == 4
+    after = stored_points(s)
+    assert before <= after.keys(), "a failed read must not lose indexed points"
+    # following symlinks: loops and escapes are reported, links inside are indexed
+    outside = docs_tree.parent / "outside.md"
+    outside.write_text("# Outside\n\nsecret\n")
+    (docs_tree / "escape.md").symlink_to(outside)
+    (docs_tree / "inside.md").symlink_to(docs_tree / "index.md")
+    s2 = settings_for(docs_tree.parent / "s2", [docs_tree], follow_symlinks=True)
+    result = run_backfill(s2, tiny)
+    reasons = {e["path"]: e["reason"] for e in result["errors"]}
+    assert "loop" in reasons["loop.md"] and "outside" in reasons["escape.md"]
+    assert any(p["doc_path"] == "inside.md" for p in stored_points(s2).values())
+    assert all("secret" not in p["text"] for p in stored_points(s2).values())
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads mode-000 files anyway")
+def test_permission_denied_is_reported(docs_tree, make_settings, tiny) -> None:
+    locked = docs_tree / "locked.md"
+    locked.write_text("# Locked\n")
+    locked.chmod(0)
+    result = run_backfill(make_settings(docs_tree), tiny)
+    assert {e["path"]: e["reason"] for e in result["errors"]}["locked.md"] == "permission denied"
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to drop to nobody"
+)
+def test_permission_denied_as_an_unprivileged_user() -> None:
+    import subprocess
+    import sys
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        folder.chmod(0o755)
+        locked = folder / "locked.md"
+        locked.write_text("# Locked\n")
+        locked.chmod(0)
+        code = (
+            "from mdindex.document import read_bytes\n"
+            "from mdindex.errors import UnreadableFile\n"
+            f"try:\n    read_bytes(__import__('pathlib').Path({str(locked)!r}), 100)\n"
+            "except UnreadableFile as e:\n    print(e)\n"
+        )
+        out = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                sys.executable,
+                "-c",
+                code,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if out.returncode != 0 and ("Error" in out.stderr or "denied" in out.stderr):
+            pytest.skip(f"nobody cannot run this checkout: {out.stderr.splitlines()[-1]}")
+        assert out.stdout.strip() == "permission denied", out.stderr
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_verify_detects_and_repairs_drift(docs_tree, make_settings, tiny) -> None:
+    s = make_settings(docs_tree)
+    run_backfill(s, tiny)
+    before = stored_points(s)
+    victim = sorted(before)[0]
+    sink = make_sink(s).open()
+    sink.delete([victim])
+    from mdindex.sinks import Point
+
+    ghost = {"root": "docs", "doc_path": "ghost.md", "chunk_index": 0}
+    sink.upsert([Point("00000000-0000-4000-8000-000000000001", [1.0] + [0.0] * 31, ghost)])
+    sink.close()
+    indexer = build_indexer(s, tiny)
+    report = indexer.verify()
+    indexer.finish()
+    assert [m["id"] for m in report.missing] == [victim]
+    assert [e["id"] for e in report.stale] == ["00000000-0000-4000-8000-000000000001"]
+    assert not report.in_sync
+    indexer = build_indexer(s, tiny)
+    report = indexer.verify(repair=True)
+    indexer.finish()
+    assert report.repaired
+    # only the deleted chunk lost its vector; every other one was reused
+    assert tiny.texts_embedded == len(before) + 1
+    assert stored_points(s) == before
+    indexer = build_indexer(s, tiny)
+    assert indexer.verify().in_sync
+    indexer.finish()
+    assert run_backfill(s, tiny)["points_upserted"] == 0
+
+
+def test_lost_state_is_rebuilt_without_embedding(docs_tree, make_settings, tiny) -> None:
+    s = make_settings(docs_tree)
+    run_backfill(s, tiny)
+    before = stored_points(s)
+    embedded = tiny.texts_embedded
+    state_path(s).unlink()
+    result = run_backfill(s, tiny)
+    assert result["chunks_embedded"] == 0 and tiny.texts_embedded == embedded
+    assert stored_points(s) == before
+    state_path(s).write_bytes(b"garbage, not sqlite" * 100)
+    result = run_backfill(s, tiny)
+    assert result["chunks_embedded"] == 0
+    assert stored_points(s) == before
+    assert run_backfill(s, tiny)["points_upserted"] == 0
+
+
+def test_settings_change_reindexes_and_removes_old_points(
+    docs_tree, make_settings, tmp_path, tiny
+) -> None:
+    s = make_settings(docs_tree)
+    run_backfill(s, tiny)
+    old = set(stored_points(s))
+    s2 = make_settings(docs_tree, max_tokens=100)
+    result = run_backfill(s2, tiny)
+    assert result["points_deleted"] == len(old)
+    new = stored_points(s2)
+    assert not (old & new.keys())
+    assert new == fresh_copy(tmp_path, s2, TinyEmbedder())
+
+
+def test_dry_run_writes_nothing(docs_tree, make_settings, tiny) -> None:
+    s = make_settings(docs_tree)
+    result = run_backfill(s, tiny, dry_run=True)
+    assert result["files_changed"] == 3 and result["chunks_embedded"] > 0
+    assert tiny.texts_embedded == 0
+    assert not make_sink(s).open().exists()
+
+
+def test_other_vector_size_is_refused(docs_tree, make_settings, tiny) -> None:
+    s = make_settings(docs_tree)
+    sink = make_sink(s).open()
+    sink.ensure_collection(7)
+    sink.close()
+    with pytest.raises(StoreMismatch, match="7-d"):
+        run_backfill(s, tiny)
+    assert stored_points(s) == {}
+
+
+def test_unreachable_server_retries_then_fails(docs_tree, make_settings, tiny, caplog) -> None:
+    s = make_settings(docs_tree, qdrant_url="http://127.0.0.1:9", retry_budget_s=1.0)
+    with pytest.raises(StoreUnavailable, match="unreachable") as exc:
+        run_backfill(s, tiny)
+    assert exc.value.exit_code == 3
+    assert "retry" in caplog.text
+    assert "after" in str(exc.value) and "attempts" in str(exc.value)
+
+
+def test_one_writer_per_state_dir(docs_tree, make_settings) -> None:
+    s = make_settings(docs_tree)
+    held = WriterLock(s.state_dir, s.collection, "watch")
+    with held, pytest.raises(LockError, match=r"held by pid \d+ \(watch\)"):
+        WriterLock(s.state_dir, s.collection, "backfill").acquire()
+    WriterLock(s.state_dir, s.collection, "backfill").acquire().release()
+
+
+@pytest.mark.model
+def test_end_to_end_with_the_real_model(docs_tree, make_settings, real_embedder) -> None:
+    s = make_settings(docs_tree)
+    result = run_backfill(s, real_embedder)
+    points = stored_points(s, vectors=True)
+    assert result["chunks_embedded"] == len(points) > 0
+    assert all(len(p["_vector"]) == 384 for p in points.values())
+    assert all(p["token_count"] <= 254 for p in points.values())
+    (docs_tree / "guide" / "a.md").rename(docs_tree / "guide" / "c.md")
+    with open(docs_tree / "index.md", "a") as fh:
+        fh.write("\n## Support\n\nWrite to the support team.\n")
+    result = run_backfill(s, real_embedder)
+    assert result["chunks_embedded"] == 1  # only the new section; the rename costs nothing
+    indexer = build_indexer(s, real_embedder)
+    try:
+        indexer.open_store()
+        hits = indexer.sink.search(real_embedder.embed(["who do I contact for support"])[0], 1)
+    finally:
+        indexer.finish()
+    assert hits[0].payload["section"] == "Support"
+
+
+def test_verify_lists_duplicates(docs_tree, make_settings, tiny) -> None:
+    from mdindex.sinks import Point
+
+    s = make_settings(docs_tree)
+    run_backfill(s, tiny)
+    before = stored_points(s, vectors=True)
+    _pid, payload = sorted(before.items())[0]
+    copy = {k: v for k, v in payload.items() if k != "_vector"}
+    sink = make_sink(s).open()
+    sink.upsert([Point("00000000-0000-4000-8000-0000000000d2", payload["_vector"], copy)])
+    sink.close()
+    indexer = build_indexer(s, tiny)
+    report = indexer.verify(repair=True)
+    indexer.finish()
+    assert [d["id"] for d in report.duplicates] == ["00000000-0000-4000-8000-0000000000d2"]
+    assert not report.missing and not report.stale
+    assert stored_points(s, vectors=True) == before
