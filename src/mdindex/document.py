@@ -23,6 +23,9 @@ _FM_CLOSE = re.compile(r"^(?:---|\.\.\.)[ \t]*$", re.MULTILINE)
 _CUSTOM_ID = re.compile(r"\s*\{#([A-Za-z0-9_:.-]+)\}\s*$")
 _SLUG_DROP = re.compile(r"[^\w\- ]", re.UNICODE)
 _INDEX_STEMS = {"index", "_index", "readme"}
+# libyaml's C loader when PyYAML was built with it: pure-Python YAML was the
+# largest cost of parsing the Hugo docs' frontmatter.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # Block structure only: inline parsing is the costly part of markdown-it and
 # only heading text needs it, which is done separately for headings.
@@ -88,10 +91,10 @@ class _FrontmatterProblem(Exception):
 def _load_yaml_mapping(source: str) -> dict[str, Any]:
     # Aliases and anchors are refused outright: they are what alias bombs are made of.
     try:
-        for event in yaml.parse(source, Loader=yaml.SafeLoader):
+        for event in yaml.parse(source, Loader=_YAML_LOADER):
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
                 raise _FrontmatterProblem("uses YAML anchors or aliases, which are not allowed")
-        data = yaml.safe_load(source)
+        data = yaml.load(source, Loader=_YAML_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 2}" if mark is not None else ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,6 +17,11 @@ class TokenCounter:
 
     ``limit`` is the largest chunk the model takes without truncation: its
     max sequence length minus the special tokens it adds ([CLS], [SEP], ...).
+
+    ``stable`` is True for tokenizers (BERT-style WordPiece) whose tokens never
+    cross whitespace and whose normalisation is per character: for them a
+    slice cut at whitespace has exactly the tokens it had inside the longer
+    text, so its count need not be recomputed.
     """
 
     def __init__(self, tokenizer: Tokenizer, max_seq_length: int) -> None:
@@ -24,6 +30,7 @@ class TokenCounter:
         tokenizer.no_padding()
         self.tokenizer = tokenizer
         self.special_tokens = len(tokenizer.encode("", add_special_tokens=True).ids)
+        self.stable = _splits_at_whitespace(tokenizer)
         self.model_limit = max_seq_length - self.special_tokens
         self.limit = self.model_limit
 
@@ -60,3 +67,22 @@ class TokenCounter:
 
     def counts(self, texts: Sequence[str]) -> list[int]:
         return [len(e.ids) for e in self.encode_batch(texts)]
+
+
+_STABLE_PRE = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
+_STABLE_NORM = {"BertNormalizer", "Lowercase", "NFD", "NFKD", "NFC", "NFKC", "StripAccents"}
+
+
+def _splits_at_whitespace(tokenizer: Tokenizer) -> bool:
+    spec = json.loads(tokenizer.to_str())
+    model = (spec.get("model") or {}).get("type")
+    pre = spec.get("pre_tokenizer") or {}
+    pres = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+    norm = spec.get("normalizer") or {}
+    norms = norm.get("normalizers", [norm]) if norm.get("type") == "Sequence" else [norm]
+    return (
+        model == "WordPiece"
+        and bool(pres)
+        and all(p.get("type") in _STABLE_PRE for p in pres)
+        and all(not n or n.get("type") in _STABLE_NORM for n in norms)
+    )

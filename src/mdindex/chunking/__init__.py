@@ -59,12 +59,18 @@ class Chunker:
         return params
 
     def chunk(self, doc: Document) -> list[Chunk]:
+        return self.chunk_many([doc])[0]
+
+    def chunk_many(self, docs: Sequence[Document]) -> list[list[Chunk]]:
+        """Chunk several documents at once, so tokenizing and embedding run in batches."""
+        if not docs:
+            return []
         if self.strategy == "heading":
-            return heading.chunk(doc, self.counter, self.overlap, self.noise)
+            return heading.chunk_many(docs, self.counter, self.overlap, self.noise)
         if self.strategy == "token":
-            return token.chunk(doc, self.counter, self.overlap)
+            return token.chunk_many(docs, self.counter, self.overlap)
         if self.embed is None:
             raise ConfigError("strategy: semantic chunking needs an embedder")
-        return semantic.chunk(
-            doc, self.counter, self.overlap, self.embed, self.threshold, self.min_sentences
+        return semantic.chunk_many(
+            docs, self.counter, self.overlap, self.embed, self.threshold, self.min_sentences
         )

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
-from mdindex.chunking.windows import Span, fit
+from mdindex.chunking.windows import Span, fit, strip_span
 from mdindex.models import Chunk, Document, Heading
 from mdindex.tokens import TokenCounter
 
@@ -34,13 +34,31 @@ def sections(doc: Document, noise: Collection[str] = ()) -> list[tuple[Span, Hea
     return out
 
 
-def chunk(
-    doc: Document, counter: TokenCounter, overlap: int, noise: Collection[str] = ()
-) -> list[Chunk]:
-    parts = sections(doc, noise)
-    starts = [span[0] for span, _ in parts]
-    # One fit call for the whole document so its sections are tokenized in one batch.
-    return [
-        Chunk.under(doc.text, s, e, n, parts[bisect.bisect_right(starts, s) - 1][1])
-        for s, e, n in fit(doc.text, [span for span, _ in parts], counter, overlap, doc.code_ranges)
+def chunk_many(
+    docs: Sequence[Document], counter: TokenCounter, overlap: int, noise: Collection[str] = ()
+) -> list[list[Chunk]]:
+    parts = [sections(doc, noise) for doc in docs]
+    spans = [
+        [strip_span(doc.text, *span) for span, _ in doc_parts]
+        for doc, doc_parts in zip(docs, parts, strict=True)
     ]
+    # Every section of every document is tokenized in one parallel batch; the
+    # encodings also give the offsets for windowing the sections that are too long.
+    flat = counter.encode_batch(
+        [doc.text[s:e] for doc, ss in zip(docs, spans, strict=True) for s, e in ss]
+    )
+    out: list[list[Chunk]] = []
+    pos = 0
+    for doc, doc_parts, doc_spans in zip(docs, parts, spans, strict=True):
+        encodings = flat[pos : pos + len(doc_spans)]
+        pos += len(doc_spans)
+        starts = [span[0] for span in doc_spans]
+        out.append(
+            [
+                Chunk.under(doc.text, s, e, n, doc_parts[bisect.bisect_right(starts, s) - 1][1])
+                for s, e, n in fit(
+                    doc.text, doc_spans, counter, overlap, doc.code_ranges, encodings
+                )
+            ]
+        )
+    return out

@@ -63,31 +63,58 @@ def group(
     return out
 
 
-def chunk(
-    doc: Document,
+def chunk_many(
+    docs: Sequence[Document],
     counter: TokenCounter,
     overlap: int,
     embed: EmbedFn,
     threshold: float,
     min_sentences: int,
-) -> list[Chunk]:
-    raw = units(doc)
-    # Sentences over the limit (long code blocks, run-on text) become windows first.
-    pieces: list[tuple[int, int, int, bool]] = []
-    starts_heading = {span[0] for span, kind in raw if kind == "heading"}
-    for s, e, n in fit(doc.text, [span for span, _ in raw], counter, overlap, doc.code_ranges):
-        pieces.append((s, e, n, s in starts_heading))
-    vectors = _unit_vectors(embed, [doc.text[s:e] for s, e, _, _ in pieces])
-    ranges = group(
-        vectors,
-        [n for _, _, n, _ in pieces],
-        [brk for _, _, _, brk in pieces],
-        threshold,
-        min_sentences,
-        counter.limit,
+) -> list[list[Chunk]]:
+    raws = [units(doc) for doc in docs]
+    counts = counter.counts(
+        [doc.text[s:e] for doc, raw in zip(docs, raws, strict=True) for (s, e), _ in raw]
     )
-    spans: list[Span] = [(pieces[i][0], pieces[j - 1][1]) for i, j in ranges]
-    return [
-        Chunk.under(doc.text, s, e, count, doc.heading_at(s))
-        for s, e, count in fit(doc.text, spans, counter, overlap, doc.code_ranges)
-    ]
+    # Sentences over the limit (long code blocks, run-on text) become windows first.
+    pieces: list[list[tuple[int, int, int, bool]]] = []
+    pos = 0
+    for doc, raw in zip(docs, raws, strict=True):
+        heading_starts = {span[0] for span, kind in raw if kind == "heading"}
+        fitted = fit(
+            doc.text,
+            [span for span, _ in raw],
+            counter,
+            overlap,
+            doc.code_ranges,
+            counts[pos : pos + len(raw)],
+        )
+        pos += len(raw)
+        pieces.append([(s, e, n, s in heading_starts) for s, e, n in fitted])
+    # One embedding call for every sentence of every document.
+    texts = [doc.text[s:e] for doc, ps in zip(docs, pieces, strict=True) for s, e, _, _ in ps]
+    vectors = _unit_vectors(embed, texts)
+    out: list[list[Chunk]] = []
+    pos = 0
+    for doc, ps in zip(docs, pieces, strict=True):
+        ranges = group(
+            vectors[pos : pos + len(ps)],
+            [n for _, _, n, _ in ps],
+            [brk for _, _, _, brk in ps],
+            threshold,
+            min_sentences,
+            counter.limit,
+        )
+        pos += len(ps)
+        spans: list[Span] = [(ps[i][0], ps[j - 1][1]) for i, j in ranges]
+        # Sentences meet at whitespace, so for a whitespace-splitting tokenizer
+        # the chunk's count is the sum of its sentences'.
+        sums: list[int | None] = [
+            sum(ps[k][2] for k in range(i, j)) if counter.stable else None for i, j in ranges
+        ]
+        out.append(
+            [
+                Chunk.under(doc.text, s, e, n, doc.heading_at(s))
+                for s, e, n in fit(doc.text, spans, counter, overlap, doc.code_ranges, sums)
+            ]
+        )
+    return out

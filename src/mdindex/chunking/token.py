@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from mdindex.chunking.windows import Span, fit, strip_span
 from mdindex.models import Chunk, Document
 from mdindex.tokens import TokenCounter
 
 
-def windows(word_ids: list[int | None], size: int, overlap: int) -> list[tuple[int, int]]:
+def windows(word_ids: Sequence[int | None], size: int, overlap: int) -> list[tuple[int, int]]:
     """Token index ranges [i, j) of at most ``size`` tokens.
 
     A window ends between two words when it can, so that the slice re-tokenizes
@@ -34,20 +36,39 @@ def windows(word_ids: list[int | None], size: int, overlap: int) -> list[tuple[i
     return out
 
 
-def chunk(doc: Document, counter: TokenCounter, overlap: int) -> list[Chunk]:
-    start, end = strip_span(doc.text, doc.body_start, len(doc.text))
-    if end <= start:
-        return []
-    enc = counter.encode(doc.text[start:end])
-    offsets = enc.offsets
-    n = len(offsets)
-    # Window edges run to the next window's first token, so characters the
-    # tokenizer drops (control and zero-width chars) still land in a chunk.
-    spans: list[Span] = [
-        (start if i == 0 else start + offsets[i][0], end if j == n else start + offsets[j][0])
-        for i, j in windows(enc.word_ids, counter.limit, overlap)
-    ] or [(start, end)]
-    return [
-        Chunk.under(doc.text, s, e, count, doc.heading_at(s))
-        for s, e, count in fit(doc.text, spans, counter, overlap, doc.code_ranges)
-    ]
+def chunk_many(docs: Sequence[Document], counter: TokenCounter, overlap: int) -> list[list[Chunk]]:
+    bodies = [strip_span(doc.text, doc.body_start, len(doc.text)) for doc in docs]
+    encodings = counter.encode_batch(
+        [doc.text[s:e] for doc, (s, e) in zip(docs, bodies, strict=True)]
+    )
+    out: list[list[Chunk]] = []
+    for doc, (start, end), enc in zip(docs, bodies, encodings, strict=True):
+        if end <= start:
+            out.append([])
+            continue
+        offsets, word_ids = enc.offsets, enc.word_ids
+        n = len(offsets)
+        spans: list[Span] = []
+        counts: list[int | None] = []
+        for i, j in windows(word_ids, counter.limit, overlap):
+            # Edges run to the next window's first token, so characters the
+            # tokenizer drops (control and zero-width chars) still land in a chunk.
+            spans.append(
+                (
+                    start if i == 0 else start + offsets[i][0],
+                    end if j == n else start + offsets[j][0],
+                )
+            )
+            whole_words = (i == 0 or word_ids[i] != word_ids[i - 1]) and (
+                j == n or word_ids[j] != word_ids[j - 1]
+            )
+            counts.append(j - i if whole_words and counter.stable else None)
+        if not spans:  # text the tokenizer maps to no tokens at all
+            spans, counts = [(start, end)], [None]
+        out.append(
+            [
+                Chunk.under(doc.text, s, e, c, doc.heading_at(s))
+                for s, e, c in fit(doc.text, spans, counter, overlap, doc.code_ranges, counts)
+            ]
+        )
+    return out

@@ -11,10 +11,13 @@ import bisect
 import re
 from collections.abc import Sequence
 
+from tokenizers import Encoding
+
 from mdindex.tokens import TokenCounter
 
 Span = tuple[int, int]
-Counted = tuple[int, int, int]  # start, end, token count
+Piece = tuple[int, int, int | None]  # start, end, token count (None: unknown)
+Counted = tuple[int, int, int]
 
 _BLANK = re.compile(r"\n[ \t]*\n")
 _SENTENCE = re.compile(r"[.!?][\"'”’)\]]*(?=\s)")
@@ -59,18 +62,22 @@ def split_span(
     limit: int,
     overlap: int,
     code_ranges: Sequence[Span] = (),
-) -> list[Span]:
+) -> list[Piece]:
     """Cut ``text[start:end]`` into windows of at most ``limit`` tokens.
 
     ``offsets`` are the absolute char spans of the tokens in the span. Each cut
     prefers a blank line or code block edge, then a sentence end, then a line
-    end, then any whitespace, and only as a last resort falls between two tokens of one word.
-    Cuts never land inside a code block unless that block alone is over the limit.
-    Consecutive windows share about ``overlap`` tokens, starting at a word.
+    end, then any whitespace, and only as a last resort falls between two
+    tokens of one word. Cuts never land inside a code block unless that block
+    alone is over the limit. Consecutive windows share about ``overlap``
+    tokens, starting at a word.
+
+    Each window comes with its token count within the longer text, or None
+    when one of its edges fell inside a word (so only re-tokenizing can tell).
     """
     n = len(offsets)
     if n <= limit:
-        return [(start, end)]
+        return [(start, end, n)]
     tok_starts = [s for s, _ in offsets]
 
     def tokens_in(lo: int, hi: int) -> int:
@@ -79,19 +86,20 @@ def split_span(
     guard = _Guard(
         [r for r in code_ranges if r[1] > start and r[0] < end and tokens_in(*r) <= limit]
     )
-    spans: list[Span] = []
+    pieces: list[Piece] = []
     i = 0
     win_start = start
+    clean_start = True
     while True:
         j = i + limit  # first token that does not fit
         if j >= n:
-            spans.append((win_start, end))
-            return spans
+            pieces.append((win_start, end, tokens_in(win_start, end) if clean_start else None))
+            return pieces
         hi = offsets[j][0]
-        lo_any = offsets[i][1]
-        lo_pref = offsets[i + limit // 2][1]
-        cut = _best_cut(text, lo_pref, lo_any, hi, guard)
-        spans.append((win_start, cut))
+        cut = _best_cut(text, offsets[i + limit // 2][1], offsets[i][1], hi, guard)
+        clean_cut = cut != hi or text[hi - 1].isspace()
+        clean = clean_start and clean_cut
+        pieces.append((win_start, cut, tokens_in(win_start, cut) if clean else None))
         k = bisect.bisect_left(tok_starts, cut)
         nxt = k
         for t in range(max(k - overlap, i + 1), k):
@@ -101,12 +109,13 @@ def split_span(
                 break
         if nxt >= n:
             if text[cut:end].strip():
-                spans.append((cut, end))
-            return spans
+                pieces.append((cut, end, tokens_in(cut, end) if clean_cut else None))
+            return pieces
         i = nxt
         # Without overlap the next window starts right at the cut, so nothing
         # between two windows (not even a char the tokenizer drops) is lost.
         win_start = cut if nxt == k else offsets[i][0]
+        clean_start = clean_cut if nxt == k else True
 
 
 def _best_cut(text: str, lo_pref: int, lo_any: int, hi: int, guard: _Guard) -> int:
@@ -141,22 +150,49 @@ def fit(
     counter: TokenCounter,
     overlap: int,
     code_ranges: Sequence[Span] = (),
-    limit: int | None = None,
+    known: Sequence[int | Encoding | None] | None = None,
 ) -> list[Counted]:
-    """Strip spans, drop empty ones, window those over the limit, and count exactly."""
-    limit = counter.limit if limit is None else limit
-    stripped = [strip_span(text, s, e) for s, e in spans]
-    stripped = [(s, e) for s, e in stripped if e > s]
-    encodings = counter.encode_batch([text[s:e] for s, e in stripped])
+    """Strip spans, drop empty ones, window those over the limit, and count exactly.
+
+    ``known`` may give, per span, the exact token count of its stripped text
+    or its encoding; only spans with neither are tokenized, in one batch.
+    """
+    limit = counter.limit
+    items: list[tuple[int, int, int | Encoding | None]] = []
+    for i, (s, e) in enumerate(spans):
+        s, e = strip_span(text, s, e)
+        if e > s:
+            items.append((s, e, known[i] if known is not None else None))
+    todo = [
+        i for i, (_, _, k) in enumerate(items) if k is None or (isinstance(k, int) and k > limit)
+    ]
+    encoded = counter.encode_batch([text[items[i][0] : items[i][1]] for i in todo])
+    encodings = dict(zip(todo, encoded, strict=True))
     out: list[Counted] = []
-    for (s, e), enc in zip(stripped, encodings, strict=True):
-        n = len(enc.ids)
-        if n <= counter.limit and n <= limit:
-            out.append((s, e, n))
+    for i, (s, e, k) in enumerate(items):
+        enc = encodings.get(i, k)
+        if isinstance(enc, int):
+            out.append((s, e, enc))
             continue
-        offsets = [(s + a, s + b) for a, b in enc.offsets]
-        pieces = split_span(text, s, e, offsets, limit, min(overlap, limit // 2), code_ranges)
-        # A tokenizer may count a slice differently from the same tokens inside a
-        # longer text, so the pieces are counted again; each is strictly shorter.
-        out.extend(fit(text, pieces, counter, overlap, code_ranges, limit))
+        assert enc is not None
+        if len(enc.ids) <= limit:
+            out.append((s, e, len(enc.ids)))
+            continue
+        # Work on the section's own text so its encoding's offsets need no shifting.
+        local_code = [(a - s, b - s) for a, b in code_ranges if b > s and a < e]
+        pieces = split_span(
+            text[s:e], 0, e - s, enc.offsets, limit, min(overlap, limit // 2), local_code
+        )
+        # Counts carried over from the longer text hold only for tokenizers
+        # that split at whitespace; otherwise each (shorter) piece is counted again.
+        out.extend(
+            fit(
+                text,
+                [(s + a, s + b) for a, b, _ in pieces],
+                counter,
+                overlap,
+                code_ranges,
+                [c if counter.stable else None for _, _, c in pieces],
+            )
+        )
     return out

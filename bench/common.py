@@ -1,0 +1,77 @@
+"""Helpers shared by the benchmark scripts: corpus loading, timing, memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CORPUS = REPO.parent / "shared" / "corpus"
+RESULTS = REPO / "bench" / "results"
+
+
+def corpus_dir(arg: str | None) -> Path:
+    path = Path(arg) if arg else DEFAULT_CORPUS
+    if not path.is_dir():
+        sys.exit(f"corpus folder {path} not found; pass one with --corpus")
+    return path
+
+
+def load_texts(folder: Path) -> list[tuple[str, str]]:
+    from mdindex.document import decode
+
+    out = []
+    for path in sorted(folder.rglob("*.md")):
+        out.append((path.relative_to(folder).as_posix(), decode(path.read_bytes())))
+    return out
+
+
+def median_time(fn: Callable[[], Any], runs: int = 3) -> tuple[float, Any]:
+    times = []
+    result = None
+    for _ in range(runs):
+        t = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), result
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def children_peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def write_json(name: str, data: Any) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    widths = {c: max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns}
+    lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
+    lines.append("  ".join("-" * widths[c] for c in columns))
+    for r in rows:
+        lines.append("  ".join(_fmt(r.get(c)).ljust(widths[c]) for c in columns))
+    return "\n".join(lines)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+    return "" if value is None else str(value)
+
+
+def offline() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
