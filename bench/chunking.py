@@ -15,17 +15,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import corpus_dir, load_texts, median_time, offline, table, write_json  # noqa: E402
+from common import corpus_dir, load_texts, median_time, offline, table, write_json
 
 LIMIT = 254
 OVERLAP = 32
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--corpus")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--semantic-files", type=int, default=120, help="files for the real-model semantic run")
+    ap.add_argument(
+        "--semantic-files", type=int, default=120, help="files for the real-model semantic run"
+    )
     args = ap.parse_args()
     offline()
 
@@ -66,7 +70,9 @@ def main() -> None:
         chunker = Chunker(counter, strategy, overlap_tokens=OVERLAP, embed=embed)  # type: ignore[arg-type]
         docs = [parse_document(t, p) for p, t in files]
         # batch mode, as the pipeline runs it: groups of 64 documents
-        return sum(len(c) for i in range(0, len(docs), 64) for c in chunker.chunk_many(docs[i : i + 64]))
+        return sum(
+            len(c) for i in range(0, len(docs), 64) for c in chunker.chunk_many(docs[i : i + 64])
+        )
 
     secs, n = median_time(lambda: ours("token"), args.runs)
     record("mdindex token", secs, n, "verbatim, exact offsets, counts")
@@ -80,12 +86,23 @@ def main() -> None:
         from chonkie import TokenChunker
 
         chonkie = TokenChunker(tokenizer=tok, chunk_size=LIMIT, chunk_overlap=OVERLAP)
-        secs, batches = median_time(lambda: chonkie.chunk_batch(texts, show_progress_bar=False), args.runs)
+        secs, batches = median_time(
+            lambda: chonkie.chunk_batch(texts, show_progress_bar=False), args.runs
+        )
         chunks = [c for b in batches for c in b]
         over = sum(1 for c in chunks if counter.count(c.text) > LIMIT)
-        exact = sum(1 for t, b in zip(texts, batches, strict=True) for c in b if t[c.start_index : c.end_index] == c.text)
-        record("chonkie TokenChunker (batch)", secs, len(chunks),
-               f"{over / len(chunks):.0%} over limit, {exact / len(chunks):.0%} exact slices")
+        exact = sum(
+            1
+            for t, b in zip(texts, batches, strict=True)
+            for c in b
+            if t[c.start_index : c.end_index] == c.text
+        )
+        record(
+            "chonkie TokenChunker (batch)",
+            secs,
+            len(chunks),
+            f"{over / len(chunks):.0%} over limit, {exact / len(chunks):.0%} exact slices",
+        )
         chonkie_rate = mb / secs
     except ImportError:
         chonkie_rate = float("nan")
@@ -93,7 +110,10 @@ def main() -> None:
 
     # -- LangChain: MarkdownHeaderTextSplitter then its token splitter
     try:
-        from langchain_text_splitters import MarkdownHeaderTextSplitter, RecursiveCharacterTextSplitter
+        from langchain_text_splitters import (
+            MarkdownHeaderTextSplitter,
+            RecursiveCharacterTextSplitter,
+        )
         from transformers import AutoTokenizer
 
         hf_tok = AutoTokenizer.from_pretrained(str(info.path))
@@ -113,7 +133,9 @@ def main() -> None:
         secs, n = median_time(langchain, args.runs)
         record("langchain header + token splitter", secs, n, "loses formatting, no offsets")
         lc_rate = mb / secs
-        secs, n = median_time(lambda: sum(len(header_split.split_text(t)) for t in texts), args.runs)
+        secs, n = median_time(
+            lambda: sum(len(header_split.split_text(t)) for t in texts), args.runs
+        )
         record("langchain header splitter alone", secs, n, "no size cap")
     except ImportError:
         lc_rate = float("nan")
@@ -131,17 +153,24 @@ def main() -> None:
     embedder = Embedder(info, device="cpu", batch_size=64)
     subset = files[: args.semantic_files]
     sentences = [
-        doc.text[s:e] for p, t in subset for doc in [parse_document(t, p)] for (s, e), _ in units(doc)
+        doc.text[s:e]
+        for p, t in subset
+        for doc in [parse_document(t, p)]
+        for (s, e), _ in units(doc)
     ]
     embedder.embed(sentences[:64])  # load and warm up
     secs_raw, _ = median_time(lambda: embedder.embed(sentences), 1)
     chunker = Chunker(counter, "semantic", overlap_tokens=OVERLAP, embed=embedder)
-    secs_sem, n_sem = median_time(
-        lambda: sum(len(c) for c in chunker.chunk_many([parse_document(t, p) for p, t in subset])), 1
+    secs_sem, _n_sem = median_time(
+        lambda: sum(len(c) for c in chunker.chunk_many([parse_document(t, p) for p, t in subset])),
+        1,
     )
     raw_rate = len(sentences) / secs_raw
     sem_rate = len(sentences) / secs_sem
-    print(f"semantic: {sem_rate:.0f} sentences/s vs {raw_rate:.0f} embedding each once", file=sys.stderr)
+    print(
+        f"semantic: {sem_rate:.0f} sentences/s vs {raw_rate:.0f} embedding each once",
+        file=sys.stderr,
+    )
 
     ratios = {
         "token_vs_chonkie": token_rate / chonkie_rate,
@@ -152,12 +181,23 @@ def main() -> None:
     print(table(rows, ["pipeline", "MB/s", "chunks", "note"]))
     print()
     print(f"corpus: {len(files)} files, {mb:.2f} MB; limit {LIMIT}, overlap {OVERLAP}")
-    print(f"semantic with the real model: {sem_rate:.0f} sentences/s, embedding each sentence "
-          f"once: {raw_rate:.0f} sentences/s ({len(sentences)} sentences, {len(subset)} files)")
+    print(
+        f"semantic with the real model: {sem_rate:.0f} sentences/s, embedding each sentence "
+        f"once: {raw_rate:.0f} sentences/s ({len(sentences)} sentences, {len(subset)} files)"
+    )
     for k, v in ratios.items():
         print(f"{k}: {v:.2f}x")
-    out = write_json("chunking", {"rows": rows, "ratios": ratios, "mb": mb, "files": len(files),
-                                  "semantic_sentences_per_s": sem_rate, "embed_once_sentences_per_s": raw_rate})
+    out = write_json(
+        "chunking",
+        {
+            "rows": rows,
+            "ratios": ratios,
+            "mb": mb,
+            "files": len(files),
+            "semantic_sentences_per_s": sem_rate,
+            "embed_once_sentences_per_s": raw_rate,
+        },
+    )
     print(f"written {out}")
 
 

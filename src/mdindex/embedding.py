@@ -105,6 +105,7 @@ class Embedder:
         self.batch_size = batch_size
         self._model: Any = None
         self._lock = threading.Lock()
+        self._encode_lock = threading.Lock()
         self.texts_embedded = 0
 
     @property
@@ -149,13 +150,14 @@ class Embedder:
             return np.zeros((0, self.dimension), dtype=np.float32)
         model = self.model()
         try:
-            vectors = model.encode(
-                list(texts),
-                batch_size=self.batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
+            with self._encode_lock:
+                vectors = model.encode(
+                    list(texts),
+                    batch_size=self.batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
         except Exception as exc:
             raise EmbeddingError(f"embedding failed: {exc}") from exc
         vectors = np.asarray(vectors, dtype=np.float32)

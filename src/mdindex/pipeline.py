@@ -39,7 +39,7 @@ CRASH_ENV = "MDINDEX_CRASH_POINT"
 CRASH_POINTS = ("after_chunk", "after_embed", "after_upsert", "after_delete", "after_commit")
 _ID_NAMESPACE = uuid.UUID("6f6d2a3e-5a1b-4c1e-9a7e-6d64696e6478")
 _GROUP_DOCS = 64
-_GROUP_POINTS = 512
+_GROUP_CHARS = 512_000  # about 500 chunks: one embedding call, one upsert round
 
 
 def crash_point(name: str) -> None:
@@ -268,7 +268,13 @@ class Indexer:
         self.accept = PathFilter(settings.include, settings.exclude)
         self.planner = Planner(settings, info, counter, chunker)
         self._store_checked = False
+        self.group_docs = _GROUP_DOCS
+        self.group_chars = _GROUP_CHARS
+        # Hooks for the daemon: progress pings, a stop flag checked between
+        # groups, and the files whose points were just committed.
         self.on_progress: Callable[[int], None] | None = None
+        self.stop_requested: Callable[[], bool] | None = None
+        self.on_indexed: Callable[[list[FileRef]], None] | None = None
 
     # -- store and state consistency ---------------------------------------
 
@@ -419,28 +425,42 @@ class Indexer:
         finds its old vectors still in the store and reuses them.
         """
         rows = self.state.docs() if rows is None else rows
-        group: list[_DocWork] = []
+        loaded: list[tuple[FileRef, Document]] = []
+        chars = 0
         for done, ref in enumerate(files, 1):
-            work = self._prepare(ref, rows.get(ref.key), summary, dry_run)
-            if work is not None:
-                group.append(work)
+            item = self._load(ref, rows.get(ref.key), summary, dry_run)
+            if item is not None:
+                loaded.append(item)
+                chars += len(item[1].text)
             if self.on_progress is not None:
                 self.on_progress(done)
-            if len(group) >= _GROUP_DOCS or sum(len(w.points) for w in group) >= _GROUP_POINTS:
-                self._flush(group, summary, dry_run)
-                group = []
-        self._flush(group, summary, dry_run)
+            if len(loaded) >= self.group_docs or chars >= self.group_chars:
+                if self._stopping(loaded):
+                    return
+                self._flush(self._chunk(loaded, summary), summary, dry_run)
+                loaded, chars = [], 0
+        if self._stopping(loaded):
+            return
+        self._flush(self._chunk(loaded, summary), summary, dry_run)
         self._delete_docs(list(deleted), summary, dry_run)
 
-    def _prepare(
+    def _stopping(self, loaded: list[tuple[FileRef, Document]]) -> bool:
+        if self.stop_requested is None or not self.stop_requested():
+            return False
+        # Nothing of these documents was written yet: abandoning them is clean,
+        # and the next start or rescan picks them up.
+        log.info("stop requested; abandoning %d documents not yet written", len(loaded))
+        return True
+
+    def _load(
         self, ref: FileRef, row: DocRow | None, summary: Summary, dry_run: bool
-    ) -> _DocWork | None:
+    ) -> tuple[FileRef, Document] | None:
+        """Read and parse one candidate; None when it failed or only its mtime moved."""
         try:
             text = decode(read_bytes(ref.path, self.settings.max_file_bytes))
-            doc_hash = digest(text)
             if (
                 row is not None
-                and row.doc_hash == doc_hash
+                and row.doc_hash == digest(text)
                 and row.fingerprint == self.planner.doc_fingerprint
             ):
                 if not dry_run:  # touched, not changed: only the fast-path stamp moves
@@ -448,22 +468,45 @@ class Indexer:
                 summary.files_unchanged += 1
                 return None
             doc = self.planner.parse(ref.rel, text)
-            for warning in doc.warnings:
-                log.warning("%s:%s: %s", ref.root, printable(ref.rel), warning)
-            chunks = self.chunker.chunk(doc)
         except InputError as exc:
             summary.fail(ref.root, ref.rel, str(exc))
             return None
+        except Exception as exc:  # a parser bug must cost one file, not the run
+            log.debug("parsing %s failed", ref.rel, exc_info=True)
+            summary.fail(ref.root, ref.rel, f"internal error while parsing: {_describe(exc)}")
+            return None
+        for warning in doc.warnings:
+            log.warning("%s:%s: %s", ref.root, printable(ref.rel), warning)
+        return ref, doc
+
+    def _chunk(self, loaded: list[tuple[FileRef, Document]], summary: Summary) -> list[_DocWork]:
+        """Chunk a group of documents in one batch and plan their points."""
+        try:
+            results: list[list[Chunk] | None] = list(
+                self.chunker.chunk_many([d for _, d in loaded])
+            )
         except MdindexError:
             raise
-        except Exception as exc:  # a parser bug must cost one file, not the run
-            log.debug("chunking %s failed", ref.rel, exc_info=True)
-            summary.fail(
-                ref.root, ref.rel, f"internal error while chunking: {type(exc).__name__}: {exc}"
-            )
-            return None
+        except Exception:
+            # Chunk one by one to find the document at fault; the others go on.
+            results = []
+            for ref, doc in loaded:
+                try:
+                    results.append(self.chunker.chunk(doc))
+                except MdindexError:
+                    raise
+                except Exception as exc:
+                    log.debug("chunking %s failed", ref.rel, exc_info=True)
+                    summary.fail(
+                        ref.root, ref.rel, f"internal error while chunking: {_describe(exc)}"
+                    )
+                    results.append(None)
         crash_point("after_chunk")
-        return _DocWork(ref, doc_hash, self.planner.plan_points(ref.root, ref.rel, doc, chunks))
+        return [
+            _DocWork(ref, doc.doc_hash, self.planner.plan_points(ref.root, ref.rel, doc, chunks))
+            for (ref, doc), chunks in zip(loaded, results, strict=True)
+            if chunks is not None
+        ]
 
     def _flush(self, group: list[_DocWork], summary: Summary, dry_run: bool) -> None:
         if not group:
@@ -514,6 +557,8 @@ class Indexer:
         )
         summary.files_changed += len(group)
         crash_point("after_commit")
+        if self.on_indexed is not None:
+            self.on_indexed([w.ref for w in group])
 
     def _vectors_for(self, planned: Sequence[Planned], summary: Summary) -> dict[str, list[float]]:
         """Vectors by vector key: from the same point, from any point with that key, or embedded."""
@@ -535,8 +580,8 @@ class Indexer:
                 todo.setdefault(p.vector_key, p.embed_input)
         if todo:
             matrix = self.embedder.embed(list(todo.values()))
-            for key, row in zip(todo, np.asarray(matrix), strict=True):
-                by_key[key] = [float(x) for x in row]
+            for key, row in zip(todo, np.asarray(matrix, dtype=np.float32).tolist(), strict=True):
+                by_key[key] = row
             summary.chunks_embedded += len(todo)
         return by_key
 
@@ -563,10 +608,14 @@ class Indexer:
         summary = Summary()
         expected: dict[str, Planned] = {}
         works: dict[tuple[str, str], _DocWork] = {}
-        for ref in self.scan_roots(summary):
-            work = self._prepare(ref, None, summary, dry_run=True)
-            if work is not None:
-                works[ref.key] = work
+        loaded = [
+            item
+            for ref in self.scan_roots(summary)
+            if (item := self._load(ref, None, summary, dry_run=True)) is not None
+        ]
+        for i in range(0, len(loaded), _GROUP_DOCS):
+            for work in self._chunk(loaded[i : i + _GROUP_DOCS], summary):
+                works[work.ref.key] = work
                 for p in work.points:
                     expected[p.id] = p
         report.errors = summary.errors
@@ -665,6 +714,10 @@ class Indexer:
             summary.chunks_embedded,
             len(drop),
         )
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
 
 
 def _hash_json(value: Any) -> str:

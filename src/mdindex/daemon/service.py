@@ -1,7 +1,347 @@
+"""`mdindex watch`: startup, a main loop, shutdown.
+
+Signal handlers only set flags. The main loop moves file events into the
+debouncer, hands stable paths to the sync core in batches, rescans
+periodically and after any lost event, and pings systemd's watchdog only
+while the observer lives and work moves. Shutdown stops the observer and
+the HTTP endpoint, then closes the store and the state, within a timeout.
+"""
+
 from __future__ import annotations
 
+import logging
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
 from mdindex.config import Settings
+from mdindex.daemon.http import Api, HttpServer, Metrics
+from mdindex.daemon.notify import Notifier
+from mdindex.daemon.watcher import Batch, Debouncer, Watcher, locate
+from mdindex.errors import EXIT_OK, MdindexError, PruneRefused, StoreError
+from mdindex.files import FileRef, ScanError, scan, stat_file
+from mdindex.lock import WriterLock
+from mdindex.pipeline import Indexer, Summary, now_iso
+from mdindex.runtime import make_indexer
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_TIMEOUT_S = 8.0
+# Small groups keep the time between stop checks short (about a second of embedding on CPU).
+DAEMON_GROUP_CHARS = 64_000
+STORE_RETRY_S = 5.0
+
+
+class Daemon:
+    def __init__(
+        self, settings: Settings, indexer_factory: Callable[[Settings], Indexer] = make_indexer
+    ) -> None:
+        self.settings = settings
+        self.indexer_factory = indexer_factory
+        self.roots = settings.root_list()
+        self.should_exit = False
+        self.force_exit = False
+        self.exit_code = EXIT_OK
+        self.notify = Notifier()
+        self.metrics = Metrics()
+        self.lock = WriterLock(settings.state_dir, settings.collection, "watch")
+        self.watcher = Watcher(self.roots, settings.queue_size)
+        self.debouncer = Debouncer(settings.quiet_period_ms / 1000)
+        self.indexer: Indexer | None = None
+        self.http: HttpServer | None = None
+        self.unhealthy = ""  # why, when not healthy
+        self.next_rescan = 0.0
+        self.totals = Summary()
+        # Read by the HTTP thread; the state's SQLite connection stays with the main thread.
+        self.documents = 0
+        self.points = 0
+        self.last_sync: str | None = None
+
+    # -- signals ---------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self.handle_exit)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        self.should_exit = True
+
+    # -- lifecycle -------------------------------------------------------
+
+    def run(self) -> int:
+        self.install_signal_handlers()
+        try:
+            self.startup()
+            if not self.should_exit:
+                self.reconcile("startup")
+            self.main_loop()
+        finally:
+            self.shutdown()
+        return self.exit_code
+
+    def startup(self) -> None:
+        for root in self.roots:
+            if not root.path.is_dir():
+                raise PruneRefused(f"root {root.label!r}: {root.path} is not a folder")
+        self.lock.acquire()
+        self.indexer = indexer = self.indexer_factory(self.settings)
+        indexer.group_chars = DAEMON_GROUP_CHARS
+        indexer.stop_requested = lambda: self.should_exit
+        indexer.on_progress = lambda n: self.ping()
+        indexer.on_indexed = self.observe_latency
+        # Watch first, so nothing that changes during the reconcile is missed.
+        self.watcher.start()
+        load_model = getattr(indexer.embedder, "model", None)
+        if callable(load_model):
+            load_model()
+        indexer.open_store()
+        if self.settings.http_port is not None:
+            api = Api(self.metrics, self.health, self.search, self.status)
+            self.http = HttpServer(self.settings.http_host, self.settings.http_port, api)
+            self.http.start()
+            log.info("http endpoint on http://%s:%d", self.settings.http_host, self.http.port)
+            self.lock.update(http_host=self.settings.http_host, http_port=self.http.port)
+        self.last_sync = indexer.state.get("last_sync")
+        self.update_gauges()
+        self.notify.ready(self.status_line("ready; reconciling"))
+        log.info("watching %s", ", ".join(f"{r.label}={r.path}" for r in self.roots))
+
+    def main_loop(self) -> None:
+        while not self.should_exit:
+            self.drain(timeout=0.1)
+            if not self.check_observer():
+                return
+            if self.watcher.overflowed.is_set() or time.monotonic() >= self.next_rescan:
+                self.watcher.overflowed.clear()
+                self.reconcile("rescan")
+                continue
+            batch = self.debouncer.ready()
+            if batch:
+                self.process(batch)
+            self.metrics.queue_depth.set(len(self.debouncer) + self.watcher.events.qsize())
+            self.ping()
+
+    def shutdown(self) -> None:
+        self.notify.stopping()
+        deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
+        self.watcher.stop(timeout=max(0.1, min(3.0, deadline - time.monotonic())))
+        if self.http is not None:
+            self.http.stop()
+        if self.indexer is not None:
+            try:
+                self.indexer.finish()
+            finally:
+                self.indexer.state.close()
+        self.lock.release()
+        log.info("stopped")
+
+    # -- work ------------------------------------------------------------
+
+    def drain(self, timeout: float) -> None:
+        """Move queued events into the debouncer; wait up to ``timeout`` for the first."""
+        deadline = self.debouncer.next_deadline()
+        wait = timeout if deadline is None else max(0.0, min(timeout, deadline - time.monotonic()))
+        try:
+            self.debouncer.add(self.watcher.events.get(timeout=wait))
+        except queue.Empty:
+            return
+        while True:
+            try:
+                self.debouncer.add(self.watcher.events.get_nowait())
+            except queue.Empty:
+                return
+
+    def check_observer(self) -> bool:
+        if self.watcher.alive():
+            return True
+        log.error("the file observer stopped; restarting it and rescanning")
+        self.metrics.errors.inc()
+        try:
+            self.watcher.restart()
+        except Exception as exc:  # never go on without watching
+            log.error("cannot restart the observer (%s); exiting so systemd restarts us", exc)
+            self.exit_code = 1
+            return False
+        self.watcher.overflowed.set()
+        return True
+
+    def reconcile(self, why: str) -> None:
+        assert self.indexer is not None
+        self.notify.status(self.status_line(f"{why}: reconciling"))
+        self.next_rescan = time.monotonic() + self.settings.rescan_interval_s
+        if why == "rescan":
+            self.metrics.rescans.inc()
+        try:
+            summary = self.indexer.backfill(prune=True, force=False)
+        except PruneRefused as exc:
+            log.error("%s: prune refused: %s", why, exc)
+            self.unhealthy = f"prune refused: {exc}"
+            return
+        except StoreError as exc:
+            self.store_failed(exc)
+            self.next_rescan = time.monotonic() + STORE_RETRY_S
+            return
+        self.account(summary)
+        log.info("%s: %s", why, summary.line())
+
+    def process(self, batch: Batch) -> None:
+        assert self.indexer is not None
+        summary = Summary()
+        files, deleted = self.resolve(batch, summary)
+        if not files and not deleted:
+            self.account(summary)
+            return
+        try:
+            self.indexer.sync(files, deleted, summary)
+        except StoreError as exc:
+            self.store_failed(exc)
+            for path in batch.files:  # try these paths again later
+                self.debouncer.add_path(path, False, delay=STORE_RETRY_S)
+            for path in batch.dirs:
+                self.debouncer.add_path(path, True, delay=STORE_RETRY_S)
+            return
+        self.account(summary)
+        if summary.files_changed or summary.files_deleted or summary.files_failed:
+            log.info("%s", summary.line())
+
+    def resolve(
+        self, batch: Batch, summary: Summary
+    ) -> tuple[list[FileRef], list[tuple[str, str]]]:
+        """What the paths hold now: files to (re)index and documents to delete."""
+        assert self.indexer is not None
+        idx = self.indexer
+        known = idx.state.known_docs()
+        files: dict[tuple[str, str], FileRef] = {}
+        deleted: set[tuple[str, str]] = set()
+        for path in batch.files:
+            loc = locate(self.roots, path)
+            if loc is None or not loc[1]:
+                continue
+            root, rel = loc
+            found = stat_file(root, rel, idx.accept, self.settings.follow_symlinks)
+            if isinstance(found, FileRef):
+                files[found.key] = found
+            elif isinstance(found, ScanError):
+                summary.fail(found.root, found.rel, found.reason)
+            elif (root.label, rel) in known:
+                deleted.add((root.label, rel))
+        for path in batch.dirs:
+            loc = locate(self.roots, path)
+            if loc is None:
+                continue
+            root, rel = loc
+            if not root.path.is_dir():
+                log.error("root %s (%s) is gone; not deleting its documents", root.label, root.path)
+                self.unhealthy = f"root {root.label} is gone"
+                continue
+            present: set[str] = set()
+            for item in scan(root, idx.accept, self.settings.follow_symlinks, under=rel):
+                if isinstance(item, ScanError):
+                    summary.fail(item.root, item.rel, item.reason)
+                else:
+                    files[item.key] = item
+                present.add(item.rel)
+            prefix = f"{rel}/" if rel else ""
+            deleted.update(
+                key
+                for key in known
+                if key[0] == root.label and key[1].startswith(prefix) and key[1] not in present
+            )
+        rows = idx.state.docs()
+        fresh = [f for f in files.values() if idx.is_fresh(f, rows)]
+        summary.files_unchanged += len(fresh)
+        changed = [f for f in files.values() if not idx.is_fresh(f, rows)]
+        return changed, sorted(deleted - files.keys())
+
+    def account(self, summary: Summary) -> None:
+        assert self.indexer is not None
+        self.metrics.embedded.inc(summary.chunks_embedded)
+        self.metrics.upserted.inc(summary.points_upserted)
+        self.metrics.deleted.inc(summary.points_deleted)
+        self.metrics.errors.inc(summary.files_failed)
+        for key in ("files_changed", "files_deleted", "files_failed", "chunks_embedded"):
+            setattr(self.totals, key, getattr(self.totals, key) + getattr(summary, key))
+        self.metrics.last_sync.set(time.time())
+        self.last_sync = now_iso()
+        self.indexer.state.put("last_sync", self.last_sync)
+        if self.unhealthy.startswith("store"):
+            log.info("store reachable again")
+        self.unhealthy = ""
+        self.update_gauges()
+        self.notify.status(self.status_line("watching"))
+
+    def store_failed(self, exc: MdindexError) -> None:
+        log.error("store error; will retry: %s", exc)
+        self.metrics.errors.inc()
+        self.unhealthy = f"store: {exc}"
+        self.metrics.healthy.set(0)
+        self.notify.status(self.status_line("store unavailable, retrying"))
+
+    def observe_latency(self, refs: list[FileRef]) -> None:
+        now = time.time()
+        for ref in refs:
+            self.metrics.latency.observe(max(0.0, now - ref.mtime_ns / 1e9))
+
+    def ping(self) -> None:
+        """Tell systemd we are alive, but only while the observer is."""
+        if self.watcher.alive():
+            self.notify.watchdog()
+
+    def update_gauges(self) -> None:
+        assert self.indexer is not None
+        self.points, _ = self.indexer.state.point_counts()
+        self.documents = self.indexer.state.doc_count()
+        self.metrics.documents.set(self.documents)
+        self.metrics.points.set(self.points)
+        self.metrics.healthy.set(1 if not self.unhealthy else 0)
+
+    def status_line(self, phase: str) -> str:
+        t = self.totals
+        return (
+            f"{phase}; {self.documents} documents, "
+            f"{t.files_changed} indexed, {t.files_deleted} deleted, {t.files_failed} failed, "
+            f"{t.chunks_embedded} chunks embedded"
+        )
+
+    # -- the HTTP API ----------------------------------------------------
+
+    def health(self) -> tuple[bool, str]:
+        if not self.watcher.alive():
+            return False, "file observer is not running"
+        return (not self.unhealthy), self.unhealthy or "watching"
+
+    def search(self, query: str, k: int) -> list[dict[str, Any]]:
+        assert self.indexer is not None
+        vector = self.indexer.embedder.embed([query])[0]
+        hits = self.indexer.sink.search([float(x) for x in vector], k)
+        return [
+            {"score": h.score, **{k: v for k, v in h.payload.items() if k != "vector_key"}}
+            for h in hits
+        ]
+
+    def status(self) -> dict[str, Any]:
+        assert self.indexer is not None
+        return {
+            "collection": self.settings.collection,
+            "store": self.indexer.sink.where,
+            "model": self.settings.model,
+            "strategy": self.settings.strategy,
+            "documents": self.documents,
+            "points": self.points,
+            "last_sync": self.last_sync,
+            "daemon": True,
+            "healthy": not self.unhealthy,
+            "queue_depth": len(self.debouncer),
+        }
 
 
 def run_daemon(settings: Settings) -> int:
-    raise NotImplementedError
+    return Daemon(settings).run()

@@ -1,0 +1,136 @@
+"""Backfill cost on a corpus, against the embedding it cannot avoid, in one run.
+
+    python bench/backfill.py [--corpus DIR] [--batch-size 64] [--noop-runs 3]
+
+1. Cold backfill of the corpus (real model, embedded Qdrant) versus embedding
+   the very same chunk texts alone with the same model and batch size: the
+   overhead ratio is backfill time / embedding time (goal <= 1.10).
+2. A no-op re-run, timed as a whole `mdindex backfill` process (goal < 1.5 s).
+3. Peak RSS of both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import corpus_dir, offline, peak_rss_mb, write_json
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--corpus")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--noop-runs", type=int, default=3)
+    ap.add_argument("--strategy", default="heading")
+    args = ap.parse_args()
+    offline()
+    corpus = corpus_dir(args.corpus)
+
+    from mdindex.config import load_settings
+    from mdindex.runtime import make_indexer, make_sink
+
+    work = Path(tempfile.mkdtemp(prefix="mdindex-bench-"))
+    settings = load_settings(
+        {
+            "roots": [str(corpus)],
+            "state_dir": str(work / "state"),
+            "batch_size": args.batch_size,
+            "strategy": args.strategy,
+            "device": "cpu",
+        }
+    )
+    indexer = make_indexer(settings)
+    embedder = indexer.embedder
+    embedder.model()  # type: ignore[attr-defined]  # both sides start with the model loaded
+    embedder.embed(["warm up"] * args.batch_size)
+
+    t = time.perf_counter()
+    summary = indexer.backfill()
+    backfill_s = time.perf_counter() - t
+    indexer.finish()
+    indexer.state.close()
+    rss_backfill = peak_rss_mb()
+
+    sink = make_sink(settings).open()
+    texts = [p["text"] for _, p, _ in sink.scroll(payload=["text"])]
+    sink.close()
+    t = time.perf_counter()
+    embedder.embed(texts)
+    embed_s = time.perf_counter() - t
+
+    # The child reports its own peak RSS: RUSAGE_CHILDREN would count this
+    # process's pages, copied into the child between fork and exec.
+    probe = (
+        "import resource, sys\n"
+        "from mdindex.cli import main\n"
+        "rc = main(sys.argv[1:])\n"
+        "print('peak_rss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+        "sys.exit(rc)\n"
+    )
+    cmd = [
+        sys.executable,
+        "-c",
+        probe,
+        "backfill",
+        str(corpus),
+        "--state-dir",
+        str(work / "state"),
+        "--json",
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    noop = []
+    noop_rss = 0.0
+    for _ in range(args.noop_runs):
+        t = time.perf_counter()
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        noop.append(time.perf_counter() - t)
+        kb = [line.split()[1] for line in out.stderr.splitlines() if line.startswith("peak_rss_kb")]
+        noop_rss = max(noop_rss, int(kb[-1]) / 1024 if kb else 0.0)
+        assert '"chunks_embedded": 0' in out.stdout and '"points_upserted": 0' in out.stdout, (
+            out.stdout
+        )
+    noop_s = statistics.median(noop)
+
+    result = {
+        "files": summary.files_seen,
+        "chunks_embedded": summary.chunks_embedded,
+        "points": len(texts),
+        "backfill_s": backfill_s,
+        "embed_only_s": embed_s,
+        "backfill_chunks_per_s": summary.chunks_embedded / backfill_s,
+        "embed_only_chunks_per_s": len(texts) / embed_s,
+        "overhead_ratio": backfill_s / embed_s * len(texts) / max(1, summary.chunks_embedded),
+        "noop_process_s": noop_s,
+        "peak_rss_backfill_mb": rss_backfill,
+        "peak_rss_noop_mb": noop_rss,
+        "batch_size": args.batch_size,
+        "strategy": args.strategy,
+    }
+    print(f"corpus {corpus}: {result['files']} files, {result['chunks_embedded']} chunks embedded")
+    print(
+        f"backfill end to end: {backfill_s:.1f} s, {result['backfill_chunks_per_s']:.1f} chunks/s"
+    )
+    print(f"embedding alone:     {embed_s:.1f} s, {result['embed_only_chunks_per_s']:.1f} chunks/s")
+    print(f"overhead ratio:      {result['overhead_ratio']:.3f} (goal <= 1.10)")
+    print(
+        f"no-op re-run:        {noop_s:.2f} s as a whole process (median of {len(noop)}; goal < 1.5 s)"
+    )
+    print(
+        f"peak RSS:            backfill {rss_backfill:.0f} MB, no-op {result['peak_rss_noop_mb']:.0f} MB"
+    )
+    print(f"written {write_json('backfill', result)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""File events to work: a watchdog observer feeding debounced batches of paths.
+
+Events only say where to look. Each is reduced to the paths it touches (both
+ends of a move); the batcher waits until a path has been quiet, and its size
+and mtime stable, for the quiet period, then hands the path on. What the path
+holds at that moment decides between index and delete, so atomic saves,
+vim-style saves and rename chains need no special cases.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers.api import BaseObserver
+
+from mdindex.config import Root
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One path an event touched; ``is_dir`` for folder events (covers everything below)."""
+
+    path: str
+    is_dir: bool = False
+
+
+@dataclass
+class Batch:
+    files: list[str] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)
+    first_event: float = 0.0  # monotonic time of the oldest event in the batch
+
+    def __bool__(self) -> bool:
+        return bool(self.files or self.dirs)
+
+
+class Watcher:
+    """A recursive watchdog observer on every root, with a bounded event queue.
+
+    When the queue overflows, events are dropped and ``overflowed`` is set so
+    the daemon runs a rescan instead.
+    """
+
+    def __init__(self, roots: Sequence[Root], max_queue: int = 10_000) -> None:
+        self.roots = list(roots)
+        self.events: queue.Queue[Change] = queue.Queue(maxsize=max_queue)
+        self.overflowed = threading.Event()
+        self._observer: BaseObserver | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        from watchdog.observers import Observer
+
+        observer = Observer()
+        handler = _Handler(self)
+        for root in self.roots:
+            observer.schedule(handler, str(root.path), recursive=True)
+        observer.daemon = True
+        observer.start()
+        with self._lock:
+            self._observer = observer
+
+    def alive(self) -> bool:
+        obs = self._observer
+        return obs is not None and obs.is_alive()
+
+    def restart(self) -> None:
+        self.stop(timeout=2.0)
+        self.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self._lock:
+            obs, self._observer = self._observer, None
+        if obs is None:
+            return
+        try:
+            obs.stop()
+            obs.join(timeout)
+        except Exception as exc:  # a dead observer may fail to stop; it is gone either way
+            log.debug("stopping observer: %s", exc)
+
+    def put(self, change: Change) -> None:
+        try:
+            self.events.put_nowait(change)
+        except queue.Full:
+            if not self.overflowed.is_set():
+                log.warning("event queue full (%d); a rescan will catch up", self.events.maxsize)
+            self.overflowed.set()
+
+
+class _Handler(FileSystemEventHandler):
+    """watchdog calls ``dispatch`` from its thread; it must never block or raise."""
+
+    def __init__(self, watcher: Watcher) -> None:
+        self.watcher = watcher
+
+    def dispatch(self, event: FileSystemEvent) -> None:
+        kind = getattr(event, "event_type", "")
+        if kind in ("opened", "closed_no_write"):
+            return  # reads do not change anything
+        is_dir = bool(getattr(event, "is_directory", False))
+        if is_dir and kind == "modified":
+            return  # a folder's mtime moves with every file event inside it
+        for attr in ("src_path", "dest_path"):
+            path = getattr(event, attr, "")
+            if isinstance(path, bytes):
+                path = os.fsdecode(path)
+            if path:
+                self.watcher.put(Change(path, is_dir))
+
+
+def _stat(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+class Debouncer:
+    """Coalesces changes per path; a path is ready once quiet and stable for ``quiet`` seconds."""
+
+    def __init__(self, quiet: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.quiet = quiet
+        self.clock = clock
+        # path -> (is_dir, last event time, stat seen then, first event time)
+        self.pending: dict[str, tuple[bool, float, tuple[int, int] | None, float]] = {}
+
+    def add(self, change: Change) -> None:
+        now = self.clock()
+        old = self.pending.get(change.path)
+        first = old[3] if old else now
+        is_dir = change.is_dir or (old[0] if old else False)
+        self.pending[change.path] = (is_dir, now, _stat(change.path), first)
+
+    def add_path(self, path: str, is_dir: bool, delay: float) -> None:
+        """Queue a path again, ready no sooner than ``delay`` seconds from now."""
+        now = self.clock()
+        self.pending[path] = (is_dir, now + max(0.0, delay - self.quiet), _stat(path), now)
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    def next_deadline(self) -> float | None:
+        if not self.pending:
+            return None
+        return min(t for _, t, _, _ in self.pending.values()) + self.quiet
+
+    def ready(self, limit: int = 1000) -> Batch:
+        """Pop the paths that have been quiet and stable; restart the clock of the others."""
+        now = self.clock()
+        batch = Batch(first_event=now)
+        for path, (is_dir, last, seen, first) in list(self.pending.items()):
+            if now - last < self.quiet:
+                continue
+            current = _stat(path)
+            if not is_dir and current != seen:
+                # still being written (size or mtime moved without an event reaching us yet)
+                self.pending[path] = (is_dir, now, current, first)
+                continue
+            del self.pending[path]
+            (batch.dirs if is_dir else batch.files).append(path)
+            batch.first_event = min(batch.first_event, first)
+            if len(batch.files) + len(batch.dirs) >= limit:
+                break
+        return batch
+
+
+def locate(roots: Sequence[Root], path: str) -> tuple[Root, str] | None:
+    """The root holding an absolute path, and the path relative to it."""
+    p = Path(path)
+    for root in roots:
+        try:
+            rel = p.relative_to(root.path)
+        except ValueError:
+            try:
+                rel = p.relative_to(root.path.resolve())
+            except ValueError:
+                continue
+        return root, rel.as_posix() if str(rel) != "." else ""
+    return None

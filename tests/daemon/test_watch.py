@@ -1,0 +1,293 @@
+"""The daemon against a real watchdog observer on temporary folders and the real embedded Qdrant."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mdindex.daemon.service import Daemon
+from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for, stored_points
+
+QUIET_MS = 150
+
+
+class Running:
+    """A daemon on a thread, stopped the way SIGTERM would stop it."""
+
+    def __init__(self, settings: Any, embedder: Any) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self.indexed: list[str] = []
+        self.daemon = Daemon(settings, indexer_factory=self._factory)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.exit_code: int | None = None
+
+    def _factory(self, settings: Any) -> Any:
+        indexer = build_indexer(settings, self.embedder)
+        return indexer
+
+    def _run(self) -> None:
+        self.exit_code = self.daemon.run()
+
+    def start(self) -> Running:
+        self.thread.start()
+        wait_for(lambda: self.daemon.next_rescan > 0, 60, "daemon start")
+        # record which documents get written, to count re-indexing
+        hook = self.daemon.indexer.on_indexed  # type: ignore[union-attr]
+
+        def record(refs: list[Any]) -> None:
+            self.indexed.extend(r.rel for r in refs)
+            if hook is not None:
+                hook(refs)
+
+        self.daemon.indexer.on_indexed = record  # type: ignore[union-attr]
+        return self
+
+    def stop(self, timeout: float = 10) -> float:
+        t = time.monotonic()
+        self.daemon.should_exit = True
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "daemon did not stop in time"
+        return time.monotonic() - t
+
+    def points(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for pid, payload, _ in self.daemon.indexer.sink.scroll(payload=True):  # type: ignore[union-attr]
+            payload.pop("indexed_at", None)
+            out[pid] = payload
+        return out
+
+
+def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def fresh(tmp_path: Path, root: Path) -> dict[str, dict[str, Any]]:
+    where = tmp_path / f"fresh-{time.monotonic_ns()}"
+    s = settings_for(where, [str(root)])
+    run_backfill(s, TinyEmbedder())
+    return stored_points(s)
+
+
+def converges(d: Running, tmp_path: Path, root: Path, timeout: float = 30) -> None:
+    want = fresh(tmp_path, root)
+    deadline = time.monotonic() + timeout
+    got: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        got = d.points()
+        if got == want:
+            return
+        time.sleep(0.2)
+    missing = sorted({p["doc_path"] for k, p in want.items() if k not in got})
+    extra = sorted({p["doc_path"] for k, p in got.items() if k not in want})
+    raise AssertionError(f"store did not converge: missing {missing}, extra {extra}")
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    r = tmp_path / "notes"
+    (r / "sub" / "deep").mkdir(parents=True)
+    (r / "a.md").write_text("# A\n\nAlpha apples.\n\n## Two\n\nMore apples here.\n")
+    (r / "sub" / "b.md").write_text("# B\n\nBeta bananas.\n")
+    (r / "sub" / "deep" / "c.md").write_text("# C\n\nCherries in the deep folder.\n")
+    return r
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, root: Path):
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS, http_port=0)
+    d = Running(s, TinyEmbedder()).start()
+    yield d
+    if d.thread.is_alive():
+        d.stop()
+
+
+def test_file_operations_converge(daemon: Running, root: Path, tmp_path: Path) -> None:
+    d = daemon
+    converges(d, tmp_path, root)
+    # create and modify
+    (root / "new.md").write_text("# New\n\nA new note.\n")
+    with open(root / "a.md", "a") as fh:
+        fh.write("\n## Three\n\nAppended section.\n")
+    converges(d, tmp_path, root)
+    # atomic save: write a temp file, then rename it over the target
+    tmp = root / ".a.md.tmp123"
+    tmp.write_text("# A\n\nAlpha apples, saved atomically.\n")
+    os.replace(tmp, root / "a.md")
+    converges(d, tmp_path, root)
+    # vim-style save: rename to a backup, write the new file, drop the backup
+    os.rename(root / "new.md", root / "new.md~")
+    (root / "new.md").write_text("# New\n\nA new note, saved the vim way.\n")
+    os.unlink(root / "new.md~")
+    converges(d, tmp_path, root)
+    # a rename costs no embedding
+    before = d.embedder.texts_embedded
+    os.rename(root / "sub" / "b.md", root / "sub" / "renamed.md")
+    converges(d, tmp_path, root)
+    assert d.embedder.texts_embedded == before
+    # delete, move out, move in
+    (root / "new.md").unlink()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.move(str(root / "a.md"), str(outside / "a.md"))
+    (outside / "in.md").write_text("# Incoming\n\nMoved in from outside.\n")
+    shutil.move(str(outside / "in.md"), str(root / "in.md"))
+    converges(d, tmp_path, root)
+    # a directory rename covers its children, and reuses their vectors
+    before = d.embedder.texts_embedded
+    os.rename(root / "sub", root / "moved")
+    converges(d, tmp_path, root)
+    assert d.embedder.texts_embedded == before
+    # new directories are watched
+    (root / "fresh" / "dir").mkdir(parents=True)
+    (root / "fresh" / "dir" / "x.md").write_text("# X\n\nIn a new folder.\n")
+    converges(d, tmp_path, root)
+    # a directory delete covers its children
+    shutil.rmtree(root / "moved")
+    converges(d, tmp_path, root)
+    # editor debris is ignored
+    for name in (".#a.md", "a.md~", ".a.md.swp", "4913"):
+        (root / name).write_text("# Debris\n")
+    time.sleep(QUIET_MS / 1000 * 3)
+    assert all(p["doc_path"] not in (".#a.md", "a.md~") for p in d.points().values())
+
+
+def test_burst_of_200_files_in_batches(daemon: Running, root: Path, tmp_path: Path) -> None:
+    d = daemon
+    converges(d, tmp_path, root)
+    calls_before = len(d.embedder.calls)
+    burst = root / "burst"
+    burst.mkdir()
+    for i in range(200):
+        (burst / f"f{i:03}.md").write_text(f"# File {i}\n\nBurst file number {i}.\n")
+    converges(d, tmp_path, root, timeout=60)
+    calls = len(d.embedder.calls) - calls_before
+    assert calls < 40, f"{calls} embedding calls for 200 files: not batched"
+    assert sorted(r for r in d.indexed if r.startswith("burst/")) == sorted(
+        f"burst/f{i:03}.md" for i in range(200)
+    )
+
+
+def test_slow_writer_is_indexed_once_with_final_content(
+    daemon: Running, root: Path, tmp_path: Path
+) -> None:
+    d = daemon
+    converges(d, tmp_path, root)
+    d.indexed.clear()
+    with open(root / "slow.md", "w") as fh:
+        fh.write("# Slow\n\n")
+        for i in range(12):
+            fh.write(f"Piece {i} of a file written slowly.\n")
+            fh.flush()
+            time.sleep(QUIET_MS / 1000 / 2)
+    converges(d, tmp_path, root)
+    assert d.indexed.count("slow.md") == 1
+    texts = [p["text"] for p in d.points().values() if p["doc_path"] == "slow.md"]
+    assert "Piece 11" in "".join(texts)
+
+
+def test_queue_overflow_and_dead_observer_trigger_rescans(tmp_path: Path, root: Path) -> None:
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS, queue_size=3)
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        converges(d, tmp_path, root)
+        for i in range(30):  # far more events than the queue holds
+            (root / f"over{i}.md").write_text(f"# Over {i}\n\noverflow {i}\n")
+        converges(d, tmp_path, root)
+        assert d.daemon.metrics.rescans._value.get() >= 1
+        # the observer dies; a change made meanwhile is repaired by the rescan
+        rescans = d.daemon.metrics.rescans._value.get()
+        d.daemon.watcher.stop()
+        (root / "a.md").write_text("# A\n\nChanged while nobody watched.\n")
+        converges(d, tmp_path, root)
+        assert d.daemon.watcher.alive()
+        assert d.daemon.metrics.rescans._value.get() > rescans
+    finally:
+        d.stop()
+
+
+def test_change_while_stopped_is_reconciled_on_start(tmp_path: Path, root: Path) -> None:
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder()).start()
+    converges(d, tmp_path, root)
+    d.stop()
+    (root / "a.md").write_text("# A\n\nEdited while the daemon was down.\n")
+    (root / "sub" / "b.md").unlink()
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        converges(d, tmp_path, root)
+    finally:
+        d.stop()
+
+
+def test_http_endpoints(daemon: Running, root: Path, tmp_path: Path) -> None:
+    d = daemon
+    converges(d, tmp_path, root)
+    port = d.daemon.http.port  # type: ignore[union-attr]
+    base = f"http://127.0.0.1:{port}"
+    with urllib.request.urlopen(base + "/healthz", timeout=10) as r:
+        assert r.status == 200 and json.load(r)["status"] == "ok"
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+        body = r.read().decode()
+    for name in (
+        "mdindex_documents 3.0",
+        "mdindex_points",
+        "mdindex_queue_depth",
+        "mdindex_chunks_embedded_total",
+        "mdindex_errors_total",
+        "mdindex_last_sync_timestamp_seconds",
+        "mdindex_save_to_indexed_seconds_bucket",
+    ):
+        assert name in body
+    with urllib.request.urlopen(base + "/search?q=bananas&k=2", timeout=10) as r:
+        hits = json.load(r)
+    assert hits[0]["doc_path"] == "sub/b.md" and "vector_key" not in hits[0]
+    with urllib.request.urlopen(base + "/status", timeout=10) as r:
+        status = json.load(r)
+    assert status["documents"] == 3 and status["daemon"] is True
+
+
+def test_sd_notify_messages_in_order(tmp_path: Path, root: Path, monkeypatch) -> None:
+    sock_path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    sock.settimeout(0.2)
+    monkeypatch.setenv("NOTIFY_SOCKET", str(sock_path))
+    monkeypatch.setenv("WATCHDOG_USEC", "200000")
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder()).start()
+    messages: list[str] = []
+
+    def receive(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                messages.append(sock.recv(4096).decode())
+            except TimeoutError:
+                pass
+
+    receive(1.5)
+    d.stop()
+    receive(0.5)
+    sock.close()
+    kinds = [m.splitlines()[0].split("=")[0] for m in messages]
+    assert kinds[0] == "READY" and "STATUS=" in messages[0]
+    assert "STATUS" in kinds and "WATCHDOG" in kinds
+    assert kinds[-1] == "STOPPING"
+    assert kinds.index("READY") < kinds.index("WATCHDOG") < kinds.index("STOPPING")
+    assert any("documents" in m for m in messages if m.startswith("STATUS="))
