@@ -69,13 +69,14 @@ def main() -> None:
     embedder.embed(texts)
     embed_s = time.perf_counter() - t
 
-    # The child reports its own peak RSS: RUSAGE_CHILDREN would count this
-    # process's pages, copied into the child between fork and exec.
+    # The child reports its own peak RSS as VmHWM, which starts afresh at exec;
+    # ru_maxrss would still count this process's pages from before the exec.
     probe = (
-        "import resource, sys\n"
+        "import sys\n"
         "from mdindex.cli import main\n"
         "rc = main(sys.argv[1:])\n"
-        "print('peak_rss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+        "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')]\n"
+        "print('peak_rss_kb', hwm[0], file=sys.stderr)\n"
         "sys.exit(rc)\n"
     )
     cmd = [

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -21,6 +22,7 @@ from mdindex.errors import (
     EXIT_PARTIAL,
     EXIT_USAGE,
     InputError,
+    LockError,
     MdindexError,
     StoreUnavailable,
 )
@@ -138,6 +140,9 @@ def _public(payload: dict[str, Any]) -> dict[str, Any]:
 
 def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     check_roots(settings.root_list())
+    daemon = _daemon_url(settings, required=False)
+    if daemon is not None:
+        return _backfill_through_daemon(args, daemon)
     with WriterLock(settings.state_dir, settings.collection, "backfill"):
         indexer = make_indexer(settings)
         bar = _progress(args)
@@ -158,6 +163,31 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_PARTIAL if summary.errors else EXIT_OK
 
 
+def _backfill_through_daemon(args: argparse.Namespace, daemon: str) -> int:
+    """The daemon holds the store: ask it to reconcile and report its summary."""
+    if args.dry_run or args.no_prune or args.force:
+        raise LockError(
+            "the watch daemon holds the store; --dry-run, --no-prune and --force need it stopped"
+        )
+    log.info("the watch daemon holds the store; asking it to reconcile")
+    request = urllib.request.Request(daemon + "/reconcile", method="POST", data=b"")
+    try:
+        with urllib.request.urlopen(request, timeout=24 * 3600) as resp:
+            data = json.loads(resp.read().decode())
+    except urllib.error.HTTPError as exc:
+        detail = json.loads(exc.read().decode() or "{}").get("error", str(exc))
+        raise StoreUnavailable(f"the daemon could not reconcile: {detail}") from exc
+    except OSError as exc:
+        raise StoreUnavailable(f"the daemon at {daemon} did not answer: {exc}") from exc
+    line = (
+        f"{data['files_seen']} files: {data['files_changed']} changed, "
+        f"{data['files_unchanged']} unchanged, {data['files_deleted']} deleted, "
+        f"{data['files_failed']} failed (reconciled by the watch daemon)"
+    )
+    emit(args, data, line)
+    return EXIT_PARTIAL if data.get("errors") else EXIT_OK
+
+
 def _progress(args: argparse.Namespace) -> Any:
     if args.json or not sys.stderr.isatty():
         return None
@@ -173,12 +203,13 @@ def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
     return run_daemon(settings)
 
 
-def _daemon_url(settings: Settings) -> str | None:
+def _daemon_url(settings: Settings, required: bool = True) -> str | None:
+    """The running daemon's HTTP endpoint when it holds this state dir and collection."""
     holder = read_holder(lock_path(settings.state_dir, settings.collection))
     if not holder or holder.get("command") != "watch":
         return None
     if not holder.get("http_port"):
-        if settings.qdrant_url:
+        if settings.qdrant_url or not required:
             return None  # a server store can be shared; go to it directly
         raise StoreUnavailable(
             f"the daemon (pid {holder.get('pid')}) holds the embedded store and has no HTTP "

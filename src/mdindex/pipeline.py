@@ -300,8 +300,10 @@ class Indexer:
                     "%d documents were interrupted mid-write; they will be re-synced", interrupted
                 )
             committed, pending = self.state.point_counts()
+            # An interrupted write may have added its new points and deleted some old ones.
+            at_risk = self.state.committed_at_risk()
             stored = self.sink.count()
-            if not committed <= stored <= committed + pending:
+            if not committed - at_risk <= stored <= committed + pending:
                 reason = f"state knows {committed} points, store holds {stored}"
         if reason:
             self.rebuild_state(reason)

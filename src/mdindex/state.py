@@ -150,6 +150,14 @@ class State:
         ).fetchone()
         return int(row[0]), int(row[1])
 
+    def committed_at_risk(self) -> int:
+        """Committed points of documents that were interrupted mid-write (may be deleted)."""
+        row = self.db.execute(
+            "SELECT count(*) FROM points WHERE pending=0 AND (root, path) IN "
+            "(SELECT root, path FROM points WHERE pending=1)"
+        ).fetchone()
+        return int(row[0])
+
     def ids_for_vector_keys(self, keys: Iterable[str]) -> dict[str, str]:
         """One point ID per vector key that some committed point already has."""
         out: dict[str, str] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -14,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for, stored_points
 
 from mdindex.daemon.service import Daemon
-from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for, stored_points
 
 QUIET_MS = 150
 
@@ -276,10 +277,8 @@ def test_sd_notify_messages_in_order(tmp_path: Path, root: Path, monkeypatch) ->
     def receive(seconds: float) -> None:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            try:
+            with contextlib.suppress(TimeoutError):
                 messages.append(sock.recv(4096).decode())
-            except TimeoutError:
-                pass
 
     receive(1.5)
     d.stop()

@@ -53,11 +53,13 @@ class Api:
         health: Callable[[], tuple[bool, str]],
         search: Callable[[str, int], list[dict[str, Any]]],
         status: Callable[[], dict[str, Any]],
+        reconcile: Callable[[], dict[str, Any]],
     ) -> None:
         self.metrics = metrics
         self.health = health
         self.search = search
         self.status = status
+        self.reconcile = reconcile
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -91,6 +93,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(400, {"error": str(exc)})
         except MdindexError as exc:
             self._json(503, {"error": str(exc)})
+
+    def do_POST(self) -> None:
+        if urllib.parse.urlsplit(self.path).path != "/reconcile":
+            self._json(404, {"error": "not found"})
+            return
+        try:
+            self._json(200, self.api.reconcile())
+        except MdindexError as exc:
+            self._json(503, {"error": str(exc), "exit_code": exc.exit_code})
 
     def _json(self, code: int, data: Any) -> None:
         self._send(code, "application/json", json.dumps(data, ensure_ascii=False).encode())

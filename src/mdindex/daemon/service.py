@@ -60,6 +60,9 @@ class Daemon:
         self.documents = 0
         self.points = 0
         self.last_sync: str | None = None
+        # Reconciles asked for over HTTP (`mdindex backfill` while we run): each
+        # waits on its event for the main loop to fill in the result.
+        self.requests: queue.Queue[tuple[threading.Event, dict[str, Any]]] = queue.Queue()
 
     # -- signals ---------------------------------------------------------
 
@@ -104,7 +107,7 @@ class Daemon:
             load_model()
         indexer.open_store()
         if self.settings.http_port is not None:
-            api = Api(self.metrics, self.health, self.search, self.status)
+            api = Api(self.metrics, self.health, self.search, self.status, self.request_reconcile)
             self.http = HttpServer(self.settings.http_host, self.settings.http_port, api)
             self.http.start()
             log.info("http endpoint on http://%s:%d", self.settings.http_host, self.http.port)
@@ -119,6 +122,7 @@ class Daemon:
             self.drain(timeout=0.1)
             if not self.check_observer():
                 return
+            self.serve_requests()
             if self.watcher.overflowed.is_set() or time.monotonic() >= self.next_rescan:
                 self.watcher.overflowed.clear()
                 self.reconcile("rescan")
@@ -173,7 +177,32 @@ class Daemon:
         self.watcher.overflowed.set()
         return True
 
-    def reconcile(self, why: str) -> None:
+    def serve_requests(self) -> None:
+        while True:
+            try:
+                done, result = self.requests.get_nowait()
+            except queue.Empty:
+                return
+            summary = self.reconcile("requested")
+            if summary is None:
+                result["error"] = self.unhealthy or "reconcile failed"
+            else:
+                result.update(summary.as_dict())
+            done.set()
+
+    def request_reconcile(self) -> dict[str, Any]:
+        """Run a full reconcile on the main loop and return its summary (HTTP thread)."""
+        done = threading.Event()
+        result: dict[str, Any] = {}
+        self.requests.put((done, result))
+        while not done.wait(1.0):
+            if self.should_exit:
+                raise StoreError("the daemon is stopping; reconcile not run")
+        if "error" in result:
+            raise StoreError(str(result["error"]))
+        return result
+
+    def reconcile(self, why: str) -> Summary | None:
         assert self.indexer is not None
         self.notify.status(self.status_line(f"{why}: reconciling"))
         self.next_rescan = time.monotonic() + self.settings.rescan_interval_s
@@ -184,13 +213,14 @@ class Daemon:
         except PruneRefused as exc:
             log.error("%s: prune refused: %s", why, exc)
             self.unhealthy = f"prune refused: {exc}"
-            return
+            return None
         except StoreError as exc:
             self.store_failed(exc)
             self.next_rescan = time.monotonic() + STORE_RETRY_S
-            return
+            return None
         self.account(summary)
         log.info("%s: %s", why, summary.line())
+        return summary
 
     def process(self, batch: Batch) -> None:
         assert self.indexer is not None
