@@ -115,10 +115,11 @@ def main() -> None:
             tmp.write_text("# Notes\n\n" + "\n".join(parts))
             os.replace(tmp, target)  # an editor's atomic save
             saved = time.perf_counter()
-            query = urllib.parse.urlencode({"q": f"Paragraph {k} {marker}", "k": 1})
+            # All sections read alike, so look at every hit, not just the first.
+            query = urllib.parse.urlencode({"q": f"Paragraph {k} {marker}", "k": 25})
             while True:
                 hits = get(f"{base}/search?{query}")
-                if isinstance(hits, list) and hits and marker in hits[0]["text"]:
+                if isinstance(hits, list) and any(marker in h["text"] for h in hits):
                     break
                 if time.perf_counter() - saved > 30:
                     raise SystemExit(f"edit {i} never became searchable")

@@ -5,6 +5,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from mdindex.errors import LockError, PruneRefused, StoreMismatch, StoreUnavailable
+from mdindex.lock import WriterLock
+from mdindex.runtime import make_sink, state_path
 from tests.conftest import (
     TinyEmbedder,
     build_indexer,
@@ -12,10 +16,6 @@ from tests.conftest import (
     settings_for,
     stored_points,
 )
-
-from mdindex.errors import LockError, PruneRefused, StoreMismatch, StoreUnavailable
-from mdindex.lock import WriterLock
-from mdindex.runtime import make_sink, state_path
 
 
 def fresh_copy(tmp_path: Path, settings, tiny) -> dict:

@@ -5,12 +5,12 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.chunking.invariants import check
-from tests.conftest import TinyEmbedder, corpus_files, needs_corpus
 
 from mdindex.chunking import Chunker
 from mdindex.document import decode, parse_document
 from mdindex.pipeline import Planner
+from tests.chunking.invariants import check
+from tests.conftest import TinyEmbedder, corpus_files, needs_corpus
 
 WORDS = [
     "alpha",

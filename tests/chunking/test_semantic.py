@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tests.chunking.invariants import check
 
 from mdindex.chunking import Chunker
 from mdindex.chunking.semantic import group
 from mdindex.chunking.sentences import split_sentences
 from mdindex.document import parse_document
 from mdindex.errors import EmbeddingError
+from tests.chunking.invariants import check
 
 
 def sentences(text: str) -> list[str]:

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for, stored_points
 
 from mdindex.daemon.service import Daemon
+from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for, stored_points
 
 QUIET_MS = 150
 

@@ -22,7 +22,7 @@ from mdindex.config import Settings
 from mdindex.daemon.http import Api, HttpServer, Metrics
 from mdindex.daemon.notify import Notifier
 from mdindex.daemon.watcher import Batch, Debouncer, Watcher, locate
-from mdindex.errors import EXIT_OK, MdindexError, PruneRefused, StoreError
+from mdindex.errors import EXIT_OK, MdindexError, PruneRefused, StoreError, StoreMismatch
 from mdindex.files import FileRef, ScanError, scan, stat_file
 from mdindex.lock import WriterLock
 from mdindex.pipeline import Indexer, Summary, now_iso
@@ -105,13 +105,19 @@ class Daemon:
         load_model = getattr(indexer.embedder, "model", None)
         if callable(load_model):
             load_model()
-        indexer.open_store()
         if self.settings.http_port is not None:
             api = Api(self.metrics, self.health, self.search, self.status, self.request_reconcile)
             self.http = HttpServer(self.settings.http_host, self.settings.http_port, api)
             self.http.start()
             log.info("http endpoint on http://%s:%d", self.settings.http_host, self.http.port)
             self.lock.update(http_host=self.settings.http_host, http_port=self.http.port)
+        try:
+            indexer.open_store()
+        except StoreMismatch:
+            raise
+        except StoreError as exc:
+            # Keep running: /healthz says why, and the main loop retries.
+            self.store_failed(exc)
         self.last_sync = indexer.state.get("last_sync")
         self.update_gauges()
         self.notify.ready(self.status_line("ready; reconciling"))
@@ -214,6 +220,8 @@ class Daemon:
             log.error("%s: prune refused: %s", why, exc)
             self.unhealthy = f"prune refused: {exc}"
             return None
+        except StoreMismatch:
+            raise
         except StoreError as exc:
             self.store_failed(exc)
             self.next_rescan = time.monotonic() + STORE_RETRY_S

@@ -1,0 +1,115 @@
+"""`mdindex watch` as a real process: SIGTERM mid-burst, restart, and the CLI going through it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mdindex.lock import lock_path, read_holder
+from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_points
+
+pytestmark = pytest.mark.model
+
+ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "MDINDEX_HTTP_PORT": "0",
+    "MDINDEX_QUIET_PERIOD_MS": "100",
+    "MDINDEX_LOG_LEVEL": "WARNING",
+}
+
+
+def start(root: Path, state: Path) -> tuple[subprocess.Popen[bytes], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mdindex", "watch", str(root), "--state-dir", str(state)], env=ENV
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "daemon exited during start-up"
+        holder = read_holder(lock_path(state, "mdindex"))
+        if holder and holder.get("http_port"):
+            return proc, f"http://127.0.0.1:{holder['http_port']}"
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("daemon did not start")
+
+
+def get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.loads(r.read().decode())
+
+
+def stop(proc: subprocess.Popen[bytes]) -> tuple[int, float]:
+    t = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=30)
+    return code, time.monotonic() - t
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mdindex", *args],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
+
+
+def test_sigterm_mid_burst_then_restart_converges(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "start.md").write_text("# Start\n\nThe first note.\n")
+    state = tmp_path / "state"
+    proc, base = start(root, state)
+    deadline = time.monotonic() + 60
+    while get(base + "/status")["points"] < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    for i in range(200):
+        (root / f"burst{i:03}.md").write_text(
+            f"# Burst {i}\n\nNote {i} of a burst, about topic {i % 7}.\n\n## More\n\nDetail {i}.\n"
+        )
+    time.sleep(1.5)  # the burst is being indexed now
+    code, seconds = stop(proc)
+    assert code == 0 and seconds < 10, (code, seconds)
+
+    fresh = settings_for(tmp_path / "fresh", [str(root)])
+    run_backfill(fresh, TinyEmbedder())
+    want = stored_points(fresh)
+
+    proc, base = start(root, state)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            status = get(base + "/status")
+            if status["points"] == len(want) and status["queue_depth"] == 0:
+                break
+            assert time.monotonic() < deadline, status
+            time.sleep(0.3)
+        # while the daemon holds the store, the other commands go through it
+        r = cli("status", "--state-dir", str(state), "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["daemon"] is True
+        r = cli("search", "note about topic 3", "--state-dir", str(state), "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)[0]["doc_path"].startswith("burst")
+        r = cli("backfill", str(root), "--state-dir", str(state), "--json")
+        assert r.returncode == 0, r.stderr
+        summary = json.loads(r.stdout)
+        assert summary["files_seen"] == 201 and summary["chunks_embedded"] == 0
+        r = cli("backfill", str(root), "--state-dir", str(state), "--dry-run")
+        assert r.returncode == 2 and "daemon" in r.stderr
+    finally:
+        code, seconds = stop(proc)
+    assert code == 0 and seconds < 10
+    assert stored_points(settings_for(tmp_path, [str(root)])) == want
