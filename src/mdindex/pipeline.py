@@ -483,6 +483,8 @@ class Indexer:
 
     def _chunk(self, loaded: list[tuple[FileRef, Document]], summary: Summary) -> list[_DocWork]:
         """Chunk a group of documents in one batch and plan their points."""
+        if not loaded:
+            return []
         try:
             results: list[list[Chunk] | None] = list(
                 self.chunker.chunk_many([d for _, d in loaded])

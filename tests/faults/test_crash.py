@@ -1,0 +1,155 @@
+"""Crash at every named point, under backfill and under watch, then converge on restart."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mdindex.pipeline import CRASH_ENV, CRASH_POINTS
+from mdindex.runtime import state_path
+from tests.conftest import (
+    CORPUS,
+    TinyEmbedder,
+    build_indexer,
+    run_backfill,
+    settings_for,
+    stored_points,
+)
+from tests.daemon.test_watch import Running, converges
+from tests.faults.helpers import LONG, fork, fresh_points, make_tree, mutate, wait
+
+CRASHED = 86  # what crash_point() exits with
+
+
+@pytest.mark.parametrize("nth", [1, 3])
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_backfill_crash_then_rerun_converges(tmp_path: Path, point: str, nth: int) -> None:
+    root = make_tree(tmp_path / "docs")
+    s = settings_for(tmp_path, [str(root)])
+    run_backfill(s, TinyEmbedder())
+    mutate(root)
+
+    def crashing_backfill() -> None:
+        os.environ[CRASH_ENV] = f"{point}@{nth}"
+        indexer = build_indexer(s, TinyEmbedder())
+        indexer.group_docs = 1  # a group per document, so @3 lands mid-run
+        indexer.backfill()
+
+    assert wait(fork(crashing_backfill)) == CRASHED
+    tiny = TinyEmbedder()
+    rerun = run_backfill(s, tiny)
+    assert rerun["errors"] == []
+    want = fresh_points(tmp_path, root)
+    assert stored_points(s) == want
+    # the re-run embedded only what the crashed run had not already stored
+    assert tiny.texts_embedded <= len({p["vector_key"] for p in want.values()})
+    assert run_backfill(s, TinyEmbedder())["points_upserted"] == 0
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_watch_crash_then_restart_converges(tmp_path: Path, point: str) -> None:
+    root = make_tree(tmp_path / "docs")
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=100, http_port=0)
+    run_backfill(s, TinyEmbedder())
+    ready = tmp_path / "ready"
+
+    def crashing_watch() -> None:
+        os.environ[CRASH_ENV] = point
+        d = Running(s, TinyEmbedder()).start()
+        ready.write_text("1")
+        d.thread.join(120)  # the crash point ends the whole process
+
+    pid = fork(crashing_watch)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert time.monotonic() < deadline, "watch child did not start"
+        time.sleep(0.05)
+    mutate(root)
+    assert wait(pid) == CRASHED
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        converges(d, tmp_path, root)
+    finally:
+        d.stop()
+
+
+def test_kill_9_at_random_moments_then_one_clean_run(tmp_path: Path) -> None:
+    """SIGKILL a backfill of a real corpus at random moments; a clean run then converges."""
+    root = CORPUS if CORPUS.is_dir() else make_tree(tmp_path / "docs", docs=300)
+    s = settings_for(tmp_path, [str(root)])
+    rng = random.Random(20261130)
+    runs = 100 if LONG else 20
+    killed = 0
+    for _ in range(runs):
+        pid = fork(lambda: run_backfill(s, TinyEmbedder()))
+        time.sleep(rng.uniform(0.05, 2.5))
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            pass
+        wait(pid)
+    held = {p["vector_key"] for p in stored_points(s).values()}
+    tiny = TinyEmbedder()
+    result = run_backfill(s, tiny)
+    want = fresh_points(tmp_path, root)
+    assert stored_points(s) == want
+    needed = {p["vector_key"] for p in want.values()}
+    assert result["chunks_embedded"] == len(needed - held), "re-embedded chunks the store held"
+    assert killed >= runs // 2
+    print(f"kill -9 runs: {killed} of {runs}; clean run embedded {result['chunks_embedded']}")
+
+
+@pytest.mark.parametrize("damage", ["delete", "truncate-empty", "truncate-half", "garbage", "wal"])
+def test_lost_or_corrupt_state_repairs_without_embedding(tmp_path: Path, damage: str) -> None:
+    root = make_tree(tmp_path / "docs")
+    s = settings_for(tmp_path, [str(root)])
+    run_backfill(s, TinyEmbedder())
+    mutate(root)
+    db = state_path(s)
+    if damage == "delete":
+        db.unlink()
+    elif damage == "truncate-empty":
+        db.write_bytes(b"")
+    elif damage == "truncate-half":
+        data = db.read_bytes()
+        db.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        db.write_bytes(os.urandom(8192))
+    else:
+        Path(str(db) + "-wal").write_bytes(os.urandom(4096))
+    held = {p["vector_key"] for p in stored_points(s).values()}
+    tiny = TinyEmbedder()
+    run_backfill(s, tiny)
+    want = fresh_points(tmp_path, root)
+    assert stored_points(s) == want
+    # only the chunks the edit created were embedded; everything else came from the store
+    assert tiny.texts_embedded == len({p["vector_key"] for p in want.values()} - held) == 3
+
+
+def test_daemon_stop_is_quick_even_mid_burst(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "docs", docs=2)
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=50)
+    d = Running(s, TinyEmbedder()).start()
+    stop_at = threading.Event()
+
+    def burst() -> None:
+        for i in range(300):
+            (root / f"b{i}.md").write_text(f"# B{i}\n\n" + "words " * 400)
+            if i == 150:
+                stop_at.set()
+
+    t = threading.Thread(target=burst)
+    t.start()
+    stop_at.wait(30)
+    seconds = d.stop(timeout=10)
+    t.join()
+    assert d.exit_code == 0 and seconds < 10
+    run_backfill(s, TinyEmbedder())
+    assert stored_points(s) == fresh_points(tmp_path, root)
