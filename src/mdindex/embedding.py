@@ -116,7 +116,6 @@ class Embedder:
         with self._lock:
             if self._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
                 from sentence_transformers import SentenceTransformer
                 from transformers.utils import logging as hf_logging
 

@@ -399,7 +399,10 @@ class Indexer:
         known: set[tuple[str, str]],
     ) -> None:
         for label in self.roots:
-            if not any(f.root == label for f in files):
+            empty = not any(f.root == label for f in files)
+            # An empty root whose documents are indexed looks like an unmounted
+            # disk or a wrong path, not like a user deleting everything.
+            if empty and any(root == label for root, _ in deleted):
                 raise PruneRefused(
                     f"root {label!r} has no markdown files; refusing to prune its documents "
                     "(pass --force if that is intended, or --no-prune)"

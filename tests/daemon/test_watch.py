@@ -290,3 +290,24 @@ def test_sd_notify_messages_in_order(tmp_path: Path, root: Path, monkeypatch) ->
     assert kinds[-1] == "STOPPING"
     assert kinds.index("READY") < kinds.index("WATCHDOG") < kinds.index("STOPPING")
     assert any("documents" in m for m in messages if m.startswith("STATUS="))
+
+
+def test_regression_folder_moved_then_recreated(
+    daemon: Running, root: Path, tmp_path: Path
+) -> None:
+    """Found by the state machine: watchdog loses track of a folder moved and recreated."""
+
+    def write(p: Path, text: str) -> None:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+    write(root / "y" / "z" / "b.md", "# T\n\n## beta\n\nbeta delta.\n")
+    shutil.move(str(root / "y"), str(root / "x"))
+    write(root / "notes.md", "# T\n\n## gamma\n\ngamma.\n")
+    (root / "y" / "z").mkdir(parents=True)
+    os.replace(root / "notes.md", root / "y" / "z" / "a.md")
+    write(root / "x" / "notes.md", "# T\n\n## alpha\n\nalpha.\n")
+    write(root / "notes.md", "# T\n\n## beta\n\nbeta.\n")
+    shutil.move(str(root / "x"), str(root / "m"))
+    os.replace(root / "notes.md", root / "y" / "z" / "c.md")
+    converges(daemon, tmp_path, root)

@@ -19,6 +19,9 @@ def fork(fn: Callable[[], Any]) -> int:
     """Run ``fn`` in a forked child; return its pid. The child exits 0, or 1 on an exception."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
+        # tokenizers' thread pool does not survive a fork; without this a child
+        # whose parent already tokenized in parallel can deadlock.
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
         code = 0
         try:
             fn()

@@ -34,6 +34,10 @@ SHUTDOWN_TIMEOUT_S = 8.0
 # Small groups keep the time between stop checks short (about a second of embedding on CPU).
 DAEMON_GROUP_CHARS = 64_000
 STORE_RETRY_S = 5.0
+# watchdog can lose track of a folder that is moved and recreated quickly (its
+# inotify path map gets confused); a fast-path rescan shortly after any folder
+# event catches whatever it missed.
+DIR_RESCAN_DELAY_S = 2.0
 
 
 class Daemon:
@@ -233,6 +237,8 @@ class Daemon:
     def process(self, batch: Batch) -> None:
         assert self.indexer is not None
         summary = Summary()
+        if batch.dirs:
+            self.next_rescan = min(self.next_rescan, time.monotonic() + DIR_RESCAN_DELAY_S)
         files, deleted = self.resolve(batch, summary)
         if not files and not deleted:
             self.account(summary)

@@ -71,8 +71,12 @@ class Watcher:
             self._observer = observer
 
     def alive(self) -> bool:
+        """The observer thread and every per-root emitter thread are running."""
         obs = self._observer
-        return obs is not None and obs.is_alive()
+        if obs is None or not obs.is_alive():
+            return False
+        emitters = obs.emitters
+        return len(emitters) == len(self.roots) and all(e.is_alive() for e in emitters)
 
     def restart(self) -> None:
         self.stop(timeout=2.0)
@@ -128,16 +132,31 @@ def _stat(path: str) -> tuple[int, int] | None:
 
 
 class Debouncer:
-    """Coalesces changes per path; a path is ready once quiet and stable for ``quiet`` seconds."""
+    """Coalesces changes per path and releases them together once things are quiet.
 
-    def __init__(self, quiet: float, clock: Callable[[], float] = time.monotonic) -> None:
+    Paths are released when no event at all has arrived for ``quiet`` seconds,
+    so the two ends of a move (or a whole ``git checkout``) land in one batch;
+    a path waiting ``max_wait`` is released even while other paths keep
+    changing. A file whose size or mtime moved since its last event is still
+    being written and waits another quiet period.
+    """
+
+    def __init__(
+        self,
+        quiet: float,
+        max_wait: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.quiet = quiet
+        self.max_wait = max_wait if max_wait is not None else max(2.0, 10 * quiet)
         self.clock = clock
-        # path -> (is_dir, last event time, stat seen then, first event time)
+        self.latest = 0.0  # time of the newest event of any path
+        # path -> (is_dir, not ready before, stat seen at its last event, first event time)
         self.pending: dict[str, tuple[bool, float, tuple[int, int] | None, float]] = {}
 
     def add(self, change: Change) -> None:
         now = self.clock()
+        self.latest = now
         old = self.pending.get(change.path)
         first = old[3] if old else now
         is_dir = change.is_dir or (old[0] if old else False)
@@ -154,14 +173,18 @@ class Debouncer:
     def next_deadline(self) -> float | None:
         if not self.pending:
             return None
-        return min(t for _, t, _, _ in self.pending.values()) + self.quiet
+        quiet_at = self.latest + self.quiet
+        oldest = min(first for _, _, _, first in self.pending.values()) + self.max_wait
+        not_before = min(t for _, t, _, _ in self.pending.values()) + self.quiet
+        return max(not_before, min(quiet_at, oldest))
 
     def ready(self, limit: int = 1000) -> Batch:
-        """Pop the paths that have been quiet and stable; restart the clock of the others."""
+        """Pop the paths that may go now; restart the clock of files still being written."""
         now = self.clock()
+        all_quiet = now - self.latest >= self.quiet
         batch = Batch(first_event=now)
         for path, (is_dir, last, seen, first) in list(self.pending.items()):
-            if now - last < self.quiet:
+            if now - last < self.quiet or not (all_quiet or now - first >= self.max_wait):
                 continue
             current = _stat(path)
             if not is_dir and current != seen:
