@@ -10,6 +10,7 @@ MdindexError
 │   ├── DecodeError
 │   └── UnreadableFile
 ├── EmbeddingError         the model failed or gave non-finite vectors (exit 1)
+├── StateError             the local state refuses writes (disk full, read-only) (exit 3)
 └── StoreError             Qdrant refused an operation
     ├── StoreMismatch      existing collection has other vector settings  (exit 2)
     └── StoreUnavailable   unreachable or refusing writes after retries   (exit 3)
@@ -64,6 +65,10 @@ class UnreadableFile(InputError):
 
 class EmbeddingError(MdindexError):
     exit_code = EXIT_PARTIAL
+
+
+class StateError(MdindexError):
+    exit_code = EXIT_STORE
 
 
 class StoreError(MdindexError):

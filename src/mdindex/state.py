@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from mdindex.errors import StateError
+
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1"
@@ -89,13 +91,16 @@ class State:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        self.db.execute("BEGIN IMMEDIATE")
         try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            raise StateError(f"local state {self.path} refuses writes: {exc}") from exc
 
     # -- meta ------------------------------------------------------------
 
@@ -104,7 +109,8 @@ class State:
         return None if row is None else str(row[0])
 
     def put(self, key: str, value: str) -> None:
-        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     # -- documents -------------------------------------------------------
 
@@ -132,10 +138,11 @@ class State:
         return {(r, p) for r, p in rows}
 
     def touch(self, root: str, path: str, size: int, mtime_ns: int) -> None:
-        self.db.execute(
-            "UPDATE docs SET size=?, mtime_ns=? WHERE root=? AND path=?",
-            (size, mtime_ns, root, path),
-        )
+        with self.transaction() as db:
+            db.execute(
+                "UPDATE docs SET size=?, mtime_ns=? WHERE root=? AND path=?",
+                (size, mtime_ns, root, path),
+            )
 
     # -- points ----------------------------------------------------------
 
@@ -200,7 +207,7 @@ class State:
                     "INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?, ?, ?)",
                     (root, path, row.size, row.mtime_ns, row.doc_hash, row.fingerprint),
                 )
-            self.put("last_write", sync_time)
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('last_write', ?)", (sync_time,))
 
     def remove_docs(self, docs: Iterable[tuple[str, str]]) -> None:
         with self.transaction() as db:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import sqlite3
 import threading
@@ -102,38 +103,36 @@ class QdrantSink:
     def open(self) -> QdrantSink:
         if self._client is not None:
             return self
-        from qdrant_client import QdrantClient
-
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            if self.path is not None:
-                self.path.mkdir(parents=True, exist_ok=True)
-                try:
-                    self._client = QdrantClient(path=str(self.path))
-                except RuntimeError as exc:
-                    if "already accessed" in str(exc):
-                        raise LockError(
-                            f"embedded store {self.path} is open in another process; "
-                            "stop it or ask the running daemon (mdindex search/status use it)"
-                        ) from exc
-                    raise StoreError(f"cannot open embedded store {self.path}: {exc}") from exc
-                except (OSError, sqlite3.Error) as exc:
-                    raise StoreUnavailable(
-                        f"cannot open embedded store {self.path}: {exc}"
-                    ) from exc
-            else:
-                self._client = QdrantClient(
-                    url=self.url,
-                    api_key=self._api_key,
-                    prefer_grpc=self._grpc,
-                    timeout=int(self._timeout),
-                    # Its background version probe dies noisily on an unreachable
-                    # server; reachability is checked, with retries, by our first call.
-                    check_compatibility=False,
-                )
+            self._client = self._call("open", self._connect)
         for warning in caught:
             log.warning("qdrant-client: %s", str(warning.message).splitlines()[0])
         return self
+
+    def _connect(self) -> QdrantClient:
+        from qdrant_client import QdrantClient
+
+        if self.path is None:
+            return QdrantClient(
+                url=self.url,
+                api_key=self._api_key,
+                prefer_grpc=self._grpc,
+                timeout=int(self._timeout),
+                # Its background version probe dies noisily on an unreachable
+                # server; reachability is checked, with retries, by our first call.
+                check_compatibility=False,
+            )
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            return QdrantClient(path=str(self.path))
+        except RuntimeError as exc:
+            if "already accessed" in str(exc):
+                raise LockError(
+                    f"embedded store {self.path} is open in another process; "
+                    "stop it or ask the running daemon (mdindex search/status use it)"
+                ) from exc
+            raise StoreError(f"cannot open embedded store {self.path}: {exc}") from exc
 
     @property
     def client(self) -> QdrantClient:
@@ -170,6 +169,7 @@ class QdrantSink:
                     raise StoreUnavailable(
                         f"qdrant at {self.where} unreachable or refusing writes during {what} "
                         f"after {attempt} attempts over {self.retry_budget_s:.0f}s: {_short(exc)}"
+                        f"{self._diagnose()}"
                     ) from exc
                 sleep = min(left, delay * (0.5 + random.random()))
                 log.warning(
@@ -177,6 +177,22 @@ class QdrantSink:
                 )
                 time.sleep(sleep)
                 delay = min(delay * 2, 10.0)
+
+    def _diagnose(self) -> str:
+        """Why a local store may refuse writes, when the filesystem can tell."""
+        if self.path is None:
+            return ""
+        try:
+            if os.statvfs(self.path).f_flag & os.ST_RDONLY:
+                return " (the store folder is on a read-only file system)"
+            free = os.statvfs(self.path)
+            if free.f_bavail * free.f_frsize < 1 << 20:
+                return " (the store's disk is full)"
+            if not os.access(self.path, os.W_OK):
+                return " (the store folder is not writable by this user)"
+        except OSError:
+            pass
+        return ""
 
     # -- collection ------------------------------------------------------
 

@@ -1,0 +1,261 @@
+"""Store faults: the embedded store turns read-only mid-run, a server is unreachable.
+
+The read-only store is real: the command runs in its own mount namespace
+(unshare) with the store folder bind-mounted, and the test remounts that
+bind read-only (nsenter) while the run is writing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from mdindex.lock import lock_path, read_holder
+from mdindex.runtime import state_path
+from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_points
+from tests.daemon.test_watch import Running, wait_for
+from tests.faults.helpers import fresh_points, make_tree
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "MDINDEX_RETRY_BUDGET_S": "3"}
+
+
+def _can_make_namespaces() -> bool:
+    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("nsenter")):
+        return False
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, timeout=10)
+    return probe.returncode == 0
+
+
+namespaces = pytest.mark.skipif(
+    not _can_make_namespaces(), reason="needs root with unshare and nsenter (mount namespaces)"
+)
+
+
+def in_namespace(store: Path, *args: str, mode: str = "rw") -> list[str]:
+    """Run python with ``args`` in a private mount namespace where ``store`` is a bind mount."""
+    script = f'mount --bind -o {mode} "{store}" "{store}" && exec "$0" "$@"'
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, sys.executable, *args]
+
+
+def remount(pid: int, store: Path, mode: str) -> None:
+    done = subprocess.run(
+        ["nsenter", "-t", str(pid), "-m", "mount", "-o", f"remount,{mode},bind", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def docs_committed(state_db: Path) -> int:
+    try:
+        db = sqlite3.connect(f"file:{state_db}?mode=ro", uri=True, timeout=1)
+        try:
+            return int(db.execute("SELECT count(*) FROM docs").fetchone()[0])
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return 0
+
+
+def assert_state_never_ahead_of_store(settings) -> None:
+    """Every document the state records as done has all its points in the store."""
+    db = sqlite3.connect(state_path(settings))
+    rows = db.execute(
+        "SELECT p.id FROM points p JOIN docs d ON p.root=d.root AND p.path=d.path WHERE p.pending=0"
+    ).fetchall()
+    db.close()
+    stored = stored_points(settings)
+    missing = [pid for (pid,) in rows if pid not in stored]
+    assert not missing, f"{len(missing)} points recorded as done but not in the store"
+
+
+@namespaces
+@pytest.mark.model
+def test_backfill_store_read_only(tmp_path: Path, real_embedder) -> None:
+    root = make_tree(tmp_path / "docs", docs=4)
+    s = settings_for(tmp_path, [str(root)])
+    run_backfill(s, real_embedder)
+    (root / "more.md").write_text("# More\n\nA document the read-only store cannot take.\n")
+    before = docs_committed(state_path(s))
+    done = subprocess.run(
+        in_namespace(
+            s.store_path,
+            "-m",
+            "mdindex",
+            "backfill",
+            str(root),
+            "--state-dir",
+            str(s.state_dir),
+            mode="ro",
+        ),
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 3, done.stderr
+    assert "read-only" in done.stderr.lower() or "readonly" in done.stderr.lower()
+    assert docs_committed(state_path(s)) == before
+    assert_state_never_ahead_of_store(s)
+
+
+@namespaces
+@pytest.mark.model
+def test_backfill_store_full_mid_run(tmp_path: Path, real_embedder) -> None:
+    """The store's disk fills up mid-run: retries, exit 3, nothing recorded that was not written."""
+    root = make_tree(tmp_path / "docs", docs=4)
+    store = tmp_path / "store"
+    s = settings_for(tmp_path, [str(root)], qdrant_path=str(store))
+    run_backfill(s, real_embedder)
+    for i in range(600):  # about ten groups: the disk fills after the first
+        (root / f"more{i:03}.md").write_text(f"# More {i}\n\nExtra document {i} with its text.\n")
+    aside = tmp_path / "aside"
+    # In a private namespace the store moves onto a small tmpfs; whatever the
+    # run leaves there is copied back before the namespace goes away.
+    script = (
+        f'cp -a "{store}" "{aside}" && mount -t tmpfs -o size=64m tmpfs "{store}" && '
+        f'cp -a "{aside}/." "{store}/" && "$0" "$@"; rc=$?; '
+        f'rm -f "{store}/filler"; cp -a "{store}/." "{aside}/"; exit $rc'
+    )
+    cmd = [
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        sys.executable,
+        "-m",
+        "mdindex",
+        "backfill",
+        str(root),
+        "--state-dir",
+        str(s.state_dir),
+        "--qdrant-path",
+        str(store),
+    ]
+    before = docs_committed(state_path(s))
+    proc = subprocess.Popen(cmd, env=ENV, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while docs_committed(state_path(s)) <= before:
+            assert proc.poll() is None and time.monotonic() < deadline, "no group committed"
+            time.sleep(0.05)
+        fill = subprocess.run(
+            [
+                "nsenter",
+                "-t",
+                str(proc.pid),
+                "-m",
+                "sh",
+                "-c",
+                f'dd if=/dev/zero of="{store}/filler" bs=1M count=64 2>/dev/null; true',
+            ],
+            capture_output=True,
+            timeout=60,
+        )
+        assert fill.returncode == 0
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 3, err
+    assert "refusing writes" in err and "full" in err.lower() and "retry" in err
+    shutil.rmtree(store)
+    aside.rename(store)  # what the run had written, back in place
+    assert docs_committed(state_path(s)) > before
+    assert_state_never_ahead_of_store(s)
+    run_backfill(s, real_embedder)
+    assert stored_points(s) == fresh_points(tmp_path, root)
+
+
+@namespaces
+@pytest.mark.model
+def test_watch_store_read_only_then_writable(tmp_path: Path, real_embedder) -> None:
+    root = make_tree(tmp_path / "docs", docs=4)
+    s = settings_for(tmp_path, [str(root)])
+    run_backfill(s, real_embedder)
+    store = s.store_path
+    env = {
+        **ENV,
+        "MDINDEX_HTTP_PORT": "0",
+        "MDINDEX_QUIET_PERIOD_MS": "100",
+        "MDINDEX_LOG_LEVEL": "WARNING",
+    }
+    proc = subprocess.Popen(
+        in_namespace(
+            store, "-m", "mdindex", "watch", str(root), "--state-dir", str(s.state_dir), mode="ro"
+        ),
+        env=env,
+    )
+    try:
+        base = ""
+        deadline = time.monotonic() + 120
+        while not base:
+            holder = read_holder(lock_path(s.state_dir, s.collection))
+            if holder and holder.get("http_port"):
+                base = f"http://127.0.0.1:{holder['http_port']}"
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+
+        def health() -> int:
+            try:
+                with urllib.request.urlopen(base + "/healthz", timeout=10) as r:
+                    return r.status
+            except urllib.error.HTTPError as exc:
+                return exc.code
+
+        (root / "during.md").write_text("# During\n\nWritten while the store was read-only.\n")
+        wait_for(lambda: health() == 503, 60, "unhealthy while read-only")
+        with urllib.request.urlopen(base + "/status", timeout=10) as r:
+            assert json.load(r)["healthy"] is False
+        remount(proc.pid, store, "rw")
+        wait_for(lambda: health() == 200, 60, "healthy again")
+        wait_for(
+            lambda: (
+                json.load(urllib.request.urlopen(base + "/status", timeout=10))["documents"] == 5
+            ),
+            60,
+            "the file written meanwhile indexed",
+        )
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+    assert stored_points(s) == fresh_points(tmp_path, root)
+
+
+def test_watch_with_unreachable_server_keeps_retrying(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "docs", docs=2)
+    s = settings_for(
+        tmp_path, [str(root)], qdrant_url="http://127.0.0.1:9", retry_budget_s=0.3, http_port=0
+    )
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        port = d.daemon.http.port  # type: ignore[union-attr]
+        url = f"http://127.0.0.1:{port}/healthz"
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            urllib.request.urlopen(url, timeout=10)
+        assert exc.value.code == 503
+        body = json.loads(exc.value.read().decode())
+        assert body["status"] == "unhealthy" and "unreachable" in body["reason"]
+        errors = d.daemon.metrics.errors._value.get()
+        (root / "x.md").write_text("# X\n\nwhile the server is down\n")
+        wait_for(lambda: d.daemon.metrics.errors._value.get() > errors, 30, "another retry")
+        assert d.thread.is_alive()
+        assert d.daemon.indexer.state.doc_count() == 0  # nothing recorded as done
+    finally:
+        assert d.stop() < 10
+    assert d.exit_code == 0
