@@ -83,6 +83,7 @@ class Settings(BaseSettings):
 
     model: str = DEFAULT_MODEL
     device: str = "auto"
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     batch_size: int = Field(default=64, ge=1, le=4096)
 
     max_tokens: int | None = Field(default=None, ge=8)

@@ -68,7 +68,7 @@ class Pipeline:
 def make_pipeline(settings: Settings) -> Pipeline:
     info = resolve_model(settings.model)
     counter = load_counter(info, settings.max_tokens)
-    embedder = Embedder(info, settings.device, settings.batch_size)
+    embedder = Embedder(info, settings.device, settings.batch_size, settings.precision)
     chunker = Chunker(
         counter,
         settings.strategy,
