@@ -64,12 +64,15 @@ def peak_rss_mb() -> float:
 # -- the pipelines, each: setup(work) -> run() -> chunks embedded by that run ----------
 
 
-def setup_mdindex(work: Path, root: Path, model_path: str) -> Callable[[], int]:
+def setup_mdindex(
+    work: Path, root: Path, model_path: str, precision: str = "auto"
+) -> Callable[[], int]:
     from mdindex.config import load_settings
     from mdindex.runtime import make_indexer
 
     settings = load_settings(
         {
+            "precision": precision,
             "roots": [str(root)],
             "state_dir": str(work / "state"),
             "device": "cpu",
@@ -208,7 +211,12 @@ def setup_llamaindex(work: Path, root: Path, model_path: str) -> Callable[[], in
     return run
 
 
-SETUPS = {"mdindex": setup_mdindex, "langchain": setup_langchain, "llamaindex": setup_llamaindex}
+SETUPS: dict[str, Callable[[Path, Path, str], Callable[[], int]]] = {
+    "mdindex": setup_mdindex,  # the default backend: bf16 where the CPU has it
+    "mdindex-fp32": lambda w, r, m: setup_mdindex(w, r, m, "fp32"),
+    "langchain": setup_langchain,
+    "llamaindex": setup_llamaindex,
+}
 
 
 def worker(name: str, work: Path, corpus: Path, phase: str, edits: int) -> None:
@@ -239,7 +247,7 @@ def main() -> None:
     )
     ap.add_argument("--corpus")
     ap.add_argument("--edits", type=int, default=10)
-    ap.add_argument("--pipelines", default="mdindex,langchain,llamaindex")
+    ap.add_argument("--pipelines", default="mdindex,mdindex-fp32,langchain,llamaindex")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
     ap.add_argument("--phase", help=argparse.SUPPRESS)
