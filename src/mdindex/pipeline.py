@@ -16,7 +16,8 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,6 +129,19 @@ class _DocWork:
     ref: FileRef
     doc_hash: str
     points: list[Planned]
+
+
+@dataclass
+class _Staged:
+    """A group whose vectors are being found or embedded, not yet written."""
+
+    works: list[_DocWork]
+    planned: list[Planned]
+    by_key: dict[str, list[float]]
+    todo: list[str]  # vector keys being embedded, in the order of the future's rows
+    future: Future[Any] | None
+    lender: _Staged | None = None  # the previous group, embedding keys we also need
+    borrowed: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -430,6 +444,33 @@ class Indexer:
         finds its old vectors still in the store and reuses them.
         """
         rows = self.state.docs() if rows is None else rows
+        # Two stages: while the worker thread embeds one group, this thread
+        # writes the group before it and reads and chunks the group after it.
+        staged: _Staged | None = None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mdindex-embed") as pool:
+            for loaded in self._groups(files, rows, summary, dry_run):
+                if self._stopping(loaded, staged):
+                    return
+                works = self._chunk(loaded, summary)
+                if dry_run:
+                    self._count_dry(works, summary)
+                    continue
+                nxt = self._stage(works, pool, staged) if works else None
+                if staged is not None:
+                    self._write(staged, summary)
+                staged = nxt
+            if staged is not None:
+                self._write(staged, summary)
+        self._delete_docs(list(deleted), summary, dry_run)
+
+    def _groups(
+        self,
+        files: Iterable[FileRef],
+        rows: dict[tuple[str, str], DocRow],
+        summary: Summary,
+        dry_run: bool,
+    ) -> Iterator[list[tuple[FileRef, Document]]]:
+        """Read and parse candidates, in groups bounded by documents and characters."""
         loaded: list[tuple[FileRef, Document]] = []
         chars = 0
         for done, ref in enumerate(files, 1):
@@ -440,21 +481,18 @@ class Indexer:
             if self.on_progress is not None:
                 self.on_progress(done)
             if len(loaded) >= self.group_docs or chars >= self.group_chars:
-                if self._stopping(loaded):
-                    return
-                self._flush(self._chunk(loaded, summary), summary, dry_run)
+                yield loaded
                 loaded, chars = [], 0
-        if self._stopping(loaded):
-            return
-        self._flush(self._chunk(loaded, summary), summary, dry_run)
-        self._delete_docs(list(deleted), summary, dry_run)
+        yield loaded
 
-    def _stopping(self, loaded: list[tuple[FileRef, Document]]) -> bool:
+    def _stopping(self, loaded: list[tuple[FileRef, Document]], staged: _Staged | None) -> bool:
         if self.stop_requested is None or not self.stop_requested():
             return False
-        # Nothing of these documents was written yet: abandoning them is clean,
-        # and the next start or rescan picks them up.
-        log.info("stop requested; abandoning %d documents not yet written", len(loaded))
+        # Nothing of these documents was written yet (the staged group's points
+        # are not even marked pending): abandoning them is clean, and the next
+        # start or rescan picks them up.
+        waiting = len(loaded) + (len(staged.works) if staged is not None else 0)
+        log.info("stop requested; abandoning %d documents not yet written", waiting)
         return True
 
     def _load(
@@ -515,21 +553,46 @@ class Indexer:
             if chunks is not None
         ]
 
-    def _flush(self, group: list[_DocWork], summary: Summary, dry_run: bool) -> None:
-        if not group:
-            return
+    def _count_dry(self, group: list[_DocWork], summary: Summary) -> None:
+        """What writing this group would do, from the state alone."""
         planned = [p for w in group for p in w.points]
-        if dry_run:
-            known = self.state.has_vector_keys({p.vector_key for p in planned})
-            summary.chunks_embedded += len({p.vector_key for p in planned} - known)
-            summary.points_upserted += len(planned)
-            for w in group:
-                old = self.state.point_ids(w.ref.root, w.ref.rel) - {p.id for p in w.points}
-                summary.points_deleted += len(old)
-            summary.files_changed += len(group)
-            return
+        known = self.state.has_vector_keys({p.vector_key for p in planned})
+        summary.chunks_embedded += len({p.vector_key for p in planned} - known)
+        summary.points_upserted += len(planned)
+        for w in group:
+            old = self.state.point_ids(w.ref.root, w.ref.rel) - {p.id for p in w.points}
+            summary.points_deleted += len(old)
+        summary.files_changed += len(group)
+
+    def _stage(
+        self, group: list[_DocWork], pool: ThreadPoolExecutor, previous: _Staged | None
+    ) -> _Staged:
+        """Find reusable vectors, and start embedding the rest on the worker thread.
+
+        Keys the previous group is still embedding are borrowed from it once it
+        is written, so a chunk repeated across neighbouring groups is embedded once.
+        """
         self.open_store()
-        vectors = self._vectors_for(planned, summary)
+        planned = [p for w in group for p in w.points]
+        by_key, todo = self._lookup(planned)
+        inflight = set(previous.todo) if previous is not None else set()
+        borrowed = [key for key in todo if key in inflight]
+        for key in borrowed:
+            del todo[key]
+        texts = list(todo.values())
+        future = pool.submit(self.embedder.embed, texts) if texts else None
+        return _Staged(group, planned, by_key, list(todo), future, previous, borrowed)
+
+    def _write(self, staged: _Staged, summary: Summary) -> None:
+        """Write one group: pending IDs, new points, deletes of old ones, then the state."""
+        group, planned, vectors = staged.works, staged.planned, staged.by_key
+        if staged.lender is not None:  # written before us, so its vectors are in
+            vectors.update((key, staged.lender.by_key[key]) for key in staged.borrowed)
+            staged.lender = None  # keep the chain of groups from growing in memory
+        if staged.future is not None:
+            matrix = np.asarray(staged.future.result(), dtype=np.float32)
+            vectors.update(zip(staged.todo, matrix.tolist(), strict=True))
+            summary.chunks_embedded += len(staged.todo)
         crash_point("after_embed")
         self.state.mark_pending(
             [
@@ -567,8 +630,9 @@ class Indexer:
         if self.on_indexed is not None:
             self.on_indexed([w.ref for w in group])
 
-    def _vectors_for(self, planned: Sequence[Planned], summary: Summary) -> dict[str, list[float]]:
-        """Vectors by vector key: from the same point, from any point with that key, or embedded."""
+    def _lookup(self, planned: Sequence[Planned]) -> tuple[dict[str, list[float]], dict[str, str]]:
+        """Vectors the store already has (same point, or any point with the same key),
+        and the embed inputs still missing, both by vector key."""
         by_key: dict[str, list[float]] = {}
         stored = self.sink.vectors([p.id for p in planned])
         for p in planned:
@@ -585,10 +649,14 @@ class Indexer:
         for p in planned:
             if p.vector_key not in by_key:
                 todo.setdefault(p.vector_key, p.embed_input)
+        return by_key, todo
+
+    def _vectors_for(self, planned: Sequence[Planned], summary: Summary) -> dict[str, list[float]]:
+        """Vectors by vector key: from the same point, from any point with that key, or embedded."""
+        by_key, todo = self._lookup(planned)
         if todo:
-            matrix = self.embedder.embed(list(todo.values()))
-            for key, row in zip(todo, np.asarray(matrix, dtype=np.float32).tolist(), strict=True):
-                by_key[key] = row
+            matrix = np.asarray(self.embedder.embed(list(todo.values())), dtype=np.float32)
+            by_key.update(zip(todo, matrix.tolist(), strict=True))
             summary.chunks_embedded += len(todo)
         return by_key
 
