@@ -84,7 +84,7 @@ class Settings(BaseSettings):
     model: str = DEFAULT_MODEL
     device: str = "auto"
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    batch_size: int = Field(default=64, ge=1, le=4096)
+    batch_size: int | None = Field(default=None, ge=1, le=4096)  # None: 64 on CPU, 512 on CUDA
 
     max_tokens: int | None = Field(default=None, ge=8)
     overlap_tokens: int = Field(default=32, ge=0)

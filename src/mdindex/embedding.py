@@ -126,13 +126,18 @@ class Embedder:
     """
 
     def __init__(
-        self, info: ModelInfo, device: str = "auto", batch_size: int = 64, precision: str = "auto"
+        self,
+        info: ModelInfo,
+        device: str = "auto",
+        batch_size: int | None = None,
+        precision: str = "auto",
     ) -> None:
         self.info = info
         self.device_setting = device
         self.precision_setting = precision
         self.precision = "fp32"
-        self.batch_size = batch_size
+        self.batch_size_setting = batch_size
+        self.batch_size = batch_size or 64
         self._model: Any = None
         self._lock = threading.Lock()
         self._encode_lock = threading.Lock()
@@ -158,6 +163,8 @@ class Embedder:
                 except Exception as exc:
                     raise EmbeddingError(f"cannot load model {self.info.name}: {exc}") from exc
                 self.precision = pick_precision(self.precision_setting, device)
+                if self.batch_size_setting is None and device.startswith("cuda"):
+                    self.batch_size = 512  # a GPU wants large batches; a CPU gains nothing
                 if self.precision == "fp16":
                     model.half()
                 log.info("embedding in %s", self.precision)
