@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import corpus_dir, offline, peak_rss_mb, write_json
+from common import PEAK_RSS_PROBE, corpus_dir, offline, peak_rss_mb, probe_rss_mb, write_json
 
 
 def main() -> None:
@@ -69,20 +69,10 @@ def main() -> None:
     embedder.embed(texts)
     embed_s = time.perf_counter() - t
 
-    # The child reports its own peak RSS as VmHWM, which starts afresh at exec;
-    # ru_maxrss would still count this process's pages from before the exec.
-    probe = (
-        "import sys\n"
-        "from mdindex.cli import main\n"
-        "rc = main(sys.argv[1:])\n"
-        "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')]\n"
-        "print('peak_rss_kb', hwm[0], file=sys.stderr)\n"
-        "sys.exit(rc)\n"
-    )
     cmd = [
         sys.executable,
         "-c",
-        probe,
+        PEAK_RSS_PROBE,
         "backfill",
         str(corpus),
         "--state-dir",
@@ -96,8 +86,7 @@ def main() -> None:
         t = time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         noop.append(time.perf_counter() - t)
-        kb = [line.split()[1] for line in out.stderr.splitlines() if line.startswith("peak_rss_kb")]
-        noop_rss = max(noop_rss, int(kb[-1]) / 1024 if kb else 0.0)
+        noop_rss = max(noop_rss, probe_rss_mb(out.stderr) or 0.0)
         assert '"chunks_embedded": 0' in out.stdout and '"points_upserted": 0' in out.stdout, (
             out.stdout
         )

@@ -51,6 +51,24 @@ def children_peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
+# Run as `python -c PEAK_RSS_PROBE ARGS...`: mdindex's CLI, then its own peak RSS
+# on stderr as VmHWM, which starts afresh at exec (ru_maxrss would still count
+# the parent's pages from before the exec).
+PEAK_RSS_PROBE = (
+    "import sys\n"
+    "from mdindex.cli import main\n"
+    "rc = main(sys.argv[1:])\n"
+    "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')]\n"
+    "print('peak_rss_kb', hwm[0], file=sys.stderr)\n"
+    "sys.exit(rc)\n"
+)
+
+
+def probe_rss_mb(stderr: str) -> float | None:
+    kb = [line.split()[1] for line in stderr.splitlines() if line.startswith("peak_rss_kb")]
+    return int(kb[-1]) / 1024 if kb else None
+
+
 def write_json(name: str, data: Any) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

@@ -23,16 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import corpus_dir, table, write_json
-
-PROBE = (
-    "import json, sys\n"
-    "from mdindex.cli import main\n"
-    "rc = main(sys.argv[1:])\n"
-    "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')]\n"
-    "print('peak_rss_kb', hwm[0], file=sys.stderr)\n"
-    "sys.exit(rc)\n"
-)
+from common import PEAK_RSS_PROBE, corpus_dir, probe_rss_mb, table, write_json
 
 
 def build(corpus: Path, dest: Path, count: int) -> None:
@@ -59,7 +50,7 @@ def main() -> None:
         cmd = [
             sys.executable,
             "-c",
-            PROBE,
+            PEAK_RSS_PROBE,
             "backfill",
             str(work / "docs"),
             "--state-dir",
@@ -72,16 +63,13 @@ def main() -> None:
         )
         seconds = time.perf_counter() - t
         summary = json.loads(proc.stdout)
-        kb = [
-            line.split()[1] for line in proc.stderr.splitlines() if line.startswith("peak_rss_kb")
-        ]
         rows.append(
             {
                 "files": size,
                 "points": summary["points_upserted"],
                 "chunks_embedded": summary["chunks_embedded"],
                 "seconds": seconds,
-                "peak_rss_mb": int(kb[-1]) / 1024 if kb else None,
+                "peak_rss_mb": probe_rss_mb(proc.stderr),
             }
         )
         print(rows[-1], file=sys.stderr)

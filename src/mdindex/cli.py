@@ -27,13 +27,10 @@ from mdindex.errors import (
     StoreUnavailable,
 )
 from mdindex.lock import WriterLock, lock_path, read_holder
-from mdindex.pipeline import Planner, check_roots
+from mdindex.pipeline import Planner, check_roots, public
 from mdindex.runtime import make_indexer, make_pipeline, make_sink, setup_logging, state_path
 
 log = logging.getLogger("mdindex")
-
-# Payload keys that are ours, not the interface's; kept out of user-facing output.
-_INTERNAL_KEYS = ("vector_key",)
 
 
 def _common(parser: argparse.ArgumentParser, roots: bool) -> None:
@@ -129,10 +126,6 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
         sys.stdout.write("\n")
     else:
         print(text)
-
-
-def _public(payload: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in payload.items() if k not in _INTERNAL_KEYS}
 
 
 # -- commands -------------------------------------------------------------
@@ -253,7 +246,7 @@ def search(settings: Settings, query: str, k: int) -> list[dict[str, Any]]:
         if not sink.open().exists():
             return []
         vector = pipeline.embedder.embed([query])[0]
-        return [{"score": h.score, **_public(h.payload)} for h in sink.search(vector.tolist(), k)]
+        return [{"score": h.score, **public(h.payload)} for h in sink.search(vector.tolist(), k)]
     finally:
         sink.close()
 
@@ -279,7 +272,7 @@ def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:
     for warning in doc.warnings:
         log.warning("%s: %s", path, warning)
     planned = planner.plan_points(root, rel, doc, pipeline.chunker.chunk(doc))
-    payloads = [_public(p.payload) for p in planned]
+    payloads = [public(p.payload) for p in planned]
     text_out = "\n".join(
         f"[{p['chunk_index']}] lines {p['line_start']}-{p['line_end']} chars {p['char_start']}-"
         f"{p['char_end']} tokens {p['token_count']}  "

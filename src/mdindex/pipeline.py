@@ -613,22 +613,24 @@ class Indexer:
             stale.extend(self.state.point_ids(w.ref.root, w.ref.rel) - {p.id for p in w.points})
         summary.points_deleted += self.sink.delete(stale)
         crash_point("after_delete")
-        self.state.commit_docs(
-            [
-                (
-                    w.ref.root,
-                    w.ref.rel,
-                    DocRow(w.ref.size, w.ref.mtime_ns, w.doc_hash, self.planner.doc_fingerprint),
-                    [PointRow(p.id, p.vector_key) for p in w.points],
-                )
-                for w in group
-            ],
-            stamp,
-        )
+        self.state.commit_docs(self._rows(group), stamp)
         summary.files_changed += len(group)
         crash_point("after_commit")
         if self.on_indexed is not None:
             self.on_indexed([w.ref for w in group])
+
+    def _rows(self, group: Sequence[_DocWork]) -> list[tuple[str, str, DocRow, list[PointRow]]]:
+        """The state rows that record these documents as written."""
+        fp = self.planner.doc_fingerprint
+        return [
+            (
+                w.ref.root,
+                w.ref.rel,
+                DocRow(w.ref.size, w.ref.mtime_ns, w.doc_hash, fp),
+                [PointRow(p.id, p.vector_key) for p in w.points],
+            )
+            for w in group
+        ]
 
     def _lookup(self, planned: Sequence[Planned]) -> tuple[dict[str, list[float]], dict[str, str]]:
         """Vectors the store already has (same point, or any point with the same key),
@@ -770,18 +772,7 @@ class Indexer:
         self.sink.delete(drop)
         # The state now starts over from the repaired store.
         self.rebuild_state("after repair", logging.INFO)
-        self.state.commit_docs(
-            [
-                (
-                    w.ref.root,
-                    w.ref.rel,
-                    DocRow(w.ref.size, w.ref.mtime_ns, w.doc_hash, self.planner.doc_fingerprint),
-                    [PointRow(p.id, p.vector_key) for p in w.points],
-                )
-                for w in works.values()
-            ],
-            now_iso(),
-        )
+        self.state.commit_docs(self._rows(list(works.values())), now_iso())
         report.repaired = True
         log.info(
             "repaired: %d points written, %d embedded, %d deleted",
@@ -789,6 +780,14 @@ class Indexer:
             summary.chunks_embedded,
             len(drop),
         )
+
+
+INTERNAL_KEYS = ("vector_key",)
+
+
+def public(payload: dict[str, Any]) -> dict[str, Any]:
+    """A payload as users see it: the interface's keys, not our bookkeeping."""
+    return {k: v for k, v in payload.items() if k not in INTERNAL_KEYS}
 
 
 def _describe(exc: BaseException) -> str:

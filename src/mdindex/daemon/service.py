@@ -25,7 +25,7 @@ from mdindex.daemon.watcher import Batch, Debouncer, Watcher, locate
 from mdindex.errors import EXIT_OK, MdindexError, PruneRefused, StoreError, StoreMismatch
 from mdindex.files import FileRef, ScanError, scan, stat_file
 from mdindex.lock import WriterLock
-from mdindex.pipeline import Indexer, Summary, now_iso
+from mdindex.pipeline import Indexer, Summary, now_iso, public
 from mdindex.runtime import make_indexer
 
 log = logging.getLogger(__name__)
@@ -366,10 +366,7 @@ class Daemon:
         assert self.indexer is not None
         vector = self.indexer.embedder.embed([query])[0]
         hits = self.indexer.sink.search([float(x) for x in vector], k)
-        return [
-            {"score": h.score, **{k: v for k, v in h.payload.items() if k != "vector_key"}}
-            for h in hits
-        ]
+        return [{"score": h.score, **public(h.payload)} for h in hits]
 
     def status(self) -> dict[str, Any]:
         assert self.indexer is not None
