@@ -376,3 +376,25 @@ def test_verify_lists_duplicates(docs_tree, make_settings, tiny) -> None:
     assert [d["id"] for d in report.duplicates] == ["00000000-0000-4000-8000-0000000000d2"]
     assert not report.missing and not report.stale
     assert stored_points(s, vectors=True) == before
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_pipelined_and_inline_runs_store_the_same(
+    docs_tree, make_settings, tmp_path, pipelined: bool
+) -> None:
+    # two documents whose text repeats: in neighbouring groups it is embedded once
+    (docs_tree / "guide" / "a2.md").write_text((docs_tree / "guide" / "a.md").read_text())
+    s = make_settings(docs_tree)
+    tiny = TinyEmbedder()
+    indexer = build_indexer(s, tiny)
+    indexer.pipelined = pipelined
+    indexer.group_docs = 1  # one group per document, so groups overlap in the pipeline
+    try:
+        result = indexer.backfill().as_dict()
+    finally:
+        indexer.finish()
+        indexer.state.close()
+    assert result["chunks_embedded"] == tiny.texts_embedded
+    unique = {p["vector_key"] for p in stored_points(s).values()}
+    assert tiny.texts_embedded == len(unique)
+    assert stored_points(s) == fresh_copy(tmp_path, s, TinyEmbedder())
