@@ -112,7 +112,11 @@ def pick_precision(precision: str, device: str) -> str:
     if device == "cpu" and BF16_ON_CPU:
         import torch
 
-        if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        try:  # a private op, so anything unexpected means no native bf16
+            native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        except Exception:
+            native = False
+        if native:
             return "bf16"
     return "fp32"
 

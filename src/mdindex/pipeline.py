@@ -301,8 +301,8 @@ class Indexer:
         self.planner = Planner(settings, info, counter, chunker)
         self._store_checked = False
         # With two cores or fewer, torch's threads already fill the machine and
-        # work beside them only slows them down (measured: overhead 1.19 with
-        # the worker thread against 1.07 without), so embedding runs inline.
+        # work beside them only slows them down (bench/backfill.py: overhead 1.19 with
+        # the worker thread, 0.98 without, in bf16), so embedding runs inline.
         self.pipelined = (os.cpu_count() or 1) > 2
         self.group_docs = _GROUP_DOCS
         self.group_chars = _GROUP_CHARS
