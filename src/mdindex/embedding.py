@@ -147,10 +147,6 @@ class Embedder:
         self._encode_lock = threading.Lock()
         self.texts_embedded = 0
 
-    @property
-    def loaded(self) -> bool:
-        return self._model is not None
-
     def model(self) -> Any:
         with self._lock:
             if self._model is None:

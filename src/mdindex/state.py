@@ -122,13 +122,6 @@ class State:
             )
         }
 
-    def doc(self, root: str, path: str) -> DocRow | None:
-        row = self.db.execute(
-            "SELECT size, mtime_ns, doc_hash, fingerprint FROM docs WHERE root=? AND path=?",
-            (root, path),
-        ).fetchone()
-        return None if row is None else DocRow(*row)
-
     def doc_count(self) -> int:
         return int(self.db.execute("SELECT count(*) FROM docs").fetchone()[0])
 
