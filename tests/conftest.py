@@ -9,8 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from hypothesis import settings as hypothesis_settings
 
 from mdindex.config import DEFAULT_MODEL, Settings, load_settings
 from mdindex.embedding import Embedder, load_counter, resolve_model
@@ -18,6 +17,14 @@ from mdindex.pipeline import Indexer
 from mdindex.runtime import make_pipeline, make_sink, state_path
 from mdindex.state import State
 from mdindex.tokens import TokenCounter
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# CI replays the same examples every run, so a red build is reproducible;
+# local runs and the long fault mode keep exploring new ones.
+hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    hypothesis_settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("MDINDEX_TEST_CORPUS", REPO.parent / "shared" / "corpus"))
