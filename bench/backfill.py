@@ -30,7 +30,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--corpus")
-    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=None, help="default: 64 on CPU, 512 on CUDA")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or auto (on a GPU: --device cuda)")
     ap.add_argument("--noop-runs", type=int, default=3)
     ap.add_argument("--strategy", default="heading")
     args = ap.parse_args()
@@ -48,13 +49,13 @@ def main() -> None:
             "state_dir": str(work / "state"),
             "batch_size": args.batch_size,
             "strategy": args.strategy,
-            "device": "cpu",
+            "device": args.device,
         }
     )
     indexer = make_indexer(settings)
     embedder = indexer.embedder
     embedder.model()  # type: ignore[attr-defined]  # both sides start with the model loaded
-    embedder.embed(["warm up"] * args.batch_size)
+    embedder.embed(["warm up"] * embedder.batch_size)  # type: ignore[attr-defined]
     # The very chunk texts the backfill will embed, without writing anything.
     dry = make_indexer(settings)
     texts = sorted(
@@ -114,7 +115,8 @@ def main() -> None:
         "noop_process_s": noop_s,
         "peak_rss_backfill_mb": rss_backfill,
         "peak_rss_noop_mb": noop_rss,
-        "batch_size": args.batch_size,
+        "batch_size": embedder.batch_size,  # type: ignore[attr-defined]
+        "device": args.device,
         "strategy": args.strategy,
     }
     print(f"corpus {corpus}: {result['files']} files, {result['chunks_embedded']} chunks embedded")
