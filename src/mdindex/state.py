@@ -130,6 +130,27 @@ class State:
         rows = self.db.execute("SELECT root, path FROM docs UNION SELECT root, path FROM points")
         return {(r, p) for r, p in rows}
 
+    def under(
+        self, root: str, rel: str
+    ) -> tuple[set[tuple[str, str]], dict[tuple[str, str], DocRow]]:
+        """Known documents and their rows at ``rel`` (a file) or below it (a folder).
+
+        An index range, not a scan, so the daemon's per-event work does not grow
+        with the size of the index. ``rel`` empty means the whole root.
+        """
+        # Paths below "a/b" sort between "a/b/" and "a/b0" ("0" follows "/").
+        scope = "root=? AND (path=? OR (path>=? AND path<?))" if rel else "root=?"
+        args: tuple[str, ...] = (root, rel, f"{rel}/", f"{rel}0") if rel else (root,)
+        rows = {
+            (r, p): DocRow(s, m, h, f)
+            for r, p, s, m, h, f in self.db.execute(
+                f"SELECT root, path, size, mtime_ns, doc_hash, fingerprint FROM docs WHERE {scope}",
+                args,
+            )
+        }
+        pending = self.db.execute(f"SELECT DISTINCT root, path FROM points WHERE {scope}", args)
+        return rows.keys() | {(r, p) for r, p in pending}, rows
+
     def touch(self, root: str, path: str, size: int, mtime_ns: int) -> None:
         with self.transaction() as db:
             db.execute(

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from mdindex.config import Settings
+from mdindex.config import Root, Settings
 from mdindex.daemon.http import Api, HttpServer, Metrics
 from mdindex.daemon.notify import Notifier
 from mdindex.daemon.watcher import Batch, Debouncer, Watcher, locate
@@ -27,6 +27,7 @@ from mdindex.files import FileRef, ScanError, scan, stat_file
 from mdindex.lock import WriterLock
 from mdindex.pipeline import Indexer, Summary, now_iso, public
 from mdindex.runtime import make_indexer
+from mdindex.state import DocRow
 
 log = logging.getLogger(__name__)
 
@@ -239,12 +240,12 @@ class Daemon:
         summary = Summary()
         if batch.dirs:
             self.next_rescan = min(self.next_rescan, time.monotonic() + DIR_RESCAN_DELAY_S)
-        files, deleted = self.resolve(batch, summary)
+        files, deleted, rows = self.resolve(batch, summary)
         if not files and not deleted:
             self.account(summary)
             return
         try:
-            self.indexer.sync(files, deleted, summary)
+            self.indexer.sync(files, deleted, summary, rows=rows)
         except StoreError as exc:
             self.store_failed(exc)
             for path in batch.files:  # try these paths again later
@@ -258,11 +259,19 @@ class Daemon:
 
     def resolve(
         self, batch: Batch, summary: Summary
-    ) -> tuple[list[FileRef], list[tuple[str, str]]]:
-        """What the paths hold now: files to (re)index and documents to delete."""
+    ) -> tuple[list[FileRef], list[tuple[str, str]], dict[tuple[str, str], DocRow]]:
+        """What the paths hold now: files to (re)index, documents to delete, and the
+        state rows of the files seen (for the sync's fast path)."""
         assert self.indexer is not None
         idx = self.indexer
-        known = idx.state.known_docs()
+        known: set[tuple[str, str]] = set()
+        rows: dict[tuple[str, str], DocRow] = {}
+
+        def look(root: Root, rel: str) -> None:
+            k, r = idx.state.under(root.label, rel)
+            known.update(k)
+            rows.update(r)
+
         files: dict[tuple[str, str], FileRef] = {}
         deleted: set[tuple[str, str]] = set()
         for path in batch.files:
@@ -270,6 +279,7 @@ class Daemon:
             if loc is None or not loc[1]:
                 continue
             root, rel = loc
+            look(root, rel)
             found = stat_file(root, rel, idx.accept, self.settings.follow_symlinks)
             if isinstance(found, FileRef):
                 files[found.key] = found
@@ -286,6 +296,7 @@ class Daemon:
                 log.error("root %s (%s) is gone; not deleting its documents", root.label, root.path)
                 self.unhealthy = f"root {root.label} is gone"
                 continue
+            look(root, rel)
             present: set[str] = set()
             for item in scan(root, idx.accept, self.settings.follow_symlinks, under=rel):
                 if isinstance(item, ScanError):
@@ -299,11 +310,9 @@ class Daemon:
                 for key in known
                 if key[0] == root.label and key[1].startswith(prefix) and key[1] not in present
             )
-        rows = idx.state.docs()
-        fresh = [f for f in files.values() if idx.is_fresh(f, rows)]
-        summary.files_unchanged += len(fresh)
         changed = [f for f in files.values() if not idx.is_fresh(f, rows)]
-        return changed, sorted(deleted - files.keys())
+        summary.files_unchanged += len(files) - len(changed)
+        return changed, sorted(deleted - files.keys()), rows
 
     def account(self, summary: Summary) -> None:
         assert self.indexer is not None
