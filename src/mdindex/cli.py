@@ -27,7 +27,7 @@ from mdindex.errors import (
     StoreUnavailable,
 )
 from mdindex.lock import WriterLock, lock_path, read_holder
-from mdindex.pipeline import Planner, check_roots, public
+from mdindex.pipeline import Planner, Summary, check_roots, public
 from mdindex.runtime import make_indexer, make_pipeline, make_sink, setup_logging, state_path
 
 log = logging.getLogger("mdindex")
@@ -163,21 +163,9 @@ def _backfill_through_daemon(args: argparse.Namespace, daemon: str) -> int:
             "the watch daemon holds the store; --dry-run, --no-prune and --force need it stopped"
         )
     log.info("the watch daemon holds the store; asking it to reconcile")
-    request = urllib.request.Request(daemon + "/reconcile", method="POST", data=b"")
-    try:
-        with urllib.request.urlopen(request, timeout=24 * 3600) as resp:
-            data = json.loads(resp.read().decode())
-    except urllib.error.HTTPError as exc:
-        detail = json.loads(exc.read().decode() or "{}").get("error", str(exc))
-        raise StoreUnavailable(f"the daemon could not reconcile: {detail}") from exc
-    except OSError as exc:
-        raise StoreUnavailable(f"the daemon at {daemon} did not answer: {exc}") from exc
-    line = (
-        f"{data['files_seen']} files: {data['files_changed']} changed, "
-        f"{data['files_unchanged']} unchanged, {data['files_deleted']} deleted, "
-        f"{data['files_failed']} failed (reconciled by the watch daemon)"
-    )
-    emit(args, data, line)
+    data = _ask_daemon(daemon, "/reconcile", post=True)
+    summary = Summary(**{k: data[k] for k in Summary.__dataclass_fields__ if k in data})
+    emit(args, data, summary.line() + " (reconciled by the watch daemon)")
     return EXIT_PARTIAL if data.get("errors") else EXIT_OK
 
 
@@ -211,10 +199,15 @@ def _daemon_url(settings: Settings, required: bool = True) -> str | None:
     return f"http://{holder.get('http_host', '127.0.0.1')}:{holder['http_port']}"
 
 
-def _ask_daemon(url: str, path: str) -> Any:
+def _ask_daemon(url: str, path: str, post: bool = False) -> Any:
+    """GET (or POST, for a reconcile that may run for hours) one of the daemon's endpoints."""
+    request = urllib.request.Request(url + path, method="POST" if post else "GET")
     try:
-        with urllib.request.urlopen(url + path, timeout=30) as resp:
+        with urllib.request.urlopen(request, timeout=24 * 3600 if post else 30) as resp:
             return json.loads(resp.read().decode())
+    except urllib.error.HTTPError as exc:
+        detail = json.loads(exc.read().decode() or "{}").get("error", str(exc))
+        raise StoreUnavailable(f"the daemon at {url} refused {path}: {detail}") from exc
     except OSError as exc:
         raise StoreUnavailable(f"the daemon at {url} did not answer: {exc}") from exc
 
