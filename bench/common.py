@@ -93,3 +93,26 @@ def _fmt(value: Any) -> str:
 
 def offline() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def raw_encode(embedder: Any, texts: list[str]) -> Any:
+    """Plain ``SentenceTransformer.encode`` with the embedder's model, batch size and
+    precision: the baseline that mdindex's own embedding path is measured against."""
+    import contextlib
+
+    import torch
+
+    model = embedder.model()
+    autocast = (
+        torch.autocast("cpu", dtype=torch.bfloat16)
+        if embedder.precision == "bf16"
+        else contextlib.nullcontext()
+    )
+    with torch.inference_mode(), autocast:
+        return model.encode(
+            texts,
+            batch_size=embedder.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )

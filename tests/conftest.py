@@ -27,6 +27,9 @@ if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parents[1]
+# The embedded engine the suite runs on (MDINDEX_STORE, as for users); CI runs
+# the reliability tests on both.
+STORE = os.environ.get("MDINDEX_STORE", "client")
 CORPUS = Path(os.environ.get("MDINDEX_TEST_CORPUS", REPO.parent / "shared" / "corpus"))
 
 

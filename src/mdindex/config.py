@@ -77,6 +77,7 @@ class Settings(BaseSettings):
     qdrant_grpc: bool = False
     qdrant_timeout_s: float = 10.0
     store: Literal["client", "edge"] = "client"
+    edge_index_min_points: int = Field(default=50_000, ge=0)
     strategy: Literal["heading", "token", "semantic"] = "heading"
     state_dir: Path = Field(default_factory=_default_state_dir)
     cache_dir: Path = Field(default_factory=_default_cache_dir)
@@ -169,7 +170,10 @@ class Settings(BaseSettings):
 
     @property
     def store_path(self) -> Path:
-        return self.qdrant_path or self.state_dir / "qdrant"
+        """The embedded store's folder; edge keeps one shard per collection inside it."""
+        if self.qdrant_path is not None:
+            return self.qdrant_path
+        return self.state_dir / ("edge" if self.store == "edge" else "qdrant")
 
 
 class _TomlSource(PydanticBaseSettingsSource):

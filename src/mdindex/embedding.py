@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
+from tokenizers import Tokenizer
 
 from mdindex.config import DEFAULT_MODEL
 from mdindex.errors import ConfigError, EmbeddingError
@@ -127,6 +128,12 @@ class Embedder:
     ``precision`` is how the model computes, not what it returns: fp32, bf16
     (CPU autocast) or fp16 (CUDA). Vectors, IDs and payloads do not record
     it, so indexes built on different hardware stay interchangeable.
+
+    For a plain transformer + pooling model the texts are tokenized here, in
+    one parallel ``encode_batch``, sorted by token count and padded per batch,
+    and fed to the model's forward: bench/backends.py measured this 1.3-1.5x
+    faster than ``SentenceTransformer.encode`` on CPU with the same vectors
+    (cosine 0.9999999 in fp32). Any other model goes through ``encode``.
     """
 
     def __init__(
@@ -138,11 +145,14 @@ class Embedder:
     ) -> None:
         self.info = info
         self.device_setting = device
+        self.device = "cpu"
         self.precision_setting = precision
         self.precision = "fp32"
         self.batch_size_setting = batch_size
         self.batch_size = batch_size or 64
         self._model: Any = None
+        self._tokenizer: Tokenizer | None = None
+        self._features: tuple[str, ...] = ()
         self._lock = threading.Lock()
         self._encode_lock = threading.Lock()
         self.texts_embedded = 0
@@ -162,12 +172,18 @@ class Embedder:
                     model = SentenceTransformer(str(self.info.path), device=device)
                 except Exception as exc:
                     raise EmbeddingError(f"cannot load model {self.info.name}: {exc}") from exc
+                self.device = device
                 self.precision = pick_precision(self.precision_setting, device)
                 if self.batch_size_setting is None and device.startswith("cuda"):
                     self.batch_size = 512  # a GPU wants large batches; a CPU gains nothing
                 if self.precision == "fp16":
                     model.half()
-                log.info("embedding in %s", self.precision)
+                self._tokenizer, self._features = _direct_inputs(model, self.info)
+                log.info(
+                    "embedding in %s (%s)",
+                    self.precision,
+                    "direct forward" if self._tokenizer else "encode",
+                )
                 self._model = model
             return self._model
 
@@ -196,13 +212,16 @@ class Embedder:
         )
         try:
             with self._encode_lock, torch.inference_mode(), autocast:
-                vectors = model.encode(
-                    list(texts),
-                    batch_size=self.batch_size,
-                    normalize_embeddings=True,
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                )
+                if self._tokenizer is not None:
+                    vectors = self._forward(model, self._tokenizer, texts)
+                else:
+                    vectors = model.encode(
+                        list(texts),
+                        batch_size=self.batch_size,
+                        normalize_embeddings=True,
+                        convert_to_numpy=True,
+                        show_progress_bar=False,
+                    )
         except Exception as exc:
             raise EmbeddingError(f"embedding failed: {exc}") from exc
         vectors = np.asarray(vectors, dtype=np.float32)
@@ -210,3 +229,59 @@ class Embedder:
             raise EmbeddingError("model returned non-finite embeddings")
         self.texts_embedded += len(texts)
         return vectors
+
+    def _forward(self, model: Any, tokenizer: Tokenizer, texts: Sequence[str]) -> NDArray[Any]:
+        import torch
+
+        encodings = tokenizer.encode_batch(list(texts))
+        # Batches of similar length waste little compute on padding.
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        out: NDArray[Any] | None = None
+        for lo in range(0, len(order), self.batch_size):
+            rows = order[lo : lo + self.batch_size]
+            width = max(len(encodings[i].ids) for i in rows)
+            ids = np.zeros((len(rows), width), dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            for r, i in enumerate(rows):
+                row = encodings[i].ids
+                ids[r, : len(row)] = row
+                mask[r, : len(row)] = 1
+            arrays = {
+                "input_ids": ids,
+                "attention_mask": mask,
+                "token_type_ids": np.zeros_like(ids),
+            }
+            features = {
+                k: torch.from_numpy(arrays[k]).to(self.device, non_blocking=True)
+                for k in self._features
+            }
+            emb = model.forward(features)["sentence_embedding"].float()
+            emb = torch.nn.functional.normalize(emb, dim=1).cpu().numpy()
+            if out is None:
+                out = np.zeros((len(texts), emb.shape[1]), dtype=np.float32)
+            out[rows] = emb
+        assert out is not None
+        return out
+
+
+def _direct_inputs(model: Any, info: ModelInfo) -> tuple[Tokenizer | None, tuple[str, ...]]:
+    """The tokenizer and input names for feeding the model directly, or (None, ()) when
+    the model is anything but a text transformer followed by pooling (and normalising)."""
+    import inspect
+
+    kinds = [type(module).__name__ for module in model]
+    if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+        return None, ()
+    backbone = getattr(model[0], "auto_model", None)
+    prompts = getattr(model, "prompts", None) or {}
+    if backbone is None or any(prompts.values()) or getattr(model, "default_prompt_name", None):
+        return None, ()  # a prompt is prepended inside encode
+    accepted = inspect.signature(backbone.forward).parameters
+    names = tuple(k for k in ("input_ids", "attention_mask", "token_type_ids") if k in accepted)
+    if names[:2] != ("input_ids", "attention_mask"):
+        return None, ()
+    tokenizer = Tokenizer.from_file(str(info.path / "tokenizer.json"))
+    tokenizer.no_padding()
+    # Chunks fit the limit; anything longer (a query) is cut as encode would cut it.
+    tokenizer.enable_truncation(info.max_seq_length)
+    return tokenizer, names

@@ -30,7 +30,7 @@ from mdindex.embedding import ModelInfo, VectorFn
 from mdindex.errors import ConfigError, InputError, MdindexError, PruneRefused
 from mdindex.files import FileRef, PathFilter, ScanError, printable, scan
 from mdindex.models import Chunk, Document, digest
-from mdindex.sinks import Point, QdrantSink
+from mdindex.sinks import Point, Sink
 from mdindex.state import DocRow, PointRow, State
 from mdindex.tokens import TokenCounter
 
@@ -286,7 +286,7 @@ class Indexer:
         counter: TokenCounter,
         chunker: Chunker,
         embedder: VectorFn,
-        sink: QdrantSink,
+        sink: Sink,
         state: State,
     ) -> None:
         self.settings = settings

@@ -12,9 +12,8 @@ from pathlib import Path
 from mdindex.chunking import Chunker
 from mdindex.config import Settings
 from mdindex.embedding import Embedder, ModelInfo, load_counter, resolve_model
-from mdindex.errors import ConfigError
 from mdindex.pipeline import Indexer
-from mdindex.sinks import QdrantSink
+from mdindex.sinks import EdgeSink, QdrantSink, Sink
 from mdindex.state import State
 from mdindex.tokens import TokenCounter
 
@@ -34,9 +33,7 @@ def api_key() -> str | None:
     return None
 
 
-def make_sink(settings: Settings) -> QdrantSink:
-    if settings.store == "edge":
-        raise ConfigError("store: 'edge' is not available in this build; use store = \"client\"")
+def make_sink(settings: Settings) -> Sink:
     common = {
         "retry_budget_s": settings.retry_budget_s,
         "batch_points": settings.upsert_batch_points,
@@ -49,6 +46,13 @@ def make_sink(settings: Settings) -> QdrantSink:
             api_key=api_key(),
             prefer_grpc=settings.qdrant_grpc,
             timeout_s=settings.qdrant_timeout_s,
+            **common,  # type: ignore[arg-type]
+        )
+    if settings.store == "edge":
+        return EdgeSink(
+            settings.collection,
+            path=settings.store_path / settings.collection,
+            index_min_points=settings.edge_index_min_points,
             **common,  # type: ignore[arg-type]
         )
     return QdrantSink(settings.collection, path=settings.store_path, **common)  # type: ignore[arg-type]

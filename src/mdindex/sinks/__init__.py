@@ -1,5 +1,11 @@
-"""Where points are stored. The sync core talks to a sink, never to qdrant-client."""
+"""Where points are stored. The sync core talks to a Sink, never to a Qdrant library.
 
-from mdindex.sinks.qdrant import Hit, Point, QdrantSink
+- ``QdrantSink``: qdrant-client, in embedded local mode or against a server.
+- ``EdgeSink``: qdrant-edge, Qdrant's own engine embedded in the process.
+"""
 
-__all__ = ["Hit", "Point", "QdrantSink"]
+from mdindex.sinks.base import Hit, Point, Sink
+from mdindex.sinks.edge import EdgeSink
+from mdindex.sinks.qdrant import QdrantSink
+
+__all__ = ["EdgeSink", "Hit", "Point", "QdrantSink", "Sink"]

@@ -7,20 +7,17 @@ qdrant-client's errors into mdindex's own.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
-import os
-import random
 import sqlite3
-import threading
-import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from mdindex.errors import LockError, StoreError, StoreMismatch, StoreUnavailable
+from mdindex.errors import LockError, StoreError, StoreMismatch
+from mdindex.sinks.base import INDEXED_KEYS, Hit, Point, Retrier
 
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient
@@ -31,22 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-INDEXED_KEYS = ("root", "doc_path", "content_hash")
 _RETRIEVE_BATCH = 512
-
-
-@dataclass(frozen=True, slots=True)
-class Point:
-    id: str
-    vector: Sequence[float]
-    payload: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Hit:
-    id: str
-    score: float
-    payload: dict[str, Any]
 
 
 def _transient(exc: BaseException) -> bool:
@@ -87,8 +69,7 @@ class QdrantSink:
         self._grpc = prefer_grpc
         self._timeout = timeout_s
         self._client: QdrantClient | None = None
-        # The daemon searches from its HTTP thread while the main thread writes.
-        self._lock = threading.RLock()
+        self._retry = Retrier("qdrant", self.where, retry_budget_s, _transient, path)
 
     @property
     def local(self) -> bool:
@@ -127,12 +108,18 @@ class QdrantSink:
         try:
             return QdrantClient(path=str(self.path))
         except RuntimeError as exc:
-            if "already accessed" in str(exc):
-                raise LockError(
-                    f"embedded store {self.path} is open in another process; "
-                    "stop it or ask the running daemon (mdindex search/status use it)"
-                ) from exc
-            raise StoreError(f"cannot open embedded store {self.path}: {exc}") from exc
+            if "already accessed" not in str(exc):
+                raise StoreError(f"cannot open embedded store {self.path}: {exc}") from exc
+        # qdrant-client leaves its lock file open on that path. Out here the
+        # traceback that held the half-built client is gone, so it can be
+        # closed now, quietly, rather than at some later garbage collection.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
+        raise LockError(
+            f"embedded store {self.path} is open in another process; "
+            "stop it or ask the running daemon (mdindex search/status use it)"
+        )
 
     @property
     def client(self) -> QdrantClient:
@@ -147,52 +134,13 @@ class QdrantSink:
             self._client = None
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
-        deadline = time.monotonic() + self.retry_budget_s
-        delay = 0.2
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                with self._lock, warnings.catch_warnings():
-                    # Local mode warns once it holds many points; that is logged, not raised.
-                    warnings.simplefilter("ignore", UserWarning)
-                    return fn()
-            except (LockError, StoreError):
-                raise
-            except Exception as exc:
-                if not _transient(exc):
-                    raise StoreError(
-                        f"qdrant {what} failed at {self.where}: {_short(exc)}"
-                    ) from exc
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise StoreUnavailable(
-                        f"qdrant at {self.where} unreachable or refusing writes during {what} "
-                        f"after {attempt} attempts over {self.retry_budget_s:.0f}s: {_short(exc)}"
-                        f"{self._diagnose()}"
-                    ) from exc
-                sleep = min(left, delay * (0.5 + random.random()))
-                log.warning(
-                    "qdrant %s failed (%s); retry %d in %.1fs", what, _short(exc), attempt, sleep
-                )
-                time.sleep(sleep)
-                delay = min(delay * 2, 10.0)
+        def quiet() -> T:
+            with warnings.catch_warnings():
+                # Local mode warns once it holds many points; that is logged, not raised.
+                warnings.simplefilter("ignore", UserWarning)
+                return fn()
 
-    def _diagnose(self) -> str:
-        """Why a local store may refuse writes, when the filesystem can tell."""
-        if self.path is None:
-            return ""
-        try:
-            if os.statvfs(self.path).f_flag & os.ST_RDONLY:
-                return " (the store folder is on a read-only file system)"
-            free = os.statvfs(self.path)
-            if free.f_bavail * free.f_frsize < 1 << 20:
-                return " (the store's disk is full)"
-            if not os.access(self.path, os.W_OK):
-                return " (the store folder is not writable by this user)"
-        except OSError:
-            pass
-        return ""
+        return self._retry(what, quiet)
 
     # -- collection ------------------------------------------------------
 
@@ -374,7 +322,6 @@ class QdrantSink:
         )
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points]
 
-
-def _short(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return " ".join(text.split())[:300]
+    def settle(self, idle: Callable[[], bool] | None = None) -> None:
+        """Nothing to do: qdrant-client's local mode has no index, and a server
+        optimizes on its own."""

@@ -1,0 +1,184 @@
+"""What every sink offers the sync core, and the retry loop they share."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from mdindex.errors import LockError, StoreError, StoreUnavailable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Keyword payload indexes, so per-document lookups and deletes are indexed.
+INDEXED_KEYS = ("root", "doc_path", "content_hash")
+# Below this much free space a local store counts as full (see EdgeSink.upsert).
+MIN_FREE_BYTES = 16 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    id: str
+    vector: Sequence[float]
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    id: str
+    score: float
+    payload: dict[str, Any]
+
+
+class Sink(Protocol):
+    """A Qdrant collection as the sync core sees it: IDs are UUID strings, vectors
+    are cosine, and every call either succeeds or raises a StoreError."""
+
+    collection: str
+
+    @property
+    def where(self) -> str: ...
+
+    def open(self) -> Sink: ...
+
+    def close(self) -> None: ...
+
+    def exists(self) -> bool: ...
+
+    def ensure_collection(self, dimension: int) -> None: ...
+
+    def count(self) -> int: ...
+
+    def signature(self) -> str:
+        """A cheap fingerprint of an embedded store's files ("" for a server,
+        "absent" when there is none), read without opening the store."""
+        ...
+
+    def vectors(self, ids: Sequence[str]) -> dict[str, list[float]]: ...
+
+    def upsert(self, points: Sequence[Point]) -> int: ...
+
+    def delete(self, ids: Sequence[str]) -> int: ...
+
+    def scroll(
+        self, payload: Sequence[str] | bool = True, with_vectors: bool = False, page: int = 1024
+    ) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]: ...
+
+    def search(self, vector: Sequence[float], k: int) -> list[Hit]: ...
+
+    def settle(self, idle: Callable[[], bool] | None = None) -> None:
+        """Housekeeping between syncs (building an index); ``idle`` says whether
+        it may go on, and is asked often."""
+        ...
+
+
+class Retrier:
+    """Runs store calls under one lock, retrying transient failures with
+    exponential backoff and jitter within a budget, and translating the rest."""
+
+    def __init__(
+        self,
+        name: str,
+        where: str,
+        budget_s: float,
+        transient: Callable[[BaseException], bool],
+        path: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.where = where
+        self.budget_s = budget_s
+        self.transient = transient
+        self.path = path
+        # The daemon searches from its HTTP thread while the main thread writes.
+        self.lock = threading.RLock()
+
+    def __call__(self, what: str, fn: Callable[[], T]) -> T:
+        deadline = time.monotonic() + self.budget_s
+        delay = 0.2
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with self.lock:
+                    return fn()
+            except (LockError, StoreError):
+                raise
+            except Exception as exc:
+                if not self.transient(exc):
+                    raise StoreError(
+                        f"{self.name} {what} failed at {self.where}: {short(exc)}"
+                    ) from exc
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StoreUnavailable(
+                        f"{self.name} at {self.where} unreachable or refusing writes during "
+                        f"{what} after {attempt} attempts over {self.budget_s:.0f}s: "
+                        f"{short(exc)}{diagnose(self.path)}"
+                    ) from exc
+                sleep = min(left, delay * (0.5 + random.random()))
+                log.warning(
+                    "%s %s failed (%s); retry %d in %.1fs",
+                    self.name,
+                    what,
+                    short(exc),
+                    attempt,
+                    sleep,
+                )
+                time.sleep(sleep)
+                delay = min(delay * 2, 10.0)
+
+
+def diagnose(path: Path | None) -> str:
+    """Why a local store may refuse writes, when the filesystem can tell."""
+    if path is None:
+        return ""
+    try:
+        probe = path if path.exists() else path.parent
+        stat = os.statvfs(probe)
+        if stat.f_flag & os.ST_RDONLY:
+            return " (the store folder is on a read-only file system)"
+        if stat.f_bavail * stat.f_frsize < MIN_FREE_BYTES:
+            return " (the store's disk is full)"
+        if not os.access(probe, os.W_OK):
+            return " (the store folder is not writable by this user)"
+    except OSError:
+        pass
+    return ""
+
+
+def free_bytes(path: Path) -> int | None:
+    try:
+        stat = os.statvfs(path if path.exists() else path.parent)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
+def files_signature(folder: Path) -> str:
+    """Sizes and mtimes of every file under ``folder``; "absent" when it is missing."""
+    if not folder.is_dir():
+        return "absent"
+    parts: list[str] = []
+    for dirpath, _, names in sorted(os.walk(folder)):
+        for name in sorted(names):
+            try:
+                st = os.stat(os.path.join(dirpath, name))
+            except FileNotFoundError:
+                continue
+            parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+    if not parts:
+        return "absent"
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:32]
+
+
+def short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())[:300]

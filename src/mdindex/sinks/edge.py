@@ -1,0 +1,338 @@
+"""The qdrant-edge sink: Qdrant's own engine (segments, WAL, HNSW, payload
+indexes) embedded in this process, one shard folder per collection.
+
+Index building. Edge has no background optimizer, and ``optimize()`` holds
+the GIL for its whole run (about 0.5 ms a point here: 54 s for 100k), which
+would freeze the daemon's threads and its systemd watchdog pings. So:
+
+- Below ``index_min_points`` points the store is never optimized and every
+  search is exact (recall 1.0). Exact search measured 1.7 ms at 20k points,
+  6 ms at 50k and 15 ms at 100k on 2 cores; an index answers in about 1 ms,
+  and building one costs about as much CPU as 4,000 to 6,000 exact searches,
+  so it pays off only for a large store that is searched a lot.
+- Above it, once at least a tenth of the points are not in the index yet,
+  ``settle`` closes the shard and optimizes it in a child process, while the
+  caller's threads go on. ``settle`` is called only when there is nothing
+  else to do, and it gives way: the child is killed as soon as ``idle()``
+  says an event arrived or a search is waiting (a killed run leaves the shard
+  as it was; tested), and it is tried again at the next quiet moment.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from mdindex.errors import LockError, StoreError, StoreMismatch
+from mdindex.sinks.base import (
+    INDEXED_KEYS,
+    MIN_FREE_BYTES,
+    Hit,
+    Point,
+    Retrier,
+    files_signature,
+    free_bytes,
+)
+
+if TYPE_CHECKING:
+    from qdrant_edge import EdgeShard
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+CONFIG_FILE = "edge_config.json"
+# Queries against the HNSW index look at this many candidates; measured on
+# the corpus's real embeddings by bench/stores.py (recall >= 0.99 vs exact).
+HNSW_EF = 128
+_RETRIEVE_BATCH = 1024
+_OPTIMIZE = (
+    "import sys\n"
+    "from qdrant_edge import EdgeShard\n"
+    "shard = EdgeShard.load(sys.argv[1])\n"
+    "shard.optimize()\n"
+    "shard.close()\n"
+)
+
+
+def _transient(exc: BaseException) -> bool:
+    """Edge raises plain Exceptions; the filesystem's refusals are worth a retry."""
+    if isinstance(exc, OSError | TimeoutError):
+        return True
+    text = str(exc)
+    return any(
+        s in text
+        for s in ("No space left", "Read-only file system", "Permission denied", "os error")
+    )
+
+
+class EdgeSink:
+    def __init__(
+        self,
+        collection: str,
+        *,
+        path: Path,
+        retry_budget_s: float = 30.0,
+        batch_points: int = 256,
+        batch_bytes: int = 8_000_000,
+        index_min_points: int = 50_000,
+    ) -> None:
+        self.collection = collection
+        self.path = path  # the shard's own folder
+        self.batch_points = batch_points
+        self.batch_bytes = batch_bytes
+        self.index_min_points = index_min_points
+        self._shard: EdgeShard | None = None
+        self._retry = Retrier("qdrant-edge", str(path), retry_budget_s, _transient, path)
+        self._searches_waiting = 0
+
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    # -- shard -----------------------------------------------------------
+
+    def exists(self) -> bool:
+        return (self.path / CONFIG_FILE).is_file()
+
+    def open(self) -> EdgeSink:
+        # Creation waits for ensure_collection, which knows the vector size.
+        if self._shard is None and self.exists():
+            self._shard = self._retry("open", self._load)
+        return self
+
+    def _load(self) -> EdgeShard:
+        from qdrant_edge import EdgeShard
+
+        try:
+            return EdgeShard.load(str(self.path))
+        except Exception as exc:
+            if "WouldBlock" in str(exc):
+                raise LockError(
+                    f"edge store {self.path} is open in another process; "
+                    "stop it or ask the running daemon (mdindex search/status use it)"
+                ) from exc
+            raise
+
+    @property
+    def shard(self) -> EdgeShard:
+        self.open()
+        if self._shard is None:
+            raise StoreError(f"edge store {self.path} has no collection yet")
+        return self._shard
+
+    def close(self) -> None:
+        with self._retry.lock:
+            if self._shard is not None:
+                try:
+                    self._shard.flush()
+                    self._shard.close()
+                except Exception as exc:  # closing must never mask the real outcome
+                    log.debug("closing edge shard: %s", exc)
+                self._shard = None
+
+    def ensure_collection(self, dimension: int) -> None:
+        """Create the shard with its payload indexes, or refuse one whose vectors differ."""
+        if self.exists():
+            try:
+                config = json.loads((self.path / CONFIG_FILE).read_text(encoding="utf-8"))
+                vectors = config["vectors"]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise StoreError(f"edge store {self.path}: unreadable {CONFIG_FILE}") from exc
+            params = vectors.get("") if isinstance(vectors, dict) else None
+            if not isinstance(params, dict) or len(vectors) != 1:
+                raise StoreMismatch(
+                    f"edge store {self.path} uses named vectors; choose another collection"
+                )
+            if params.get("size") != dimension or params.get("distance") != "Cosine":
+                raise StoreMismatch(
+                    f"edge store {self.path} has {params.get('size')}-d "
+                    f"{params.get('distance')} vectors but the model gives {dimension}-d Cosine; "
+                    "use another --collection or delete that one"
+                )
+            self.open()
+            return
+        from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams
+
+        log.info("creating edge store %s (%d-d cosine)", self.path, dimension)
+        config = EdgeConfig(vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine))
+
+        def create() -> EdgeShard:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return EdgeShard.create(str(self.path), config)
+
+        self._shard = self._retry("create", create)
+        self._ensure_indexes()
+
+    def _ensure_indexes(self) -> None:
+        from qdrant_edge import PayloadSchemaType, UpdateOperation
+
+        have = set(self._retry("info", lambda: self.shard.info().payload_schema))
+        for key in INDEXED_KEYS:
+            if key not in have:
+                op = UpdateOperation.create_field_index(key, PayloadSchemaType.Keyword)
+                self._retry(f"payload index {key}", lambda op=op: self.shard.update(op))  # type: ignore[misc]
+
+    def count(self) -> int:
+        from qdrant_edge import CountRequest
+
+        if not self.exists():
+            return 0
+        return int(self._retry("count", lambda: self.shard.count(CountRequest(exact=True))))
+
+    def signature(self) -> str:
+        return files_signature(self.path)
+
+    # -- points ----------------------------------------------------------
+
+    def vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        if not ids or not self.exists():
+            return out
+        for i in range(0, len(ids), _RETRIEVE_BATCH):
+            batch = list(ids[i : i + _RETRIEVE_BATCH])
+            records = self._retry(
+                "retrieve",
+                lambda batch=batch: self.shard.retrieve(  # type: ignore[misc]
+                    batch, with_payload=False, with_vector=True
+                ),
+            )
+            for rec in records:
+                if isinstance(rec.vector, list):
+                    out[str(rec.id)] = rec.vector  # type: ignore[assignment]
+        return out
+
+    def upsert(self, points: Sequence[Point]) -> int:
+        from qdrant_edge import Point as EdgePoint
+        from qdrant_edge import UpdateOperation
+
+        written = 0
+        batch: list[Any] = []
+        size = 0
+
+        def flush() -> None:
+            op = UpdateOperation.upsert_points(batch)
+            self._retry("upsert", lambda: self._update(op))
+
+        for point in points:
+            est = len(json.dumps(point.payload, ensure_ascii=False)) + 12 * len(point.vector)
+            if batch and (len(batch) >= self.batch_points or size + est > self.batch_bytes):
+                flush()
+                written += len(batch)
+                batch, size = [], 0
+            batch.append(EdgePoint(point.id, list(point.vector), point.payload))
+            size += est
+        if batch:
+            flush()
+            written += len(batch)
+        return written
+
+    def _update(self, op: Any) -> None:
+        # Edge writes through memory maps: on a full disk a write does not fail,
+        # the kernel kills the process with SIGBUS. So a nearly full disk is
+        # refused here, as an error the retry loop understands.
+        free = free_bytes(self.path)
+        if free is not None and free < MIN_FREE_BYTES:
+            raise OSError(
+                errno.ENOSPC,
+                f"No space left on device: under {MIN_FREE_BYTES >> 20} MB free for the edge store",
+            )
+        self.shard.update(op)
+
+    def delete(self, ids: Sequence[str]) -> int:
+        from qdrant_edge import UpdateOperation
+
+        ids = list(ids)
+        if not ids or not self.exists():
+            return 0
+        for i in range(0, len(ids), self.batch_points * 4):
+            op = UpdateOperation.delete_points(list(ids[i : i + self.batch_points * 4]))
+            self._retry("delete", lambda op=op: self._update(op))  # type: ignore[misc]
+        return len(ids)
+
+    def scroll(
+        self, payload: Sequence[str] | bool = True, with_vectors: bool = False, page: int = 1024
+    ) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]:
+        from qdrant_edge import ScrollRequest
+
+        if not self.exists():
+            return
+        offset: Any = None
+        selector = list(payload) if not isinstance(payload, bool) else payload
+        while True:
+            request = ScrollRequest(
+                offset=offset, limit=page, with_payload=selector, with_vector=with_vectors
+            )
+            records, offset = self._retry(
+                "scroll",
+                lambda request=request: self.shard.scroll(request),  # type: ignore[misc]
+            )
+            for rec in records:
+                vec = rec.vector if isinstance(rec.vector, list) else None
+                yield str(rec.id), dict(rec.payload or {}), vec  # type: ignore[misc]
+            if offset is None:
+                return
+
+    def search(self, vector: Sequence[float], k: int) -> list[Hit]:
+        from qdrant_edge import Query, QueryRequest, SearchParams
+
+        if not self.exists():
+            return []
+        request = QueryRequest(
+            limit=k,
+            query=Query.Nearest(list(vector)),
+            with_payload=True,
+            params=SearchParams(hnsw_ef=max(HNSW_EF, k)),
+        )
+        self._searches_waiting += 1  # tells a running optimization to give way
+        try:
+            points = self._retry("search", lambda: self.shard.query(request))
+        finally:
+            self._searches_waiting -= 1
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points]
+
+    # -- index building ----------------------------------------------------
+
+    def wants_index(self) -> bool:
+        if not self.exists():
+            return False
+        info = self._retry("info", lambda: self.shard.info())
+        pending = info.points_count - info.indexed_vectors_count
+        return info.points_count >= self.index_min_points and pending * 10 >= info.points_count
+
+    def settle(self, idle: Callable[[], bool] | None = None) -> None:
+        """Build the HNSW index in a child process if it pays off (see the module
+        docstring); gives way as soon as ``idle()`` turns False."""
+        if not self.wants_index():
+            return
+        with self._retry.lock:
+            self.close()
+            log.info("building the search index of %s in a child process", self.path)
+            started = time.monotonic()
+            child = subprocess.Popen(
+                [sys.executable, "-c", _OPTIMIZE, str(self.path)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            try:
+                while child.poll() is None:
+                    if self._searches_waiting or (idle is not None and not idle()):
+                        child.kill()
+                        log.info("index build gave way after %.1fs", time.monotonic() - started)
+                        break
+                    time.sleep(0.1)
+            finally:
+                if child.poll() is None:
+                    child.kill()
+                _, err = child.communicate()
+            if child.returncode == 0:
+                log.info("search index built in %.1fs", time.monotonic() - started)
+            elif child.returncode > 0:
+                log.warning("index build failed: %s", err.decode(errors="replace")[-300:].strip())
+            self.open()

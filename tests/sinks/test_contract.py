@@ -1,0 +1,217 @@
+"""One contract, both embedded sinks: what the sync core relies on from a store."""
+
+from __future__ import annotations
+
+import multiprocessing
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mdindex.errors import LockError, StoreMismatch
+from mdindex.sinks import EdgeSink, Point, QdrantSink, Sink
+
+DIM = 8
+
+
+def make(kind: str, folder: Path, **kw: Any) -> Sink:
+    if kind == "edge":
+        return EdgeSink("c", path=folder / "edge" / "c", retry_budget_s=0.5, **kw)
+    return QdrantSink("c", path=folder / "client", retry_budget_s=0.5, **kw)
+
+
+@pytest.fixture(params=["client", "edge"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def sink(kind: str, tmp_path: Path) -> Iterator[Sink]:
+    s = make(kind, tmp_path)
+    s.open()
+    s.ensure_collection(DIM)
+    yield s
+    s.close()
+
+
+def vec(i: int) -> list[float]:
+    v = np.random.default_rng(i).standard_normal(DIM)
+    return [float(x) for x in v / np.linalg.norm(v)]
+
+
+def points(n: int, start: int = 0) -> list[Point]:
+    return [
+        Point(
+            str(uuid.uuid5(uuid.NAMESPACE_URL, str(i))),
+            vec(i),
+            {
+                "text": f"chunk {i} ünïcödé 文字",
+                "root": "docs",
+                "doc_path": f"d{i % 3}.md",
+                "content_hash": f"{i:064x}",
+                "heading_path": ["A", f"B{i}"],
+                "meta": {"tags": ["x", "y"], "draft": False, "weight": 1.5, "nested": {"n": i}},
+                "chunk_index": i,
+            },
+        )
+        for i in range(start, start + n)
+    ]
+
+
+def test_empty_store(kind: str, tmp_path: Path) -> None:
+    s = make(kind, tmp_path)
+    s.open()
+    assert s.count() == 0
+    assert list(s.scroll()) == []
+    assert s.search(vec(0), 3) == []
+    assert s.signature() in ("absent", "")
+    s.close()
+
+
+def test_points_round_trip(sink: Sink) -> None:
+    pts = points(10)
+    assert sink.upsert(pts) == 10
+    assert sink.count() == 10
+    stored = {pid: (payload, v) for pid, payload, v in sink.scroll(with_vectors=True)}
+    assert set(stored) == {p.id for p in pts}
+    for p in pts:
+        payload, v = stored[p.id]
+        assert payload == p.payload
+        assert v is not None and np.allclose(v, p.vector, atol=1e-6)
+    # only the payload keys asked for
+    slim = {pid: payload for pid, payload, _ in sink.scroll(payload=["doc_path"])}
+    assert all(set(payload) == {"doc_path"} for payload in slim.values())
+
+
+def test_upsert_is_idempotent_and_overwrites(sink: Sink) -> None:
+    pts = points(5)
+    sink.upsert(pts)
+    sink.upsert(pts)
+    assert sink.count() == 5
+    changed = Point(pts[0].id, vec(99), {**pts[0].payload, "text": "new"})
+    sink.upsert([changed])
+    payloads = {pid: payload for pid, payload, _ in sink.scroll()}
+    assert payloads[pts[0].id]["text"] == "new"
+    assert np.allclose(sink.vectors([pts[0].id])[pts[0].id], vec(99), atol=1e-6)
+
+
+def test_vectors_skip_unknown_ids(sink: Sink) -> None:
+    pts = points(3)
+    sink.upsert(pts)
+    unknown = str(uuid.uuid4())
+    got = sink.vectors([pts[1].id, unknown])
+    assert set(got) == {pts[1].id}
+    assert sink.vectors([]) == {}
+
+
+def test_delete(sink: Sink) -> None:
+    pts = points(6)
+    sink.upsert(pts)
+    assert sink.delete([pts[0].id, pts[1].id, str(uuid.uuid4())]) == 3
+    assert {pid for pid, _, _ in sink.scroll()} == {p.id for p in pts[2:]}
+    sink.delete([])
+    assert sink.count() == 4
+
+
+def test_search_orders_by_cosine(sink: Sink) -> None:
+    pts = points(20)
+    sink.upsert(pts)
+    hits = sink.search(pts[7].vector, 5)
+    assert hits[0].id == pts[7].id
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert hits[0].payload == pts[7].payload
+    want = sorted(pts, key=lambda p: -float(np.dot(p.vector, pts[7].vector)))[:5]
+    assert [h.id for h in hits] == [p.id for p in want]
+
+
+def test_scroll_pages_through_everything(sink: Sink) -> None:
+    pts = points(250)
+    sink.upsert(pts)
+    assert len({pid for pid, _, _ in sink.scroll(page=7)}) == 250
+
+
+def test_many_points_in_small_batches(kind: str, tmp_path: Path) -> None:
+    s = make(kind, tmp_path, batch_points=16, batch_bytes=4096)
+    s.open()
+    s.ensure_collection(DIM)
+    assert s.upsert(points(100)) == 100
+    assert s.count() == 100
+    assert s.delete([p.id for p in points(100)]) == 100
+    assert s.count() == 0
+    s.close()
+
+
+def test_reopen_keeps_points_and_signature_tracks_writes(kind: str, tmp_path: Path) -> None:
+    s = make(kind, tmp_path)
+    s.open()
+    s.ensure_collection(DIM)
+    s.upsert(points(4))
+    s.close()
+    sig = s.signature()
+    assert sig not in ("", "absent")
+    assert make(kind, tmp_path).signature() == sig  # read without opening
+    again = make(kind, tmp_path)
+    again.open()
+    again.ensure_collection(DIM)
+    assert again.count() == 4
+    again.upsert(points(1, start=50))
+    again.close()
+    assert again.signature() != sig
+
+
+def test_other_vector_size_is_refused(kind: str, tmp_path: Path) -> None:
+    s = make(kind, tmp_path)
+    s.open()
+    s.ensure_collection(DIM)
+    s.close()
+    other = make(kind, tmp_path)
+    other.open()
+    with pytest.raises(StoreMismatch, match="16"):
+        other.ensure_collection(16)
+    other.close()
+
+
+def _hold(kind: str, folder: str, ready: Any, release: Any) -> None:
+    s = make(kind, Path(folder))
+    s.open()
+    s.ensure_collection(DIM)
+    ready.set()
+    release.wait(30)
+    s.close()
+
+
+def test_one_process_at_a_time(kind: str, tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    child = ctx.Process(target=_hold, args=(kind, str(tmp_path), ready, release))
+    child.start()
+    try:
+        assert ready.wait(60)
+        with pytest.raises(LockError, match="another process"):
+            s = make(kind, tmp_path)
+            s.open()
+            s.ensure_collection(DIM)
+    finally:
+        release.set()
+        child.join(30)
+    s = make(kind, tmp_path)
+    s.open()
+    s.ensure_collection(DIM)
+    assert s.count() == 0
+    s.close()
+
+
+def test_edge_has_keyword_indexes(tmp_path: Path) -> None:
+    s = make("edge", tmp_path)
+    s.open()
+    s.ensure_collection(DIM)
+    s.upsert(points(3))
+    assert isinstance(s, EdgeSink)
+    schema = s.shard.info().payload_schema
+    assert {"root", "doc_path", "content_hash"} <= set(schema)
+    assert all(str(schema[k].data_type).endswith("Keyword") for k in ("root", "doc_path"))
+    s.close()

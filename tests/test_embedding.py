@@ -1,0 +1,85 @@
+"""The embedder's own tokenize-and-forward path against plain sentence-transformers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mdindex.config import DEFAULT_MODEL
+from mdindex.embedding import Embedder, resolve_model
+from tests.conftest import REPO
+
+TEXTS = [
+    "Hugo is a static site generator.",
+    "A much longer paragraph about vector stores, markdown files and the way a "
+    "watcher keeps an index in step with the files on disk. " * 4,
+    "",
+    "`code` and émojis 🎉 and CJK 文字",
+    "word " * 600,  # over the model's 256 tokens: cut as encode cuts it
+]
+
+
+def _encode(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    return np.asarray(
+        embedder.model().encode(texts, batch_size=2, normalize_embeddings=True),
+        dtype=np.float32,
+    )
+
+
+def test_direct_forward_matches_encode_in_fp32(real_embedder: Embedder) -> None:
+    fp32 = Embedder(real_embedder.info, device="cpu", batch_size=2, precision="fp32")
+    # Mixed lengths across several batches, so sorting and putting rows back is exercised.
+    texts = (
+        TEXTS
+        + [f"{t} variant {i}" for i, t in enumerate(TEXTS)]
+        + [f"{i} " * (i * 7) for i in range(1, 9)]
+    )
+    got = fp32.embed(texts)
+    assert fp32._tokenizer is not None  # the direct path, not encode
+    want = _encode(fp32, texts)
+    assert got.shape == (len(texts), 384)
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    # Row by row: each vector is its own text's, not a neighbour's of similar length.
+    assert float(np.min(np.sum(got * want, axis=1))) > 0.99999
+
+
+def test_bf16_stays_close_to_fp32(real_embedder: Embedder) -> None:
+    bf16 = Embedder(real_embedder.info, device="cpu", precision="bf16")
+    fp32 = Embedder(real_embedder.info, device="cpu", precision="fp32")
+    cos = np.sum(bf16.embed(TEXTS) * fp32.embed(TEXTS), axis=1)
+    assert float(cos.min()) > 0.995
+
+
+def test_a_model_with_a_prompt_goes_through_encode(tmp_path: Path) -> None:
+    info = resolve_model(DEFAULT_MODEL)
+    model_dir = tmp_path / "prompted"
+    shutil.copytree(info.path, model_dir)
+    config = model_dir / "config_sentence_transformers.json"
+    data = json.loads(config.read_text())
+    data |= {"prompts": {"query": "query: "}, "default_prompt_name": "query"}
+    config.write_text(json.dumps(data))
+    prompted = Embedder(resolve_model(str(model_dir)), device="cpu", precision="fp32")
+    plain = Embedder(info, device="cpu", precision="fp32")
+    got = prompted.embed(["static site generator"])
+    assert prompted._tokenizer is None
+    # encode put the prompt in front; the direct path would have left it out.
+    assert float(np.sum(got * plain.embed(["query: static site generator"]))) > 0.99999
+    assert float(np.sum(got * plain.embed(["static site generator"]))) < 0.999
+
+
+def test_example_docs_embed_alike_both_ways(real_embedder: Embedder) -> None:
+    texts = [p.read_text() for p in sorted((REPO / "examples" / "docs").rglob("*.md"))]
+    assert texts
+    got = real_embedder.embed(texts)
+    want = _encode(real_embedder, texts)
+    tol = 0.995 if real_embedder.precision == "bf16" else 0.99999
+    assert float(np.min(np.sum(got * want, axis=1))) > tol
+
+
+@pytest.mark.parametrize("texts", [[], ["only one"]])
+def test_small_inputs(real_embedder: Embedder, texts: list[str]) -> None:
+    assert real_embedder.embed(texts).shape == (len(texts), 384)
