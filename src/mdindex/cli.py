@@ -99,6 +99,16 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, roots=True)
     p.add_argument("--repair", action="store_true", help="fix missing, stale and duplicate points")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("migrate", help="copy the collection, vectors included, to another store")
+    _common(p, roots=False)
+    p.add_argument(
+        "--to",
+        required=True,
+        metavar="{client,edge,URL}",
+        help="embedded qdrant-client, embedded qdrant-edge, or a Qdrant server URL",
+    )
+    p.set_defaults(func=cmd_migrate)
     return parser
 
 
@@ -145,6 +155,8 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
             summary = indexer.backfill(
                 dry_run=args.dry_run, prune=not args.no_prune, force=args.force
             )
+            if not args.dry_run:
+                indexer.settle()
         finally:
             if bar is not None:
                 bar.close()
@@ -300,6 +312,7 @@ def status(settings: Settings) -> dict[str, Any]:
         return {
             "collection": settings.collection,
             "store": sink.where,
+            **sink.describe(),
             "model": settings.model,
             "strategy": settings.strategy,
             "documents": state.doc_count(),
@@ -334,6 +347,16 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     if report.in_sync or report.repaired:
         return EXIT_OK
     return EXIT_DRIFT
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    from mdindex.migrate import migrate
+
+    with WriterLock(settings.state_dir, settings.collection, "migrate"):
+        report = migrate(settings, args.to)
+    hint = "" if args.json else f"\nnow run mdindex with the target's settings ({args.to})"
+    emit(args, report.as_dict(), report.line() + hint)
+    return EXIT_OK
 
 
 Command = Callable[[argparse.Namespace, Settings], int]

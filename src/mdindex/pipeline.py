@@ -360,6 +360,13 @@ class Indexer:
         sig = self.sink.signature()
         return bool(sig) and sig != "absent" and self.state.get("store_signature") == sig
 
+    def settle(self, idle: Callable[[], bool] | None = None) -> bool:
+        """The store's housekeeping after a sync (an edge store may build its
+        search index); False when it gave way to ``idle()`` turning False."""
+        if not self._store_checked:
+            return True
+        return self.sink.settle(idle)
+
     def finish(self) -> None:
         """Close the store and remember what it looked like, for the next fast path."""
         self.sink.close()

@@ -311,3 +311,41 @@ def test_regression_folder_moved_then_recreated(
     shutil.move(str(root / "x"), str(root / "m"))
     os.replace(root / "notes.md", root / "y" / "z" / "c.md")
     converges(daemon, tmp_path, root)
+
+
+def test_edge_store_builds_its_index_when_quiet_and_keeps_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mdindex.daemon import service
+    from mdindex.sinks import EdgeSink
+    from tests.faults.helpers import make_tree, mutate
+
+    monkeypatch.setattr(service, "SETTLE_AFTER_S", 0.3)
+    root = make_tree(tmp_path / "docs")
+    s = settings_for(tmp_path, [str(root)], store="edge", quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder())
+
+    def factory(settings: Any) -> Any:
+        indexer = build_indexer(settings, d.embedder)
+        # Tiny thresholds, so a store of a few dozen points gets an HNSW index.
+        indexer.sink = EdgeSink(
+            settings.collection,
+            path=settings.store_path / settings.collection,
+            index_min_points=10,
+            indexing_threshold_kb=1,
+        )
+        return indexer
+
+    d.daemon.indexer_factory = factory
+    d.start()
+    try:
+        points = len(fresh(tmp_path, root))
+        wait_for(lambda: d.daemon.status().get("indexed_points") == points, 30, "index built")
+        mutate(root)
+        converges(d, tmp_path, root)
+        # every chunk finds itself first through the index
+        for payload in d.points().values():
+            top = d.daemon.search(payload["text"], 1)[0]
+            assert top["text"] == payload["text"] and top["score"] > 0.999
+    finally:
+        d.stop()

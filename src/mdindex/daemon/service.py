@@ -39,6 +39,8 @@ STORE_RETRY_S = 5.0
 # inotify path map gets confused); a fast-path rescan shortly after any folder
 # event catches whatever it missed.
 DIR_RESCAN_DELAY_S = 2.0
+# Store housekeeping waits for this long a lull after the last write.
+SETTLE_AFTER_S = 5.0
 
 
 class Daemon:
@@ -60,6 +62,8 @@ class Daemon:
         self.http: HttpServer | None = None
         self.unhealthy = ""  # why, when not healthy
         self.next_rescan = 0.0
+        self.settle_due = False  # the store may want housekeeping once things are quiet
+        self.last_work = 0.0
         self.totals = Summary()
         # Read by the HTTP thread; the state's SQLite connection stays with the main thread.
         self.documents = 0
@@ -141,6 +145,8 @@ class Daemon:
             batch = self.debouncer.ready()
             if batch:
                 self.process(batch)
+            elif self.settle_due and time.monotonic() - self.last_work >= SETTLE_AFTER_S:
+                self.settle()
             self.metrics.queue_depth.set(len(self.debouncer) + self.watcher.events.qsize())
             self.ping()
 
@@ -159,6 +165,24 @@ class Daemon:
         log.info("stopped")
 
     # -- work ------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Let the store do its housekeeping while nothing else waits; it gives way
+        (and is tried again later) as soon as an event, a request or a stop arrives."""
+        assert self.indexer is not None
+
+        def idle() -> bool:
+            self.ping()  # the main loop is busy here; systemd must still hear from it
+            self.drain(timeout=0)
+            return not (self.should_exit or len(self.debouncer) or not self.requests.empty())
+
+        self.notify.status(self.status_line("building the search index"))
+        try:
+            self.settle_due = not self.indexer.settle(idle)
+        except StoreError as exc:
+            self.store_failed(exc)
+        self.last_work = time.monotonic()
+        self.notify.status(self.status_line("watching"))
 
     def drain(self, timeout: float) -> None:
         """Move queued events into the debouncer; wait up to ``timeout`` for the first."""
@@ -316,6 +340,9 @@ class Daemon:
 
     def account(self, summary: Summary) -> None:
         assert self.indexer is not None
+        if summary.points_upserted or summary.points_deleted:
+            self.settle_due = True
+            self.last_work = time.monotonic()
         self.metrics.embedded.inc(summary.chunks_embedded)
         self.metrics.upserted.inc(summary.points_upserted)
         self.metrics.deleted.inc(summary.points_deleted)
@@ -382,6 +409,7 @@ class Daemon:
         return {
             "collection": self.settings.collection,
             "store": self.indexer.sink.where,
+            **self.indexer.sink.describe(),
             "model": self.settings.model,
             "strategy": self.settings.strategy,
             "documents": self.documents,

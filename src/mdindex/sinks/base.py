@@ -74,9 +74,13 @@ class Sink(Protocol):
 
     def search(self, vector: Sequence[float], k: int) -> list[Hit]: ...
 
-    def settle(self, idle: Callable[[], bool] | None = None) -> None:
+    def describe(self) -> dict[str, Any]:
+        """What `status` shows about the engine; never waits for a busy store."""
+        ...
+
+    def settle(self, idle: Callable[[], bool] | None = None) -> bool:
         """Housekeeping between syncs (building an index); ``idle`` says whether
-        it may go on, and is asked often."""
+        it may go on, and is asked often. False when it gave way unfinished."""
         ...
 
 

@@ -82,12 +82,15 @@ class EdgeSink:
         batch_points: int = 256,
         batch_bytes: int = 8_000_000,
         index_min_points: int = 50_000,
+        indexing_threshold_kb: int = 10_000,
     ) -> None:
         self.collection = collection
         self.path = path  # the shard's own folder
         self.batch_points = batch_points
         self.batch_bytes = batch_bytes
         self.index_min_points = index_min_points
+        # Segments with less vector data than this stay unindexed (Qdrant's default).
+        self.indexing_threshold_kb = indexing_threshold_kb
         self._shard: EdgeShard | None = None
         self._retry = Retrier("qdrant-edge", str(path), retry_budget_s, _transient, path)
         self._searches_waiting = 0
@@ -158,10 +161,19 @@ class EdgeSink:
                 )
             self.open()
             return
-        from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams
+        from qdrant_edge import (
+            Distance,
+            EdgeConfig,
+            EdgeOptimizersConfig,
+            EdgeShard,
+            EdgeVectorParams,
+        )
 
         log.info("creating edge store %s (%d-d cosine)", self.path, dimension)
-        config = EdgeConfig(vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine))
+        config = EdgeConfig(
+            vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine),
+            optimizers=EdgeOptimizersConfig(indexing_threshold=self.indexing_threshold_kb),
+        )
 
         def create() -> EdgeShard:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -297,20 +309,40 @@ class EdgeSink:
             self._searches_waiting -= 1
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points]
 
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"engine": "qdrant-edge"}
+        if self._shard is None or not self._retry.lock.acquire(blocking=False):
+            return out  # closed, or busy building its index
+        try:
+            info = self._shard.info()
+            out |= {"segments": info.segments_count, "indexed_points": info.indexed_vectors_count}
+        except Exception as exc:  # status must answer even when the store cannot
+            log.debug("edge info: %s", exc)
+        finally:
+            self._retry.lock.release()
+        return out
+
     # -- index building ----------------------------------------------------
 
     def wants_index(self) -> bool:
+        """At least ``index_min_points`` points, and enough of them unindexed: a
+        tenth of the store, and no less than a segment the optimizer would index."""
         if not self.exists():
             return False
         info = self._retry("info", lambda: self.shard.info())
+        if info.points_count < self.index_min_points:
+            return False
+        config = json.loads((self.path / CONFIG_FILE).read_text(encoding="utf-8"))
+        threshold_kb = (config.get("optimizers") or {}).get("indexing_threshold") or 10_000
+        segment_points = int(threshold_kb) * 1024 // (4 * int(config["vectors"][""]["size"]))
         pending = info.points_count - info.indexed_vectors_count
-        return info.points_count >= self.index_min_points and pending * 10 >= info.points_count
+        return pending >= max(info.points_count // 10, segment_points)
 
-    def settle(self, idle: Callable[[], bool] | None = None) -> None:
+    def settle(self, idle: Callable[[], bool] | None = None) -> bool:
         """Build the HNSW index in a child process if it pays off (see the module
         docstring); gives way as soon as ``idle()`` turns False."""
         if not self.wants_index():
-            return
+            return True
         with self._retry.lock:
             self.close()
             log.info("building the search index of %s in a child process", self.path)
@@ -336,3 +368,4 @@ class EdgeSink:
             elif child.returncode > 0:
                 log.warning("index build failed: %s", err.decode(errors="replace")[-300:].strip())
             self.open()
+        return child.returncode == 0

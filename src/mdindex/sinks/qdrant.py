@@ -322,6 +322,10 @@ class QdrantSink:
         )
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points]
 
-    def settle(self, idle: Callable[[], bool] | None = None) -> None:
+    def describe(self) -> dict[str, Any]:
+        return {"engine": "qdrant-client local mode" if self.local else "qdrant server"}
+
+    def settle(self, idle: Callable[[], bool] | None = None) -> bool:
         """Nothing to do: qdrant-client's local mode has no index, and a server
         optimizes on its own."""
+        return True

@@ -1,0 +1,109 @@
+"""`mdindex migrate`: points and vectors move between stores; nothing is embedded."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mdindex.embedding import Embedder
+from mdindex.errors import ConfigError
+from mdindex.migrate import migrate
+from mdindex.runtime import make_sink
+from mdindex.sinks import Point
+from tests.conftest import REPO, TinyEmbedder, run_backfill, settings_for, stored_points
+
+
+def assert_same(got: dict[str, dict], want: dict[str, dict]) -> None:
+    """Same IDs and payloads, and vectors equal up to float rounding."""
+    assert set(got) == set(want)
+    for pid, payload in want.items():
+        other = dict(got[pid])
+        assert np.allclose(other.pop("_vector"), payload["_vector"], atol=1e-6)
+        assert other == {k: v for k, v in payload.items() if k != "_vector"}
+
+
+def test_round_trip_client_edge_client(docs_tree: Path, tmp_path: Path) -> None:
+    client = settings_for(tmp_path, [docs_tree], store="client")
+    run_backfill(client, TinyEmbedder())
+    want = stored_points(client, vectors=True)
+    edge = client.model_copy(update={"store": "edge"})
+
+    report = migrate(client, "edge")
+    assert report.points_copied == len(want) and report.points_deleted == 0
+    assert_same(stored_points(edge, vectors=True), want)
+    # The next run on the new store has nothing to embed, write or rebuild.
+    tiny = TinyEmbedder()
+    again = run_backfill(edge, tiny)
+    assert tiny.texts_embedded == 0 and again["points_upserted"] == 0
+
+    # Back, onto a client store that has drifted: its extra point goes.
+    sink = make_sink(client)
+    sink.open()
+    sink.upsert([Point("00000000-0000-4000-8000-000000000001", [1.0] + [0.0] * 31, {})])
+    sink.close()
+    report = migrate(edge, "client")
+    assert report.points_deleted == 1
+    assert_same(stored_points(client, vectors=True), want)
+
+
+def test_refusals(docs_tree: Path, tmp_path: Path) -> None:
+    s = settings_for(tmp_path, [docs_tree])
+    with pytest.raises(ConfigError, match="no points"):
+        migrate(s, "edge" if s.store == "client" else "client")
+    run_backfill(s, TinyEmbedder())
+    with pytest.raises(ConfigError, match="already"):
+        migrate(s, s.store)
+    with pytest.raises(ConfigError, match="server URL"):
+        migrate(s, "qdrant.example:6333")
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mdindex", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        timeout=300,
+    )
+
+
+@pytest.mark.model
+def test_cli_migrate_with_the_real_model(tmp_path: Path, real_embedder: Embedder) -> None:
+    docs = REPO / "examples" / "docs"
+    state = str(tmp_path / "state")
+    assert _cli("backfill", str(docs), "--state-dir", state, "--store", "client").returncode == 0
+    before = _cli("search", "how do I install it", "--state-dir", state, "--store", "client")
+    done = _cli("migrate", "--to", "edge", "--state-dir", state, "--store", "client", "--json")
+    assert done.returncode == 0, done.stderr
+    assert '"points_copied": ' in done.stdout
+    after = _cli("search", "how do I install it", "--state-dir", state, "--store", "edge")
+    assert after.returncode == 0 and after.stdout == before.stdout
+    backfill = _cli("backfill", str(docs), "--state-dir", state, "--store", "edge", "--json")
+    assert '"chunks_embedded": 0' in backfill.stdout and '"points_upserted": 0' in backfill.stdout
+
+    s = settings_for(tmp_path, [docs], store="edge")
+    stored = stored_points(s, vectors=True)
+    # The vectors moved as they were: each is still the model's vector of its text.
+    texts = [p["text"] for p in stored.values()]
+    fresh = real_embedder.embed(texts)
+    got = np.array([p["_vector"] for p in stored.values()])
+    assert float(np.min(np.sum(fresh * got, axis=1))) > 0.99
+
+    bad = _cli("migrate", "--to", "ftp://x", "--state-dir", state)
+    assert bad.returncode == 2 and "--to" in bad.stderr
+    down = _cli(
+        "migrate",
+        "--to",
+        "http://127.0.0.1:9",
+        "--state-dir",
+        state,
+        "--store",
+        "edge",
+        env={"MDINDEX_RETRY_BUDGET_S": "0.5"},
+    )
+    assert down.returncode == 3, down.stderr
