@@ -116,3 +116,32 @@ def raw_encode(embedder: Any, texts: list[str]) -> Any:
             convert_to_numpy=True,
             show_progress_bar=False,
         )
+
+
+class HashEmbedder:
+    """Deterministic unit vectors from a hash of the text, at the real model's size.
+
+    For benchmarks of the store and the sync core: the model's cost is the same
+    whichever store is measured, and here it would hide the difference.
+    """
+
+    dimension = 384
+
+    def __init__(self) -> None:
+        self.texts_embedded = 0
+
+    def embed(self, texts: Any, token_ids: Any = None) -> Any:
+        import hashlib
+
+        import numpy as np
+
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for i, text in enumerate(texts):
+            seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+            v = np.random.default_rng(seed).standard_normal(self.dimension)
+            out[i] = v / np.linalg.norm(v)
+        self.texts_embedded += len(texts)
+        return out
+
+    def __call__(self, texts: Any) -> Any:
+        return self.embed(texts)

@@ -60,7 +60,7 @@ class TinyEmbedder:
             v[0] = 1.0
         return v / np.linalg.norm(v)
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str], token_ids: Any = None) -> np.ndarray:
         self.calls.append(list(texts))
         self.texts_embedded += len(texts)
         if not texts:

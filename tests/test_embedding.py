@@ -11,6 +11,7 @@ import pytest
 
 from mdindex.config import DEFAULT_MODEL
 from mdindex.embedding import Embedder, resolve_model
+from mdindex.tokens import TokenCounter
 from tests.conftest import REPO
 
 TEXTS = [
@@ -83,3 +84,38 @@ def test_example_docs_embed_alike_both_ways(real_embedder: Embedder) -> None:
 @pytest.mark.parametrize("texts", [[], ["only one"]])
 def test_small_inputs(real_embedder: Embedder, texts: list[str]) -> None:
     assert real_embedder.embed(texts).shape == (len(texts), 384)
+
+
+def test_token_ids_from_chunking_give_the_same_vectors(
+    real_embedder: Embedder, counter: TokenCounter
+) -> None:
+    fp32 = Embedder(real_embedder.info, device="cpu", precision="fp32")
+    texts = [t for t in TEXTS if t.strip()][:3]
+    known = [counter.encode(t).ids for t in texts]
+    plain = fp32.embed(texts)
+    assert fp32.texts_pretokenized == 0
+    reused = fp32.embed(texts, token_ids=[known[0], None, known[2]])
+    assert fp32.texts_pretokenized == 2
+    assert np.array_equal(plain, reused)
+    # ids too long for the model are not trusted; the text is tokenized (and cut) instead
+    long_text = TEXTS[-1]
+    fp32.embed([long_text], token_ids=[counter.encode(long_text).ids])
+    assert fp32.texts_pretokenized == 2
+
+
+def test_heading_chunks_carry_their_ids_to_the_embedder(
+    tmp_path: Path, real_embedder: Embedder
+) -> None:
+    from mdindex.pipeline import Indexer  # noqa: F401  # the sync core passes them on
+    from tests.conftest import build_indexer, settings_for
+
+    s = settings_for(tmp_path, [REPO / "examples" / "docs"])
+    embedder = Embedder(real_embedder.info, device="cpu")
+    indexer = build_indexer(s, embedder)
+    try:
+        summary = indexer.backfill()
+    finally:
+        indexer.finish()
+        indexer.state.close()
+    assert summary.chunks_embedded > 0
+    assert embedder.texts_pretokenized == summary.chunks_embedded

@@ -95,7 +95,13 @@ class VectorFn(Protocol):
     @property
     def dimension(self) -> int: ...
 
-    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]: ...
+    def embed(
+        self, texts: Sequence[str], token_ids: Sequence[list[int] | None] | None = None
+    ) -> NDArray[np.float32]:
+        """Unit vectors of ``texts``. ``token_ids``, where given, are each text's
+        ids from the model's tokenizer without special tokens; an embedder
+        that tokenizes may use them instead of tokenizing again."""
+        ...
 
 
 # Measured by bench/backends.py on the corpus (see the README): bf16 autocast
@@ -153,6 +159,8 @@ class Embedder:
         self._model: Any = None
         self._tokenizer: Tokenizer | None = None
         self._features: tuple[str, ...] = ()
+        self._wrap: tuple[list[int], list[int]] | None = None
+        self.texts_pretokenized = 0
         self._lock = threading.Lock()
         self._encode_lock = threading.Lock()
         self.texts_embedded = 0
@@ -179,6 +187,8 @@ class Embedder:
                 if self.precision == "fp16":
                     model.half()
                 self._tokenizer, self._features = _direct_inputs(model, self.info)
+                if self._tokenizer is not None:
+                    self._wrap = _special_wrap(self._tokenizer)
                 log.info(
                     "embedding in %s (%s)",
                     self.precision,
@@ -199,7 +209,9 @@ class Embedder:
     def __call__(self, texts: Sequence[str]) -> NDArray[np.float32]:
         return self.embed(texts)
 
-    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+    def embed(
+        self, texts: Sequence[str], token_ids: Sequence[list[int] | None] | None = None
+    ) -> NDArray[np.float32]:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         model = self.model()
@@ -213,7 +225,7 @@ class Embedder:
         try:
             with self._encode_lock, torch.inference_mode(), autocast:
                 if self._tokenizer is not None:
-                    vectors = self._forward(model, self._tokenizer, texts)
+                    vectors = self._forward(model, self._tokenizer, texts, token_ids)
                 else:
                     vectors = model.encode(
                         list(texts),
@@ -230,20 +242,26 @@ class Embedder:
         self.texts_embedded += len(texts)
         return vectors
 
-    def _forward(self, model: Any, tokenizer: Tokenizer, texts: Sequence[str]) -> NDArray[Any]:
+    def _forward(
+        self,
+        model: Any,
+        tokenizer: Tokenizer,
+        texts: Sequence[str],
+        known: Sequence[list[int] | None] | None,
+    ) -> NDArray[Any]:
         import torch
 
-        encodings = tokenizer.encode_batch(list(texts))
+        rows_ids = self._token_rows(tokenizer, texts, known)
         # Batches of similar length waste little compute on padding.
-        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        order = sorted(range(len(texts)), key=lambda i: len(rows_ids[i]))
         out: NDArray[Any] | None = None
         for lo in range(0, len(order), self.batch_size):
             rows = order[lo : lo + self.batch_size]
-            width = max(len(encodings[i].ids) for i in rows)
+            width = max(len(rows_ids[i]) for i in rows)
             ids = np.zeros((len(rows), width), dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)
             for r, i in enumerate(rows):
-                row = encodings[i].ids
+                row = rows_ids[i]
                 ids[r, : len(row)] = row
                 mask[r, : len(row)] = 1
             arrays = {
@@ -262,6 +280,38 @@ class Embedder:
             out[rows] = emb
         assert out is not None
         return out
+
+    def _token_rows(
+        self, tokenizer: Tokenizer, texts: Sequence[str], known: Sequence[list[int] | None] | None
+    ) -> list[list[int]]:
+        """Model input ids per text: given ids wrapped in the special tokens where
+        they fit the model, the rest tokenized here in one parallel batch."""
+        rows: list[list[int] | None] = [None] * len(texts)
+        if known is not None and self._wrap is not None:
+            head, tail = self._wrap
+            room = self.info.max_seq_length - len(head) - len(tail)
+            for i, ids in enumerate(known):
+                if ids is not None and len(ids) <= room:
+                    rows[i] = [*head, *ids, *tail]
+        todo = [i for i, row in enumerate(rows) if row is None]
+        for i, enc in zip(todo, tokenizer.encode_batch([texts[i] for i in todo]), strict=True):
+            rows[i] = enc.ids
+        self.texts_pretokenized += len(texts) - len(todo)
+        return rows  # type: ignore[return-value]  # every row is filled by now
+
+
+def _special_wrap(tokenizer: Tokenizer) -> tuple[list[int], list[int]] | None:
+    """The special tokens the tokenizer puts before and after one text ([CLS] and
+    [SEP] for BERT), or None when adding them is more than wrapping."""
+    probe = "hello world"
+    bare = tokenizer.encode(probe, add_special_tokens=False).ids
+    full = tokenizer.encode(probe, add_special_tokens=True).ids
+    for start in range(len(full) - len(bare) + 1):
+        if full[start : start + len(bare)] == bare:
+            head, tail = full[:start], full[start + len(bare) :]
+            if tokenizer.encode("", add_special_tokens=True).ids == head + tail:
+                return head, tail
+    return None
 
 
 def _direct_inputs(model: Any, info: ModelInfo) -> tuple[Tokenizer | None, tuple[str, ...]]:

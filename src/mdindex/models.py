@@ -69,10 +69,29 @@ class Chunk:
     section: str = ""
     heading_path: tuple[str, ...] = ()
     anchor: str = ""
+    # The tokenizer's ids of ``text`` (no special tokens) when chunking had them.
+    token_ids: list[int] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def under(cls, text: str, start: int, end: int, tokens: int, heading: Heading | None) -> Chunk:
+    def under(
+        cls,
+        text: str,
+        start: int,
+        end: int,
+        tokens: int,
+        heading: Heading | None,
+        token_ids: list[int] | None = None,
+    ) -> Chunk:
         """The chunk ``text[start:end]`` belonging to the section of ``heading``."""
         if heading is None:
-            return cls(text[start:end], start, end, tokens)
-        return cls(text[start:end], start, end, tokens, heading.text, heading.path, heading.anchor)
+            return cls(text[start:end], start, end, tokens, token_ids=token_ids)
+        return cls(
+            text[start:end],
+            start,
+            end,
+            tokens,
+            heading.text,
+            heading.path,
+            heading.anchor,
+            token_ids,
+        )

@@ -122,6 +122,7 @@ class Planned:
     vector_key: str
     embed_input: str
     payload: dict[str, Any]
+    token_ids: list[int] | None = None  # of embed_input, when chunking had them
 
 
 @dataclass
@@ -256,7 +257,8 @@ class Planner:
                 "vector_key": vector_key,
             }
             pid = point_id(root, rel, content_hash, occurrence, self.id_fingerprint)
-            out.append(Planned(pid, vector_key, embed_input, payload))
+            ids = chunk.token_ids if embed_input is chunk.text else None
+            out.append(Planned(pid, vector_key, embed_input, payload, ids))
         return out
 
     def embed_input(self, doc: Document, chunk: Chunk) -> str:
@@ -613,8 +615,7 @@ class Indexer:
         borrowed = [key for key in todo if key in inflight]
         for key in borrowed:
             del todo[key]
-        texts = list(todo.values())
-        future = pool.submit(self.embedder.embed, texts) if texts else None
+        future = pool.submit(self._embed, list(todo.values())) if todo else None
         return _Staged(group, planned, by_key, list(todo), future, previous, borrowed)
 
     def _write(self, staged: _Staged, summary: Summary) -> None:
@@ -666,9 +667,11 @@ class Indexer:
             for w in group
         ]
 
-    def _lookup(self, planned: Sequence[Planned]) -> tuple[dict[str, list[float]], dict[str, str]]:
+    def _lookup(
+        self, planned: Sequence[Planned]
+    ) -> tuple[dict[str, list[float]], dict[str, Planned]]:
         """Vectors the store already has (same point, or any point with the same key),
-        and the embed inputs still missing, both by vector key."""
+        and a point for each vector still missing, both by vector key."""
         by_key: dict[str, list[float]] = {}
         stored = self.sink.vectors([p.id for p in planned])
         for p in planned:
@@ -681,17 +684,23 @@ class Indexer:
             for key, pid in donors.items():
                 if pid in found:
                     by_key[key] = found[pid]
-        todo: dict[str, str] = {}
+        todo: dict[str, Planned] = {}
         for p in planned:
             if p.vector_key not in by_key:
-                todo.setdefault(p.vector_key, p.embed_input)
+                todo.setdefault(p.vector_key, p)
         return by_key, todo
+
+    def _embed(self, planned: Sequence[Planned]) -> Any:
+        # Chunking already tokenized most texts; the embedder reuses those ids.
+        return self.embedder.embed(
+            [p.embed_input for p in planned], token_ids=[p.token_ids for p in planned]
+        )
 
     def _vectors_for(self, planned: Sequence[Planned], summary: Summary) -> dict[str, list[float]]:
         """Vectors by vector key: from the same point, from any point with that key, or embedded."""
         by_key, todo = self._lookup(planned)
         if todo:
-            matrix = np.asarray(self.embedder.embed(list(todo.values())), dtype=np.float32)
+            matrix = np.asarray(self._embed(list(todo.values())), dtype=np.float32)
             by_key.update(zip(todo, matrix.tolist(), strict=True))
             summary.chunks_embedded += len(todo)
         return by_key

@@ -27,6 +27,8 @@ def check(doc: Document, chunks: list[Chunk], counter: TokenCounter, chunker: Ch
         assert c.text.strip(), "empty or whitespace-only chunk"
         assert c.char_start >= doc.body_start, "chunk reaches into frontmatter"
         assert c.token_count == counter.count(c.text), "token_count is not the tokenizer's count"
+        if c.token_ids is not None:  # handed to the embedder instead of tokenizing again
+            assert c.token_ids == counter.encode(c.text).ids, "token_ids are not the text's"
         assert c.token_count <= counter.limit, f"{c.token_count} tokens > limit {counter.limit}"
         assert c.char_start >= last_start, "chunks out of document order"
         last_start = c.char_start

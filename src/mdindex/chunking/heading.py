@@ -55,8 +55,10 @@ def chunk_many(
         starts = [span[0] for span in doc_spans]
         out.append(
             [
-                Chunk.under(doc.text, s, e, n, doc_parts[bisect.bisect_right(starts, s) - 1][1])
-                for s, e, n in fit(
+                Chunk.under(
+                    doc.text, s, e, n, doc_parts[bisect.bisect_right(starts, s) - 1][1], ids
+                )
+                for s, e, n, ids in fit(
                     doc.text, doc_spans, counter, overlap, doc.code_ranges, encodings
                 )
             ]

@@ -89,7 +89,7 @@ def chunk_many(
             counts[pos : pos + len(raw)],
         )
         pos += len(raw)
-        pieces.append([(s, e, n, s in heading_starts) for s, e, n in fitted])
+        pieces.append([(s, e, n, s in heading_starts) for s, e, n, _ in fitted])
     # One embedding call for every sentence of every document.
     texts = [doc.text[s:e] for doc, ps in zip(docs, pieces, strict=True) for s, e, _, _ in ps]
     vectors = _unit_vectors(embed, texts)
@@ -113,8 +113,8 @@ def chunk_many(
         ]
         out.append(
             [
-                Chunk.under(doc.text, s, e, n, doc.heading_at(s))
-                for s, e, n in fit(doc.text, spans, counter, overlap, doc.code_ranges, sums)
+                Chunk.under(doc.text, s, e, n, doc.heading_at(s), ids)
+                for s, e, n, ids in fit(doc.text, spans, counter, overlap, doc.code_ranges, sums)
             ]
         )
     return out

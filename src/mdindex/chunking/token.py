@@ -67,8 +67,8 @@ def chunk_many(docs: Sequence[Document], counter: TokenCounter, overlap: int) ->
             spans, counts = [(start, end)], [None]
         out.append(
             [
-                Chunk.under(doc.text, s, e, c, doc.heading_at(s))
-                for s, e, c in fit(doc.text, spans, counter, overlap, doc.code_ranges, counts)
+                Chunk.under(doc.text, s, e, c, doc.heading_at(s), ids)
+                for s, e, c, ids in fit(doc.text, spans, counter, overlap, doc.code_ranges, counts)
             ]
         )
     return out

@@ -17,7 +17,8 @@ from mdindex.tokens import TokenCounter
 
 Span = tuple[int, int]
 Piece = tuple[int, int, int | None]  # start, end, token count (None: unknown)
-Counted = tuple[int, int, int]
+# start, end, token count, and the tokens' ids when the text was tokenized on its own
+Counted = tuple[int, int, int, list[int] | None]
 
 _BLANK = re.compile(r"\n[ \t]*\n")
 _SENTENCE = re.compile(r"[.!?][\"'”’)\]]*(?=\s)")
@@ -156,6 +157,8 @@ def fit(
 
     ``known`` may give, per span, the exact token count of its stripped text
     or its encoding; only spans with neither are tokenized, in one batch.
+    A span's ids come along when its own encoding was at hand, so the
+    embedder need not tokenize that text again.
     """
     limit = counter.limit
     items: list[tuple[int, int, int | Encoding | None]] = []
@@ -172,11 +175,11 @@ def fit(
     for i, (s, e, k) in enumerate(items):
         enc = encodings.get(i, k)
         if isinstance(enc, int):
-            out.append((s, e, enc))
+            out.append((s, e, enc, None))
             continue
         assert enc is not None
         if len(enc.ids) <= limit:
-            out.append((s, e, len(enc.ids)))
+            out.append((s, e, len(enc.ids), enc.ids))
             continue
         # Work on the section's own text so its encoding's offsets need no shifting.
         local_code = [(a - s, b - s) for a, b in code_ranges if b > s and a < e]
