@@ -62,6 +62,18 @@ def _split_list(value: Any) -> Any:
 StrList = Annotated[list[str], NoDecode]
 
 
+# Collection and write settings that only a server (or cluster) honours.
+CLUSTER_KEYS = (
+    "shard_number",
+    "replication_factor",
+    "write_consistency_factor",
+    "on_disk_vectors",
+    "on_disk_payload",
+    "quantization",
+    "write_ordering",
+)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="MDINDEX_",
@@ -76,6 +88,14 @@ class Settings(BaseSettings):
     qdrant_url: str | None = None
     qdrant_grpc: bool = False
     qdrant_timeout_s: float = 10.0
+    # Applied when the collection is created on a server or cluster.
+    shard_number: int | None = Field(default=None, ge=1)
+    replication_factor: int | None = Field(default=None, ge=1)
+    write_consistency_factor: int | None = Field(default=None, ge=1)
+    on_disk_vectors: bool = False
+    on_disk_payload: bool | None = None
+    quantization: Literal["none", "int8"] = "none"
+    write_ordering: Literal["weak", "medium", "strong"] = "weak"
     store: Literal["client", "edge"] = "client"
     edge_index_min_points: int = Field(default=50_000, ge=0)
     strategy: Literal["heading", "token", "semantic"] = "heading"
@@ -136,6 +156,16 @@ class Settings(BaseSettings):
             raise ValueError("qdrant_url and qdrant_path are exclusive; set only one")
         if self.qdrant_url and not re.match(r"^https?://", self.qdrant_url):
             raise ValueError(f"qdrant_url {self.qdrant_url!r} must start with http:// or https://")
+        if not self.qdrant_url:
+            for key in CLUSTER_KEYS:
+                if getattr(self, key) != type(self).model_fields[key].default:
+                    raise ValueError(f"{key} applies to a Qdrant server; set qdrant_url too")
+        consistency, replicas = self.write_consistency_factor, self.replication_factor or 1
+        if consistency is not None and consistency > replicas:
+            raise ValueError(
+                f"write_consistency_factor ({consistency}) cannot exceed "
+                f"replication_factor ({replicas})"
+            )
         return self
 
     @classmethod

@@ -14,6 +14,7 @@ from mdindex.config import Settings
 from mdindex.embedding import Embedder, ModelInfo, load_counter, resolve_model
 from mdindex.pipeline import Indexer
 from mdindex.sinks import EdgeSink, QdrantSink, Sink
+from mdindex.sinks.qdrant import ClusterSpec
 from mdindex.state import State
 from mdindex.tokens import TokenCounter
 
@@ -33,6 +34,18 @@ def api_key() -> str | None:
     return None
 
 
+def cluster_spec(settings: Settings) -> ClusterSpec:
+    return ClusterSpec(
+        shard_number=settings.shard_number,
+        replication_factor=settings.replication_factor,
+        write_consistency_factor=settings.write_consistency_factor,
+        on_disk_vectors=settings.on_disk_vectors,
+        on_disk_payload=settings.on_disk_payload,
+        quantization=settings.quantization,
+        write_ordering=settings.write_ordering,
+    )
+
+
 def make_sink(settings: Settings) -> Sink:
     common = {
         "retry_budget_s": settings.retry_budget_s,
@@ -46,6 +59,7 @@ def make_sink(settings: Settings) -> Sink:
             api_key=api_key(),
             prefer_grpc=settings.qdrant_grpc,
             timeout_s=settings.qdrant_timeout_s,
+            cluster=cluster_spec(settings),
             **common,  # type: ignore[arg-type]
         )
     if settings.store == "edge":

@@ -13,11 +13,12 @@ import logging
 import sqlite3
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mdindex.errors import LockError, StoreError, StoreMismatch
-from mdindex.sinks.base import INDEXED_KEYS, Hit, Point, Retrier
+from mdindex.sinks.base import INDEXED_KEYS, Hit, Point, Retrier, short
 
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient
@@ -43,6 +44,40 @@ def _transient(exc: BaseException) -> bool:
     return type(exc).__name__ in ("RpcError", "_InactiveRpcError", "AioRpcError")
 
 
+@dataclass(frozen=True)
+class ClusterSpec:
+    """How a server creates the collection (sharding, replication, storage,
+    quantization) and how writes are ordered; a single node takes it too."""
+
+    shard_number: int | None = None
+    replication_factor: int | None = None
+    write_consistency_factor: int | None = None
+    on_disk_vectors: bool = False
+    on_disk_payload: bool | None = None
+    quantization: str = "none"  # or "int8": scalar quantization, originals kept
+    write_ordering: str = "weak"
+
+    def create_params(self, dimension: int) -> dict[str, Any]:
+        """Keyword arguments for ``create_collection``."""
+        from qdrant_client import models as qm
+
+        params: dict[str, Any] = {
+            "vectors_config": qm.VectorParams(
+                size=dimension, distance=qm.Distance.COSINE, on_disk=self.on_disk_vectors or None
+            )
+        }
+        for key in ("shard_number", "replication_factor", "write_consistency_factor"):
+            if getattr(self, key) is not None:
+                params[key] = getattr(self, key)
+        if self.on_disk_payload is not None:
+            params["on_disk_payload"] = self.on_disk_payload
+        if self.quantization == "int8":
+            params["quantization_config"] = qm.ScalarQuantization(
+                scalar=qm.ScalarQuantizationConfig(type=qm.ScalarType.INT8, quantile=0.99)
+            )
+        return params
+
+
 class QdrantSink:
     def __init__(
         self,
@@ -56,6 +91,7 @@ class QdrantSink:
         retry_budget_s: float = 30.0,
         batch_points: int = 256,
         batch_bytes: int = 8_000_000,
+        cluster: ClusterSpec | None = None,
     ) -> None:
         if (path is None) == (url is None):
             raise StoreError("give exactly one of a local store path or a server URL")
@@ -68,6 +104,7 @@ class QdrantSink:
         self._api_key = api_key
         self._grpc = prefer_grpc
         self._timeout = timeout_s
+        self.cluster = cluster or ClusterSpec()
         self._client: QdrantClient | None = None
         self._retry = Retrier("qdrant", self.where, retry_budget_s, _transient, path)
 
@@ -181,12 +218,11 @@ class QdrantSink:
         log.info(
             "creating collection %s (%d-d cosine) at %s", self.collection, dimension, self.where
         )
+        # Local mode has no shards, replicas or quantization; a server gets them all.
+        spec = ClusterSpec() if self.local else self.cluster
+        create = spec.create_params(dimension)
         self._call(
-            "create collection",
-            lambda: self.client.create_collection(
-                self.collection,
-                vectors_config=qm.VectorParams(size=dimension, distance=qm.Distance.COSINE),
-            ),
+            "create collection", lambda: self.client.create_collection(self.collection, **create)
         )
         if self.local:
             log.info("embedded store: payload indexes are not supported in local mode; skipped")
@@ -277,8 +313,18 @@ class QdrantSink:
             written += self._upsert_batch(batch)
         return written
 
+    def _ordering(self) -> Any:
+        from qdrant_client import models as qm
+
+        return None if self.local else qm.WriteOrdering(self.cluster.write_ordering)
+
     def _upsert_batch(self, batch: list[Any]) -> int:
-        self._call("upsert", lambda: self.client.upsert(self.collection, points=batch, wait=True))
+        self._call(
+            "upsert",
+            lambda: self.client.upsert(
+                self.collection, points=batch, wait=True, ordering=self._ordering()
+            ),
+        )
         return len(batch)
 
     def delete(self, ids: Sequence[str]) -> int:
@@ -290,7 +336,10 @@ class QdrantSink:
             self._call(
                 "delete",
                 lambda batch=batch: self.client.delete(  # type: ignore[misc]
-                    self.collection, points_selector=qm.PointIdsList(points=batch), wait=True
+                    self.collection,
+                    points_selector=qm.PointIdsList(points=batch),
+                    wait=True,
+                    ordering=self._ordering(),
                 ),
             )
         return len(ids)
@@ -330,7 +379,32 @@ class QdrantSink:
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points]
 
     def describe(self) -> dict[str, Any]:
-        return {"engine": "qdrant-client local mode" if self.local else "qdrant server"}
+        if self.local:
+            return {"engine": "qdrant-client local mode"}
+        out: dict[str, Any] = {
+            "engine": "qdrant server",
+            "write_ordering": self.cluster.write_ordering,
+        }
+        if not self._retry.lock.acquire(blocking=False):
+            return out  # busy writing; status must not wait
+        try:
+            info = self.client.get_collection(self.collection)
+            params = info.config.params
+            vectors = params.vectors
+            out |= {
+                "shard_number": params.shard_number,
+                "replication_factor": params.replication_factor,
+                "write_consistency_factor": params.write_consistency_factor,
+                "on_disk_vectors": bool(getattr(vectors, "on_disk", False)),
+                "on_disk_payload": params.on_disk_payload,
+                "quantization": "int8" if info.config.quantization_config else "none",
+                "collection_status": str(info.status.value),
+            }
+        except Exception as exc:  # status answers even when the server does not
+            out["collection_status"] = f"unknown ({short(exc)})"
+        finally:
+            self._retry.lock.release()
+        return out
 
     def settle(self, idle: Callable[[], bool] | None = None) -> bool:
         """Nothing to do: qdrant-client's local mode has no index, and a server
