@@ -159,3 +159,8 @@ def make_settings(tmp_path: Path) -> Iterator[Factory]:
         return settings_for(tmp_path, roots, **overrides)
 
     yield factory
+
+
+def tiny_factory(settings: Settings) -> TinyEmbedder:
+    """What a Ray embedding actor builds in the logic tests (pickled by reference)."""
+    return TinyEmbedder()

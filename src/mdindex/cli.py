@@ -74,6 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
     p.add_argument("--no-prune", action="store_true", help="keep points of files that are gone")
     p.add_argument("--force", action="store_true", help="prune even when the guard would refuse")
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="read, chunk and embed on a Ray cluster (a local one without ADDRESS); "
+        "needs the ray extra",
+    )
     p.set_defaults(func=cmd_backfill)
 
     p = sub.add_parser("watch", help="reconcile, then follow file events until stopped")
@@ -143,7 +151,7 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     check_roots(settings.root_list())
-    daemon = _daemon_url(settings, required=False)
+    daemon = _daemon_url(settings, required=False) if args.ray is None else None
     if daemon is not None:
         return _backfill_through_daemon(args, daemon)
     with WriterLock(settings.state_dir, settings.collection, "backfill"):
@@ -152,9 +160,16 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
         if bar is not None:
             indexer.on_progress = lambda n: bar.update(1)
         try:
-            summary = indexer.backfill(
-                dry_run=args.dry_run, prune=not args.no_prune, force=args.force
-            )
+            if args.ray is not None and not args.dry_run:
+                from mdindex import distributed
+
+                summary = distributed.backfill(
+                    indexer, args.ray or None, prune=not args.no_prune, force=args.force
+                )
+            else:
+                summary = indexer.backfill(
+                    dry_run=args.dry_run, prune=not args.no_prune, force=args.force
+                )
             if not args.dry_run:
                 indexer.settle()
         finally:

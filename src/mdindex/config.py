@@ -26,7 +26,12 @@ from mdindex.errors import ConfigError
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
 # Environment variables that are not settings keys but are still ours.
-_EXTRA_ENV = {"MDINDEX_CONFIG", "MDINDEX_QDRANT_API_KEY", "MDINDEX_CRASH_POINT"}
+_EXTRA_ENV = {
+    "MDINDEX_CONFIG",
+    "MDINDEX_QDRANT_API_KEY",
+    "MDINDEX_CRASH_POINT",
+    "MDINDEX_RAY_KILL_ONCE",
+}
 
 _LABEL = re.compile(r"^[A-Za-z0-9_.-]+$")
 

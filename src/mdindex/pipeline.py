@@ -125,6 +125,12 @@ class Planned:
     token_ids: list[int] | None = None  # of embed_input, when chunking had them
 
 
+# (candidates, deleted documents, summary, state rows) -> None
+SyncRunner = Callable[
+    [list[FileRef], list[tuple[str, str]], "Summary", dict[tuple[str, str], DocRow]], None
+]
+
+
 @dataclass
 class _DocWork:
     ref: FileRef
@@ -401,8 +407,16 @@ class Indexer:
     # -- backfill --------------------------------------------------------
 
     def backfill(
-        self, *, dry_run: bool = False, prune: bool = True, force: bool = False
+        self,
+        *,
+        dry_run: bool = False,
+        prune: bool = True,
+        force: bool = False,
+        runner: SyncRunner | None = None,
     ) -> Summary:
+        """Make the store equal to the roots. ``runner`` does the syncing of what
+        changed (the Ray backfill hands its own); deciding what changed, the
+        prune guard and the state stay here."""
         started = time.monotonic()
         summary = Summary(dry_run=dry_run)
         for root in self.roots.values():
@@ -431,7 +445,10 @@ class Indexer:
             if prune and not force:  # the state may have been rebuilt from the store
                 self._guard_prune(files, deleted, known)
         summary.files_unchanged += len(files) - len(candidates)
-        self.sync(candidates, deleted, summary, dry_run=dry_run, rows=rows)
+        if runner is not None and not dry_run:
+            runner(candidates, deleted, summary, rows)
+        else:
+            self.sync(candidates, deleted, summary, dry_run=dry_run, rows=rows)
         if not dry_run:
             self.state.put("last_sync", now_iso())
         summary.seconds = time.monotonic() - started

@@ -193,6 +193,12 @@ class State:
                 out.setdefault(key, pid)
         return out
 
+    def vector_keys(self) -> set[str]:
+        """Every vector key of a committed point: vectors the store holds."""
+        return {
+            k for (k,) in self.db.execute("SELECT DISTINCT vector_key FROM points WHERE pending=0")
+        }
+
     def has_vector_keys(self, keys: Iterable[str]) -> set[str]:
         return set(self.ids_for_vector_keys(keys))
 

@@ -1,0 +1,306 @@
+"""`mdindex backfill --ray [ADDRESS]`: the same backfill, with reading, chunking and
+embedding spread over a Ray cluster (the optional extra ``mdindex[ray]``).
+
+::
+
+    driver                   Ray Data                                driver
+    scan, state,       ->    read + chunk     ->  embed              ->  pending marks,
+    what changed,            (CPU actors,         (actor pool, one       upsert, deletes,
+    prune guard              map_batches)         model each, a GPU      state commit
+                                                  each when present)     (streamed batches)
+
+Deciding what changed, the prune guard, writing and the state stay on the
+driver, in the same code as a local backfill (``Indexer.backfill`` with this
+module's runner), and the workers plan points with the same ``Planner``: the
+result is the same point IDs and payloads as a local backfill. Vectors the
+store already holds are not embedded again: the embedders skip the vector
+keys the state knows, and the driver fetches those from the store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mdindex.config import Settings
+from mdindex.document import decode, read_bytes
+from mdindex.errors import ConfigError, InputError
+from mdindex.files import FileRef
+from mdindex.models import digest
+from mdindex.pipeline import Indexer, Planned, Planner, Summary, _DocWork, _Staged
+from mdindex.state import DocRow
+
+log = logging.getLogger(__name__)
+
+CHUNK_BATCH = 32  # documents per chunking call
+EMBED_BATCH = 16  # documents per embedding call (about 80 chunks)
+# Set by the fault tests: the first chunking task to see it exits its worker
+# process once, mid-run, so Ray has to retry it elsewhere.
+KILL_ONCE_ENV = "MDINDEX_RAY_KILL_ONCE"
+
+EmbedderFactory = Callable[[Settings], Any]
+
+
+def real_embedder(settings: Settings) -> Any:
+    """One model per embedding actor, on the GPU Ray gave it, if any."""
+    from mdindex.runtime import make_pipeline
+
+    return make_pipeline(settings).embedder
+
+
+class _Chunk:
+    """Reads, parses and chunks documents, and plans their points (a Ray actor)."""
+
+    def __init__(self, settings: Settings) -> None:
+        from mdindex.runtime import make_pipeline
+
+        p = make_pipeline(settings)
+        self.settings = settings
+        self.chunker = p.chunker
+        self.planner = Planner(settings, p.info, p.counter, p.chunker)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
+        marker = os.environ.get(KILL_ONCE_ENV)
+        if marker and not os.path.exists(marker):
+            Path(marker).touch()
+            os._exit(1)  # a worker dies mid-run; Ray must retry the task
+        rows = [
+            dict(zip(batch, values, strict=True)) for values in zip(*batch.values(), strict=True)
+        ]
+        out: dict[str, list[Any]] = {
+            k: [] for k in ("root", "rel", "status", "reason", "doc_hash", "points")
+        }
+        docs = []
+        for row in rows:
+            status, reason, doc = self._load(row)
+            docs.append(doc)
+            out["root"].append(row["root"])
+            out["rel"].append(row["rel"])
+            out["status"].append(status)
+            out["reason"].append(reason)
+        chunked = self._chunk_all([d for d in docs if d is not None])
+        for i, doc in enumerate(docs):
+            points: list[dict[str, Any]] = []
+            if doc is not None:
+                chunks = chunked[id(doc)]
+                if isinstance(chunks, str):
+                    out["status"][i], out["reason"][i] = "failed", chunks
+                else:
+                    planned = self.planner.plan_points(rows[i]["root"], rows[i]["rel"], doc, chunks)
+                    points = [p.__dict__ for p in planned]
+            out["doc_hash"].append(doc.doc_hash if doc is not None else "")
+            out["points"].append(json.dumps(points, ensure_ascii=False))
+        return out
+
+    def _load(self, row: dict[str, Any]) -> tuple[str, str, Any]:
+        try:
+            text = decode(read_bytes(Path(row["path"]), self.settings.max_file_bytes))
+        except InputError as exc:
+            return "failed", str(exc), None
+        if row["old_hash"] and row["old_hash"] == digest(text):
+            return "unchanged", "", None
+        try:
+            return "ok", "", self.planner.parse(str(row["rel"]), text)
+        except Exception as exc:  # a parser bug costs one file, not the run
+            return "failed", f"internal error while parsing: {exc}", None
+
+    def _chunk_all(self, docs: list[Any]) -> dict[int, Any]:
+        try:
+            return {id(d): c for d, c in zip(docs, self.chunker.chunk_many(docs), strict=True)}
+        except Exception:
+            out: dict[int, Any] = {}
+            for d in docs:
+                try:
+                    out[id(d)] = self.chunker.chunk(d)
+                except Exception as exc:
+                    out[id(d)] = f"internal error while chunking: {exc}"
+            return out
+
+
+class _Embed:
+    """Embeds the vector keys the store lacks, one model per actor (a Ray actor)."""
+
+    def __init__(self, settings: Settings, factory: EmbedderFactory, known: set[str]) -> None:
+        self.embedder = factory(settings)
+        self.known = known
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        todo: dict[str, tuple[str, list[int] | None]] = {}
+        for points_json in batch["points"]:
+            for p in json.loads(points_json):
+                if p["vector_key"] not in self.known:
+                    todo.setdefault(p["vector_key"], (p["embed_input"], p["token_ids"]))
+        keys = list(todo)
+        if keys:
+            matrix = np.asarray(
+                self.embedder.embed(
+                    [todo[k][0] for k in keys], token_ids=[todo[k][1] for k in keys]
+                ),
+                dtype=np.float32,
+            )
+        else:
+            matrix = np.zeros((0, 0), dtype=np.float32)
+        # Each key travels with the first document of the batch that needs it.
+        placed: set[str] = set()
+        keys_out, vectors_out = [], []
+        index = {k: i for i, k in enumerate(keys)}
+        for points_json in batch["points"]:
+            mine = []
+            for p in json.loads(points_json):
+                k = p["vector_key"]
+                if k in index and k not in placed:
+                    placed.add(k)
+                    mine.append(k)
+            keys_out.append(json.dumps(mine))
+            vectors_out.append(matrix[[index[k] for k in mine]].tobytes() if mine else b"")
+        return {**batch, "embedded_keys": keys_out, "vectors": vectors_out}
+
+
+def ray_runner(
+    indexer: Indexer, factory: EmbedderFactory, embed_actors: int, gpus_per_actor: float
+) -> Callable[..., None]:
+    """The sync step of a backfill, run on Ray; the driver writes what comes back."""
+
+    def run(
+        candidates: list[FileRef],
+        deleted: list[tuple[str, str]],
+        summary: Summary,
+        rows: dict[tuple[str, str], DocRow],
+    ) -> None:
+        import ray
+
+        if candidates:
+            items = [
+                {
+                    "root": f.root,
+                    "rel": f.rel,
+                    "path": str(f.path),
+                    "old_hash": (
+                        rows[f.key].doc_hash
+                        if f.key in rows
+                        and rows[f.key].fingerprint == indexer.planner.doc_fingerprint
+                        else ""
+                    ),
+                }
+                for f in candidates
+            ]
+            cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+            ds = ray.data.from_items(items, override_num_blocks=max(1, len(items) // CHUNK_BATCH))
+            ds = ds.map_batches(
+                _Chunk,
+                fn_constructor_kwargs={"settings": indexer.settings},
+                batch_size=CHUNK_BATCH,
+                concurrency=(1, cpus),
+                num_cpus=1,
+            )
+            known = indexer.state.vector_keys()
+            ds = ds.map_batches(
+                _Embed,
+                fn_constructor_kwargs={
+                    "settings": indexer.settings,
+                    "factory": factory,
+                    "known": known,
+                },
+                batch_size=EMBED_BATCH,
+                concurrency=embed_actors,
+                num_cpus=0 if gpus_per_actor else 1,
+                num_gpus=gpus_per_actor,
+            )
+            refs = {f.key: f for f in candidates}
+            for batch in ds.iter_batches(batch_size=EMBED_BATCH, batch_format="numpy"):
+                _write_batch(indexer, batch, refs, summary)
+        indexer._delete_docs(list(deleted), summary, False)
+
+    return run
+
+
+def _write_batch(
+    indexer: Indexer,
+    batch: dict[str, np.ndarray],
+    refs: dict[tuple[str, str], FileRef],
+    summary: Summary,
+) -> None:
+    works: list[_DocWork] = []
+    vectors: dict[str, list[float]] = {}
+    for i in range(len(batch["rel"])):
+        ref = refs[(str(batch["root"][i]), str(batch["rel"][i]))]
+        status = str(batch["status"][i])
+        if status == "failed":
+            summary.fail(ref.root, ref.rel, str(batch["reason"][i]))
+            continue
+        if status == "unchanged":  # touched, not changed
+            indexer.state.touch(ref.root, ref.rel, ref.size, ref.mtime_ns)
+            summary.files_unchanged += 1
+            continue
+        points = [Planned(**p) for p in json.loads(batch["points"][i])]
+        works.append(_DocWork(ref, str(batch["doc_hash"][i]), points))
+        keys = json.loads(batch["embedded_keys"][i])
+        if keys:
+            matrix = np.frombuffer(batch["vectors"][i], dtype=np.float32).reshape(len(keys), -1)
+            vectors.update(zip(keys, matrix.tolist(), strict=True))
+    if not works:
+        return
+    indexer.open_store()
+    summary.chunks_embedded += len(vectors)
+    planned = [p for w in works for p in w.points]
+    missing = [p for p in planned if p.vector_key not in vectors]
+    if missing:
+        # Known to the state when the run began: the store has them.
+        found, todo = indexer._lookup(missing)
+        vectors.update(found)
+        if todo:  # the store lost them meanwhile; embed here rather than fail
+            more = np.asarray(indexer._embed(list(todo.values())), dtype=np.float32)
+            vectors.update(zip(todo, more.tolist(), strict=True))
+            summary.chunks_embedded += len(todo)
+    indexer._write(_Staged(works, planned, vectors, [], None), summary)
+
+
+def backfill(
+    indexer: Indexer,
+    address: str | None,
+    *,
+    prune: bool = True,
+    force: bool = False,
+    factory: EmbedderFactory = real_embedder,
+    embed_actors: int | None = None,
+) -> Summary:
+    """A backfill on Ray: the cluster at ``address``, or a local instance."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError(
+            "--ray needs the ray extra: pip install 'mdindex[ray]' (with torch pinned first)"
+        ) from exc
+    started_here = not ray.is_initialized()
+    if started_here:
+        env = {
+            "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        }
+        try:
+            ray.init(
+                address=address or None,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+                runtime_env={"env_vars": env},
+            )
+        except Exception as exc:  # ray raises ConnectionError and others
+            raise ConfigError(f"--ray: cannot reach a Ray cluster at {address}: {exc}") from exc
+    try:
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        gpus = ray.cluster_resources().get("GPU", 0)
+        actors = embed_actors or (int(gpus) if gpus else 1)
+        runner = ray_runner(indexer, factory, actors, 1.0 if gpus else 0.0)
+        return indexer.backfill(prune=prune, force=force, runner=runner)
+    finally:
+        if started_here:
+            ray.shutdown()
