@@ -48,10 +48,10 @@ def local_ray() -> Iterator[None]:
     ray.shutdown()
 
 
-def ray_backfill(settings, embedder_factory=tiny_factory):  # type: ignore[no-untyped-def]
+def ray_backfill(settings, embedder_factory=tiny_factory, driver_embedder=None):  # type: ignore[no-untyped-def]
     from mdindex import distributed
 
-    indexer = build_indexer(settings, TinyEmbedder())
+    indexer = build_indexer(settings, driver_embedder or TinyEmbedder())
     try:
         return distributed.backfill(indexer, None, factory=embedder_factory).as_dict()
     finally:
@@ -100,20 +100,24 @@ def test_a_worker_killed_mid_run_still_converges(tmp_path: Path) -> None:
 
 
 @pytest.mark.model
-def test_ray_backfill_with_the_real_model(tmp_path: Path, real_embedder, local_ray: None) -> None:
-    from mdindex.distributed import real_embedder as model_factory
+def test_cli_ray_backfill_with_the_real_model(tmp_path: Path, real_embedder) -> None:
+    import subprocess
+
+    import numpy as np
 
     docs = REPO / "examples" / "docs"
     local = settings_for(tmp_path / "local", [docs])
     on_ray = settings_for(tmp_path / "ray", [docs])
     run_backfill(local, real_embedder)
-    got = ray_backfill(on_ray, model_factory)
-    assert got["chunks_embedded"] > 0
+    cmd = [sys.executable, "-m", "mdindex", "backfill", str(docs), "--ray", "--json"]
+    cmd += ["--state-dir", str(on_ray.state_dir)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert '"chunks_embedded": 11' in done.stdout
     want = stored_points(local, vectors=True)
     have = stored_points(on_ray, vectors=True)
     assert set(have) == set(want)
-    import numpy as np
-
     for pid, payload in want.items():
         vec = np.array(payload.pop("_vector"))
         other = dict(have[pid])

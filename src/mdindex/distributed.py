@@ -19,6 +19,7 @@ keys the state knows, and the driver fetches those from the store.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -94,7 +95,7 @@ class _Chunk:
                     out["status"][i], out["reason"][i] = "failed", chunks
                 else:
                     planned = self.planner.plan_points(rows[i]["root"], rows[i]["rel"], doc, chunks)
-                    points = [p.__dict__ for p in planned]
+                    points = [dataclasses.asdict(p) for p in planned]
             out["doc_hash"].append(doc.doc_hash if doc is not None else "")
             out["points"].append(json.dumps(points, ensure_ascii=False))
         return out
@@ -127,7 +128,13 @@ class _Chunk:
 class _Embed:
     """Embeds the vector keys the store lacks, one model per actor (a Ray actor)."""
 
-    def __init__(self, settings: Settings, factory: EmbedderFactory, known: set[str]) -> None:
+    def __init__(
+        self, settings: Settings, factory: EmbedderFactory, known: set[str], threads: int
+    ) -> None:
+        import torch
+
+        # Ray pins OMP threads to whole CPUs only; the actor's share decides here.
+        torch.set_num_threads(threads)
         self.embedder = factory(settings)
         self.known = known
 
@@ -191,14 +198,20 @@ def ray_runner(
                 }
                 for f in candidates
             ]
-            cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-            ds = ray.data.from_items(items, override_num_blocks=max(1, len(items) // CHUNK_BATCH))
+            cpus = float(_resources().get("CPU", 1))
+            # Chunking is a few percent of the work; embedding gets the rest of the CPUs
+            # (or a GPU each).
+            chunk_cpus = 0.5
+            embed_cpus = 1.0 if gpus_per_actor else max(0.5, (cpus - chunk_cpus) / embed_actors)
+            ds: Any = ray.data.from_items(
+                items, override_num_blocks=max(1, len(items) // CHUNK_BATCH)
+            )
             ds = ds.map_batches(
                 _Chunk,
                 fn_constructor_kwargs={"settings": indexer.settings},
                 batch_size=CHUNK_BATCH,
-                concurrency=(1, cpus),
-                num_cpus=1,
+                concurrency=(1, max(1, int(cpus))),
+                num_cpus=chunk_cpus,
             )
             known = indexer.state.vector_keys()
             ds = ds.map_batches(
@@ -207,10 +220,11 @@ def ray_runner(
                     "settings": indexer.settings,
                     "factory": factory,
                     "known": known,
+                    "threads": max(1, round(embed_cpus)),
                 },
                 batch_size=EMBED_BATCH,
                 concurrency=embed_actors,
-                num_cpus=0 if gpus_per_actor else 1,
+                num_cpus=embed_cpus,
                 num_gpus=gpus_per_actor,
             )
             refs = {f.key: f for f in candidates}
@@ -219,6 +233,12 @@ def ray_runner(
         indexer._delete_docs(list(deleted), summary, False)
 
     return run
+
+
+def _resources() -> dict[str, float]:
+    import ray
+
+    return dict(ray.cluster_resources())  # type: ignore[no-untyped-call]
 
 
 def _write_batch(
@@ -296,8 +316,11 @@ def backfill(
         except Exception as exc:  # ray raises ConnectionError and others
             raise ConfigError(f"--ray: cannot reach a Ray cluster at {address}: {exc}") from exc
     try:
-        ray.data.DataContext.get_current().enable_progress_bars = False
-        gpus = ray.cluster_resources().get("GPU", 0)
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False
+        context.print_on_execution_start = False
+        logging.getLogger("ray").setLevel(logging.WARNING)
+        gpus = _resources().get("GPU", 0)
         actors = embed_actors or (int(gpus) if gpus else 1)
         runner = ray_runner(indexer, factory, actors, 1.0 if gpus else 0.0)
         return indexer.backfill(prune=prune, force=force, runner=runner)
