@@ -7,6 +7,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mdindex.distributed import KILL_ONCE_ENV
@@ -123,3 +124,73 @@ def test_cli_ray_backfill_with_the_real_model(tmp_path: Path, real_embedder) -> 
         other = dict(have[pid])
         assert float(np.dot(vec, np.array(other.pop("_vector")))) > 0.999
         assert other == payload
+
+
+def columns(rows: list[dict[str, str]]) -> dict[str, np.ndarray]:
+    return {k: np.array([r[k] for r in rows], dtype=object) for k in rows[0]}
+
+
+def stages_in_process(settings, embedder, *, crash_after_workers: bool):  # type: ignore[no-untyped-def]
+    """The Ray stages of a server-mode backfill, called directly in this process:
+    workers write the points themselves, then the driver commits (or crashes)."""
+    from mdindex.distributed import _Chunk, _Embed, _Write, work_items, write_batch
+
+    indexer = build_indexer(settings, embedder)
+
+    def runner(candidates, deleted, summary, rows):  # type: ignore[no-untyped-def]
+        donors = indexer.state.vector_donors()
+        batch = columns(work_items(indexer, candidates, rows))
+        batch = _Embed(settings, tiny_factory, set(donors), 1)(_Chunk(settings)(batch))
+        indexer.state.mark_inflight(f.key for f in candidates)
+        indexer.sink.close()  # an embedded store takes one writer at a time
+        writer = _Write(settings, donors)
+        batch = writer(batch)
+        writer.close()
+        ok = [w for w, st in zip(batch["written"], batch["status"], strict=True) if st == "ok"]
+        assert ok and all(ok)
+        if crash_after_workers:
+            raise KeyboardInterrupt  # the driver dies before committing anything
+        write_batch(indexer, batch, {f.key: f for f in candidates}, summary)
+        indexer._delete_docs(list(deleted), summary, False)
+
+    try:
+        return indexer.backfill(runner=runner).as_dict()
+    finally:
+        indexer.finish()
+        indexer.state.close()
+
+
+def test_workers_write_the_points_and_the_driver_commits(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "docs", docs=12)
+    s = settings_for(tmp_path / "w", [root])
+    first = stages_in_process(s, TinyEmbedder(), crash_after_workers=False)
+    assert first["points_upserted"] > 0 and first["errors"] == []
+    mutate(root)
+    stages_in_process(s, TinyEmbedder(), crash_after_workers=False)
+    local = settings_for(tmp_path / "local", [root])
+    run_backfill(local, TinyEmbedder())
+    assert stored_points(s) == stored_points(local)
+    assert run_backfill(s, TinyEmbedder())["points_upserted"] == 0
+
+
+def test_a_driver_crash_after_worker_writes_converges(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = make_tree(tmp_path / "docs", docs=12)
+    s = settings_for(tmp_path / "w", [root])
+    run_backfill(s, TinyEmbedder())
+    mutate(root)
+    with pytest.raises(KeyboardInterrupt):
+        stages_in_process(s, TinyEmbedder(), crash_after_workers=True)
+    # The points the workers wrote for doc01 are now in the store, unknown to the
+    # committed state; and doc01 changes again before the next run.
+    doc = root / "doc01.md"
+    doc.write_text(doc.read_text().replace("now says", "says at last"))
+    caplog.set_level("INFO")
+    run_backfill(s, TinyEmbedder())
+    # Found through the in-flight marks, not by rebuilding the whole state.
+    assert "being written by workers" in caplog.text
+    assert "rebuilding local state" not in caplog.text
+    local = settings_for(tmp_path / "local", [root])
+    run_backfill(local, TinyEmbedder())
+    assert stored_points(s) == stored_points(local)

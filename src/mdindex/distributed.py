@@ -35,7 +35,8 @@ from mdindex.document import decode, read_bytes
 from mdindex.errors import ConfigError, InputError
 from mdindex.files import FileRef
 from mdindex.models import digest
-from mdindex.pipeline import Indexer, Planned, Planner, Summary, _DocWork, _Staged
+from mdindex.pipeline import Indexer, Planned, Planner, Summary, _DocWork, _Staged, now_iso
+from mdindex.sinks import Point
 from mdindex.state import DocRow
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,14 @@ class _Chunk:
 
 
 class _Embed:
-    """Embeds the vector keys the store lacks, one model per actor (a Ray actor)."""
+    """Embeds the vector keys the store lacks, one model per actor (a Ray actor).
+
+    Every document leaves with the vectors of all its keys the store lacks; a
+    key this actor embedded before (a chunk repeated across documents) comes
+    from its cache instead of the model.
+    """
+
+    CACHE = 50_000  # vectors; about 75 MB at 384 dimensions
 
     def __init__(
         self, settings: Settings, factory: EmbedderFactory, known: set[str], threads: int
@@ -137,37 +145,101 @@ class _Embed:
         torch.set_num_threads(threads)
         self.embedder = factory(settings)
         self.known = known
+        self.cache: dict[str, np.ndarray] = {}
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        docs = [json.loads(points) for points in batch["points"]]
         todo: dict[str, tuple[str, list[int] | None]] = {}
-        for points_json in batch["points"]:
-            for p in json.loads(points_json):
-                if p["vector_key"] not in self.known:
-                    todo.setdefault(p["vector_key"], (p["embed_input"], p["token_ids"]))
-        keys = list(todo)
-        if keys:
+        for points in docs:
+            for p in points:
+                key = p["vector_key"]
+                if key not in self.known and key not in self.cache:
+                    todo.setdefault(key, (p["embed_input"], p["token_ids"]))
+        if todo:
             matrix = np.asarray(
                 self.embedder.embed(
-                    [todo[k][0] for k in keys], token_ids=[todo[k][1] for k in keys]
+                    [text for text, _ in todo.values()], token_ids=[ids for _, ids in todo.values()]
                 ),
                 dtype=np.float32,
             )
-        else:
-            matrix = np.zeros((0, 0), dtype=np.float32)
-        # Each key travels with the first document of the batch that needs it.
-        placed: set[str] = set()
+            if len(self.cache) + len(todo) > self.CACHE:
+                self.cache.clear()
+            self.cache.update(zip(todo, matrix, strict=True))
         keys_out, vectors_out = [], []
-        index = {k: i for i, k in enumerate(keys)}
-        for points_json in batch["points"]:
-            mine = []
-            for p in json.loads(points_json):
-                k = p["vector_key"]
-                if k in index and k not in placed:
-                    placed.add(k)
-                    mine.append(k)
+        for points in docs:
+            mine = list(dict.fromkeys(p["vector_key"] for p in points))
+            mine = [key for key in mine if key in self.cache]
             keys_out.append(json.dumps(mine))
-            vectors_out.append(matrix[[index[k] for k in mine]].tobytes() if mine else b"")
-        return {**batch, "embedded_keys": keys_out, "vectors": vectors_out}
+            vectors_out.append(np.stack([self.cache[k] for k in mine]).tobytes() if mine else b"")
+        fresh = [len(todo)] + [0] * (len(docs) - 1) if docs else []
+        return {**batch, "embedded_keys": keys_out, "vectors": vectors_out, "fresh": fresh}
+
+
+def _row_vectors(batch: dict[str, Any], i: int) -> dict[str, list[float]]:
+    keys = json.loads(batch["embedded_keys"][i])
+    if not keys or not len(batch["vectors"][i]):
+        return {}
+    matrix = np.frombuffer(batch["vectors"][i], dtype=np.float32).reshape(len(keys), -1)
+    return dict(zip(keys, matrix.tolist(), strict=True))
+
+
+class _Write:
+    """Writes each document's points to a Qdrant server from the worker (a Ray
+    actor, server mode only). Vectors the store already has come from the
+    point itself (an unchanged chunk) or a donor with the same vector key (a
+    rename). A document it cannot complete is left to the driver."""
+
+    def __init__(self, settings: Settings, donors: dict[str, str]) -> None:
+        from mdindex.runtime import make_sink
+
+        self.sink = make_sink(settings)
+        self.sink.open()
+        self.donors = donors
+
+    def close(self) -> None:
+        self.sink.close()
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        stamp = now_iso()
+        written = [
+            str(batch["status"][i]) == "ok" and self._write(batch, i, stamp)
+            for i in range(len(batch["rel"]))
+        ]
+        # The driver needs vectors only for what it must write itself.
+        vectors = [b"" if w else batch["vectors"][i] for i, w in enumerate(written)]
+        return {**batch, "written": written, "vectors": vectors}
+
+    def _write(self, batch: dict[str, np.ndarray], i: int, stamp: str) -> bool:
+        planned = [Planned(**p) for p in json.loads(batch["points"][i])]
+        vectors = _row_vectors(batch, i)
+        missing = {p.vector_key for p in planned if p.vector_key not in vectors}
+        if missing:
+            wanted = {p.id: p.vector_key for p in planned if p.vector_key in missing}
+            wanted |= {self.donors[k]: k for k in missing if k in self.donors}
+            for pid, vector in self.sink.vectors(list(wanted)).items():
+                vectors.setdefault(wanted[pid], vector)
+        if any(p.vector_key not in vectors for p in planned):
+            return False
+        self.sink.upsert(
+            [
+                Point(p.id, vectors[p.vector_key], {**p.payload, "indexed_at": stamp})
+                for p in planned
+            ]
+        )
+        return True
+
+
+def work_items(
+    indexer: Indexer, candidates: list[FileRef], rows: dict[tuple[str, str], DocRow]
+) -> list[dict[str, str]]:
+    """One row per candidate file; its old hash lets a worker skip a file only touched."""
+    fingerprint = indexer.planner.doc_fingerprint
+    out = []
+    for f in candidates:
+        row = rows.get(f.key)
+        old = row.doc_hash if row is not None and row.fingerprint == fingerprint else ""
+        out.append({"root": f.root, "rel": f.rel, "path": str(f.path), "old_hash": old})
+    return out
 
 
 def ray_runner(
@@ -184,20 +256,7 @@ def ray_runner(
         import ray
 
         if candidates:
-            items = [
-                {
-                    "root": f.root,
-                    "rel": f.rel,
-                    "path": str(f.path),
-                    "old_hash": (
-                        rows[f.key].doc_hash
-                        if f.key in rows
-                        and rows[f.key].fingerprint == indexer.planner.doc_fingerprint
-                        else ""
-                    ),
-                }
-                for f in candidates
-            ]
+            items = work_items(indexer, candidates, rows)
             cpus = float(_resources().get("CPU", 1))
             # Chunking is a few percent of the work; embedding gets the rest of the CPUs
             # (or a GPU each).
@@ -210,10 +269,11 @@ def ray_runner(
                 _Chunk,
                 fn_constructor_kwargs={"settings": indexer.settings},
                 batch_size=CHUNK_BATCH,
-                concurrency=(1, max(1, int(cpus))),
+                compute=ray.data.ActorPoolStrategy(min_size=1, max_size=max(1, int(cpus))),
                 num_cpus=chunk_cpus,
             )
-            known = indexer.state.vector_keys()
+            donors = indexer.state.vector_donors()
+            known = set(donors)
             ds = ds.map_batches(
                 _Embed,
                 fn_constructor_kwargs={
@@ -223,13 +283,25 @@ def ray_runner(
                     "threads": max(1, round(embed_cpus)),
                 },
                 batch_size=EMBED_BATCH,
-                concurrency=embed_actors,
+                compute=ray.data.ActorPoolStrategy(size=embed_actors),
                 num_cpus=embed_cpus,
                 num_gpus=gpus_per_actor,
             )
+            if indexer.settings.qdrant_url:
+                # A server takes writes from every worker. Until the driver commits a
+                # document, its point IDs are known only to the store: mark them in
+                # flight, so a crash leaves them findable (Indexer._recover_inflight).
+                indexer.state.mark_inflight(f.key for f in candidates)
+                ds = ds.map_batches(
+                    _Write,
+                    fn_constructor_kwargs={"settings": indexer.settings, "donors": donors},
+                    batch_size=EMBED_BATCH,
+                    compute=ray.data.ActorPoolStrategy(min_size=1, max_size=max(1, int(cpus))),
+                    num_cpus=chunk_cpus,
+                )
             refs = {f.key: f for f in candidates}
             for batch in ds.iter_batches(batch_size=EMBED_BATCH, batch_format="numpy"):
-                _write_batch(indexer, batch, refs, summary)
+                write_batch(indexer, batch, refs, summary)
         indexer._delete_docs(list(deleted), summary, False)
 
     return run
@@ -241,14 +313,19 @@ def _resources() -> dict[str, float]:
     return dict(ray.cluster_resources())  # type: ignore[no-untyped-call]
 
 
-def _write_batch(
+def write_batch(
     indexer: Indexer,
     batch: dict[str, np.ndarray],
     refs: dict[tuple[str, str], FileRef],
     summary: Summary,
 ) -> None:
-    works: list[_DocWork] = []
+    """The driver's half of a streamed batch: what workers wrote is committed;
+    the rest is written here, with the usual pending marks, then committed."""
+    todo: list[_DocWork] = []
+    done: list[_DocWork] = []
     vectors: dict[str, list[float]] = {}
+    summary.chunks_embedded += int(sum(batch["fresh"]))
+    written = batch.get("written")
     for i in range(len(batch["rel"])):
         ref = refs[(str(batch["root"][i]), str(batch["rel"][i]))]
         status = str(batch["status"][i])
@@ -259,27 +336,32 @@ def _write_batch(
             indexer.state.touch(ref.root, ref.rel, ref.size, ref.mtime_ns)
             summary.files_unchanged += 1
             continue
-        points = [Planned(**p) for p in json.loads(batch["points"][i])]
-        works.append(_DocWork(ref, str(batch["doc_hash"][i]), points))
-        keys = json.loads(batch["embedded_keys"][i])
-        if keys:
-            matrix = np.frombuffer(batch["vectors"][i], dtype=np.float32).reshape(len(keys), -1)
-            vectors.update(zip(keys, matrix.tolist(), strict=True))
-    if not works:
-        return
+        work = _DocWork(
+            ref, str(batch["doc_hash"][i]), [Planned(**p) for p in json.loads(batch["points"][i])]
+        )
+        if written is not None and written[i]:
+            done.append(work)
+        else:
+            todo.append(work)
+            vectors.update(_row_vectors(batch, i))
     indexer.open_store()
-    summary.chunks_embedded += len(vectors)
-    planned = [p for w in works for p in w.points]
-    missing = [p for p in planned if p.vector_key not in vectors]
-    if missing:
-        # Known to the state when the run began: the store has them.
-        found, todo = indexer._lookup(missing)
-        vectors.update(found)
-        if todo:  # the store lost them meanwhile; embed here rather than fail
-            more = np.asarray(indexer._embed(list(todo.values())), dtype=np.float32)
-            vectors.update(zip(todo, more.tolist(), strict=True))
-            summary.chunks_embedded += len(todo)
-    indexer._write(_Staged(works, planned, vectors, [], None), summary)
+    if done:
+        planned = [p for w in done for p in w.points]
+        indexer._write(_Staged(done, planned, {}, [], None), summary, prewritten=True)
+    if todo:
+        planned = [p for w in todo for p in w.points]
+        missing = [p for p in planned if p.vector_key not in vectors]
+        if missing:  # the store has them: the state knew them when the run began
+            found, lost = indexer._lookup(missing)
+            vectors.update(found)
+            if lost:  # the store lost them meanwhile; embed here rather than fail
+                more = np.asarray(indexer._embed(list(lost.values())), dtype=np.float32)
+                vectors.update(zip(lost, more.tolist(), strict=True))
+                summary.chunks_embedded += len(lost)
+        indexer._write(_Staged(todo, planned, vectors, [], None), summary)
+    indexer.state.clear_inflight(
+        refs[(str(r), str(p))].key for r, p in zip(batch["root"], batch["rel"], strict=True)
+    )
 
 
 def backfill(

@@ -338,6 +338,7 @@ class Indexer:
         elif self.state.get("store") != identity:
             reason = "state belongs to another store"
         else:
+            self._recover_inflight()
             interrupted = self.state.invalidate_pending_docs()
             if interrupted:
                 log.info(
@@ -353,6 +354,25 @@ class Indexer:
             self.rebuild_state(reason)
         self.state.put("store", identity)
         self._store_checked = True
+
+    def _recover_inflight(self) -> None:
+        """Documents other processes were writing when a run stopped: whatever the
+        store holds for them becomes pending here, so the next sync of each
+        document deletes what its plan no longer has."""
+        docs = self.state.inflight()
+        if not docs:
+            return
+        log.info("%d documents were being written by workers; reading back their points", len(docs))
+        found = [
+            (
+                root,
+                path,
+                [PointRow(pid, key) for pid, key in self.sink.doc_points(root, path).items()],
+            )
+            for root, path in docs
+        ]
+        self.state.mark_pending(found)
+        self.state.clear_inflight(docs)
 
     def rebuild_state(self, reason: str, level: int = logging.WARNING) -> None:
         log.log(level, "rebuilding local state from the store (%s)", reason)
@@ -635,8 +655,12 @@ class Indexer:
         future = pool.submit(self._embed, list(todo.values())) if todo else None
         return _Staged(group, planned, by_key, list(todo), future, previous, borrowed)
 
-    def _write(self, staged: _Staged, summary: Summary) -> None:
-        """Write one group: pending IDs, new points, deletes of old ones, then the state."""
+    def _write(self, staged: _Staged, summary: Summary, prewritten: bool = False) -> None:
+        """Write one group: pending IDs, new points, deletes of old ones, then the state.
+
+        ``prewritten``: Ray workers already wrote the points to a server (their
+        documents are marked in flight); only deletes and the state remain.
+        """
         group, planned, vectors = staged.works, staged.planned, staged.by_key
         if staged.lender is not None:  # written before us, so its vectors are in
             vectors.update((key, staged.lender.by_key[key]) for key in staged.borrowed)
@@ -646,19 +670,22 @@ class Indexer:
             vectors.update(zip(staged.todo, matrix.tolist(), strict=True))
             summary.chunks_embedded += len(staged.todo)
         crash_point("after_embed")
-        self.state.mark_pending(
-            [
-                (w.ref.root, w.ref.rel, [PointRow(p.id, p.vector_key) for p in w.points])
-                for w in group
-            ]
-        )
         stamp = now_iso()
-        summary.points_upserted += self.sink.upsert(
-            [
-                Point(p.id, vectors[p.vector_key], {**p.payload, "indexed_at": stamp})
-                for p in planned
-            ]
-        )
+        if prewritten:
+            summary.points_upserted += len(planned)
+        else:
+            self.state.mark_pending(
+                [
+                    (w.ref.root, w.ref.rel, [PointRow(p.id, p.vector_key) for p in w.points])
+                    for w in group
+                ]
+            )
+            summary.points_upserted += self.sink.upsert(
+                [
+                    Point(p.id, vectors[p.vector_key], {**p.payload, "indexed_at": stamp})
+                    for p in planned
+                ]
+            )
         crash_point("after_upsert")
         stale: list[str] = []
         for w in group:

@@ -33,6 +33,11 @@ CREATE TABLE IF NOT EXISTS points (
     vector_key TEXT NOT NULL, pending INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS points_doc ON points (root, path);
+-- Documents that other processes (Ray workers) may be writing to the store:
+-- their point IDs are not known here until the driver commits them.
+CREATE TABLE IF NOT EXISTS inflight (
+    root TEXT NOT NULL, path TEXT NOT NULL, PRIMARY KEY (root, path)
+);
 CREATE INDEX IF NOT EXISTS points_vector ON points (vector_key);
 """
 
@@ -193,11 +198,13 @@ class State:
                 out.setdefault(key, pid)
         return out
 
-    def vector_keys(self) -> set[str]:
-        """Every vector key of a committed point: vectors the store holds."""
-        return {
-            k for (k,) in self.db.execute("SELECT DISTINCT vector_key FROM points WHERE pending=0")
-        }
+    def vector_donors(self) -> dict[str, str]:
+        """Every vector key of a committed point (vectors the store holds), each
+        with one point that has it."""
+        rows = self.db.execute(
+            "SELECT vector_key, min(id) FROM points WHERE pending=0 GROUP BY vector_key"
+        )
+        return {key: pid for key, pid in rows}
 
     def has_vector_keys(self, keys: Iterable[str]) -> set[str]:
         return set(self.ids_for_vector_keys(keys))
@@ -235,6 +242,17 @@ class State:
                 db.execute("DELETE FROM points WHERE root=? AND path=?", (root, path))
                 db.execute("DELETE FROM docs WHERE root=? AND path=?", (root, path))
 
+    def mark_inflight(self, docs: Iterable[tuple[str, str]]) -> None:
+        with self.transaction() as db:
+            db.executemany("INSERT OR IGNORE INTO inflight VALUES (?, ?)", list(docs))
+
+    def clear_inflight(self, docs: Iterable[tuple[str, str]]) -> None:
+        with self.transaction() as db:
+            db.executemany("DELETE FROM inflight WHERE root=? AND path=?", list(docs))
+
+    def inflight(self) -> list[tuple[str, str]]:
+        return [(r, p) for r, p in self.db.execute("SELECT root, path FROM inflight")]
+
     def invalidate_pending_docs(self) -> int:
         """Docs with pending points were interrupted mid-write: force them to resync."""
         with self.transaction() as db:
@@ -254,6 +272,7 @@ class State:
         with self.transaction() as db:
             db.execute("DELETE FROM docs")
             db.execute("DELETE FROM points")
+            db.execute("DELETE FROM inflight")  # the store's own points are read below
             for pid, root, path, key in records:
                 db.execute(
                     "INSERT OR REPLACE INTO points VALUES (?, ?, ?, ?, 0)", (pid, root, path, key)

@@ -74,6 +74,11 @@ class Sink(Protocol):
 
     def search(self, vector: Sequence[float], k: int) -> list[Hit]: ...
 
+    def doc_points(self, root: str, doc_path: str) -> dict[str, str]:
+        """Every point the store holds for one document: ID -> vector key
+        (a filtered scroll, indexed on a server and on edge)."""
+        ...
+
     def describe(self) -> dict[str, Any]:
         """What `status` shows about the engine; never waits for a busy store."""
         ...

@@ -303,6 +303,31 @@ class EdgeSink:
             self._searches_waiting -= 1
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points]
 
+    def doc_points(self, root: str, doc_path: str) -> dict[str, str]:
+        from qdrant_edge import FieldCondition, Filter, MatchValue, ScrollRequest
+
+        if not self.exists():
+            return {}
+        match = Filter(
+            must=[
+                FieldCondition(key="root", match=MatchValue(root)),
+                FieldCondition(key="doc_path", match=MatchValue(doc_path)),
+            ]
+        )
+        out: dict[str, str] = {}
+        offset: Any = None
+        while True:
+            request = ScrollRequest(
+                offset=offset, limit=1024, filter=match, with_payload=["vector_key"]
+            )
+            records, offset = self._retry(
+                "scroll",
+                lambda request=request: self.shard.scroll(request),  # type: ignore[misc]
+            )
+            out.update((str(r.id), str((r.payload or {}).get("vector_key", ""))) for r in records)
+            if offset is None:
+                return out
+
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"engine": "qdrant-edge"}
         if self._shard is None or not self._retry.lock.acquire(blocking=False):

@@ -378,6 +378,34 @@ class QdrantSink:
         )
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points]
 
+    def doc_points(self, root: str, doc_path: str) -> dict[str, str]:
+        from qdrant_client import models as qm
+
+        if not self.exists():
+            return {}
+        match = qm.Filter(
+            must=[
+                qm.FieldCondition(key="root", match=qm.MatchValue(value=root)),
+                qm.FieldCondition(key="doc_path", match=qm.MatchValue(value=doc_path)),
+            ]
+        )
+        out: dict[str, str] = {}
+        offset: Any = None
+        while True:
+            records, offset = self._call(
+                "scroll",
+                lambda offset=offset: self.client.scroll(  # type: ignore[misc]
+                    self.collection,
+                    scroll_filter=match,
+                    limit=1024,
+                    offset=offset,
+                    with_payload=["vector_key"],
+                ),
+            )
+            out.update((str(r.id), str((r.payload or {}).get("vector_key", ""))) for r in records)
+            if offset is None:
+                return out
+
     def describe(self) -> dict[str, Any]:
         if self.local:
             return {"engine": "qdrant-client local mode"}
