@@ -145,6 +145,23 @@ class Retrier:
                 delay = min(delay * 2, 10.0)
 
 
+def paged(fetch: Callable[[Any], tuple[Sequence[Any], Any]]) -> Iterator[Any]:
+    """Every record of a scroll: ``fetch(offset)`` gives a page and the next offset."""
+    offset: Any = None
+    while True:
+        records, offset = fetch(offset)
+        yield from records
+        if offset is None:
+            return
+
+
+def as_rows(records: Iterator[Any]) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]:
+    """A scroll's records as the (id, payload, vector) rows sinks return."""
+    for rec in records:
+        vec = rec.vector if isinstance(rec.vector, list) else None
+        yield str(rec.id), dict(rec.payload or {}), vec
+
+
 def diagnose(path: Path | None) -> str:
     """Why a local store may refuse writes, when the filesystem can tell."""
     if path is None:

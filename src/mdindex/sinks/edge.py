@@ -37,8 +37,10 @@ from mdindex.sinks.base import (
     Hit,
     Point,
     Retrier,
+    as_rows,
     files_signature,
     free_bytes,
+    paged,
 )
 
 if TYPE_CHECKING:
@@ -265,25 +267,28 @@ class EdgeSink:
     def scroll(
         self, payload: Sequence[str] | bool = True, with_vectors: bool = False, page: int = 1024
     ) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]:
+        if not self.exists():
+            return iter(())
+        return as_rows(self._records(None, payload, with_vectors, page))
+
+    def _records(
+        self, where: Any, payload: Sequence[str] | bool, with_vectors: bool, page: int
+    ) -> Iterator[Any]:
         from qdrant_edge import ScrollRequest
 
-        if not self.exists():
-            return
-        offset: Any = None
         selector = list(payload) if not isinstance(payload, bool) else payload
-        while True:
+
+        def fetch(offset: Any) -> Any:
             request = ScrollRequest(
-                offset=offset, limit=page, with_payload=selector, with_vector=with_vectors
+                offset=offset,
+                limit=page,
+                filter=where,
+                with_payload=selector,
+                with_vector=with_vectors,
             )
-            records, offset = self._retry(
-                "scroll",
-                lambda request=request: self.shard.scroll(request),  # type: ignore[misc]
-            )
-            for rec in records:
-                vec = rec.vector if isinstance(rec.vector, list) else None
-                yield str(rec.id), dict(rec.payload or {}), vec  # type: ignore[misc]
-            if offset is None:
-                return
+            return self._retry("scroll", lambda: self.shard.scroll(request))
+
+        return paged(fetch)
 
     def search(self, vector: Sequence[float], k: int) -> list[Hit]:
         from qdrant_edge import Query, QueryRequest, SearchParams
@@ -304,7 +309,7 @@ class EdgeSink:
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points]
 
     def doc_points(self, root: str, doc_path: str) -> dict[str, str]:
-        from qdrant_edge import FieldCondition, Filter, MatchValue, ScrollRequest
+        from qdrant_edge import FieldCondition, Filter, MatchValue
 
         if not self.exists():
             return {}
@@ -314,19 +319,10 @@ class EdgeSink:
                 FieldCondition(key="doc_path", match=MatchValue(doc_path)),
             ]
         )
-        out: dict[str, str] = {}
-        offset: Any = None
-        while True:
-            request = ScrollRequest(
-                offset=offset, limit=1024, filter=match, with_payload=["vector_key"]
-            )
-            records, offset = self._retry(
-                "scroll",
-                lambda request=request: self.shard.scroll(request),  # type: ignore[misc]
-            )
-            out.update((str(r.id), str((r.payload or {}).get("vector_key", ""))) for r in records)
-            if offset is None:
-                return out
+        return {
+            str(r.id): str((r.payload or {}).get("vector_key", ""))
+            for r in self._records(match, ["vector_key"], False, 1024)
+        }
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"engine": "qdrant-edge"}

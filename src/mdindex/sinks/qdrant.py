@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mdindex.errors import LockError, StoreError, StoreMismatch
-from mdindex.sinks.base import INDEXED_KEYS, Hit, Point, Retrier, short
+from mdindex.sinks.base import INDEXED_KEYS, Hit, Point, Retrier, as_rows, paged, short
 
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient
@@ -348,24 +348,26 @@ class QdrantSink:
         self, payload: Sequence[str] | bool = True, with_vectors: bool = False, page: int = 1024
     ) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]:
         if not self.exists():
-            return
-        offset: Any = None
-        while True:
-            records, offset = self._call(
+            return iter(())
+        return as_rows(self._records(None, payload, with_vectors, page))
+
+    def _records(
+        self, where: Any, payload: Sequence[str] | bool, with_vectors: bool, page: int
+    ) -> Iterator[Any]:
+        selector = list(payload) if not isinstance(payload, bool) else payload
+        return paged(
+            lambda offset: self._call(
                 "scroll",
-                lambda offset=offset: self.client.scroll(  # type: ignore[misc]
+                lambda: self.client.scroll(
                     self.collection,
+                    scroll_filter=where,
                     limit=page,
                     offset=offset,
-                    with_payload=list(payload) if not isinstance(payload, bool) else payload,
+                    with_payload=selector,
                     with_vectors=with_vectors,
                 ),
             )
-            for rec in records:
-                vec = rec.vector if isinstance(rec.vector, list) else None
-                yield str(rec.id), dict(rec.payload or {}), vec  # type: ignore[misc]
-            if offset is None:
-                return
+        )
 
     def search(self, vector: Sequence[float], k: int) -> list[Hit]:
         if not self.exists():
@@ -389,22 +391,10 @@ class QdrantSink:
                 qm.FieldCondition(key="doc_path", match=qm.MatchValue(value=doc_path)),
             ]
         )
-        out: dict[str, str] = {}
-        offset: Any = None
-        while True:
-            records, offset = self._call(
-                "scroll",
-                lambda offset=offset: self.client.scroll(  # type: ignore[misc]
-                    self.collection,
-                    scroll_filter=match,
-                    limit=1024,
-                    offset=offset,
-                    with_payload=["vector_key"],
-                ),
-            )
-            out.update((str(r.id), str((r.payload or {}).get("vector_key", ""))) for r in records)
-            if offset is None:
-                return out
+        return {
+            str(r.id): str((r.payload or {}).get("vector_key", ""))
+            for r in self._records(match, ["vector_key"], False, 1024)
+        }
 
     def describe(self) -> dict[str, Any]:
         if self.local:
