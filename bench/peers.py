@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import corpus_dir, offline, table, write_json
+from common import corpus_dir, offline, table, vm_hwm_mb, write_json
 
 LIMIT = 254
 OVERLAP = 32
@@ -52,13 +52,6 @@ def edit_files(root: Path, count: int) -> list[Path]:
         if len(edited) == count:
             break
     return edited
-
-
-def peak_rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 # -- the pipelines, each: setup(work) -> run() -> chunks embedded by that run ----------
@@ -237,7 +230,7 @@ def worker(name: str, work: Path, corpus: Path, phase: str, edits: int) -> None:
     t = time.perf_counter()
     embedded = run()
     run_s = time.perf_counter() - t
-    out = {"setup_s": setup_s, "run_s": run_s, "embedded": embedded, "peak_rss_mb": peak_rss_mb()}
+    out = {"setup_s": setup_s, "run_s": run_s, "embedded": embedded, "peak_rss_mb": vm_hwm_mb()}
     print("RESULT " + json.dumps(out), flush=True)
 
 

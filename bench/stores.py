@@ -35,18 +35,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import HashEmbedder, corpus_dir, offline, table, write_json
+from common import HashEmbedder, corpus_dir, offline, table, vm_hwm_mb, write_json
 from memory import build
 from peers import edit_files
 
 OPS = ("cold", "noop", "edit", "verify", "reopen", "search")
-
-
-def peak_rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 class Timed:
@@ -122,7 +115,7 @@ def worker(store: str, work: Path, op: str, edits: int, queries: int) -> dict[st
         indexer.state.close()
     out["seconds"] = time.perf_counter() - t
     out["store_s"] = timed.seconds
-    out["peak_rss_mb"] = peak_rss_mb()
+    out["peak_rss_mb"] = vm_hwm_mb()
     return out
 
 
