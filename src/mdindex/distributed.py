@@ -35,7 +35,7 @@ from mdindex.document import decode, read_bytes
 from mdindex.errors import ConfigError, InputError
 from mdindex.files import FileRef
 from mdindex.models import digest
-from mdindex.pipeline import Indexer, Planned, Planner, Summary, _DocWork, _Staged, now_iso
+from mdindex.pipeline import DocWork, Indexer, Planned, Planner, Summary, now_iso
 from mdindex.sinks import Point
 from mdindex.state import DocRow
 
@@ -302,7 +302,7 @@ def ray_runner(
             refs = {f.key: f for f in candidates}
             for batch in ds.iter_batches(batch_size=EMBED_BATCH, batch_format="numpy"):
                 write_batch(indexer, batch, refs, summary)
-        indexer._delete_docs(list(deleted), summary, False)
+        indexer.delete_docs(list(deleted), summary)
 
     return run
 
@@ -321,8 +321,8 @@ def write_batch(
 ) -> None:
     """The driver's half of a streamed batch: what workers wrote is committed;
     the rest is written here, with the usual pending marks, then committed."""
-    todo: list[_DocWork] = []
-    done: list[_DocWork] = []
+    todo: list[DocWork] = []
+    done: list[DocWork] = []
     vectors: dict[str, list[float]] = {}
     summary.chunks_embedded += int(sum(batch["fresh"]))
     written = batch.get("written")
@@ -336,7 +336,7 @@ def write_batch(
             indexer.state.touch(ref.root, ref.rel, ref.size, ref.mtime_ns)
             summary.files_unchanged += 1
             continue
-        work = _DocWork(
+        work = DocWork(
             ref, str(batch["doc_hash"][i]), [Planned(**p) for p in json.loads(batch["points"][i])]
         )
         if written is not None and written[i]:
@@ -344,23 +344,10 @@ def write_batch(
         else:
             todo.append(work)
             vectors.update(_row_vectors(batch, i))
-    indexer.open_store()
-    if done:
-        planned = [p for w in done for p in w.points]
-        indexer._write(_Staged(done, planned, {}, [], None), summary, prewritten=True)
-    if todo:
-        planned = [p for w in todo for p in w.points]
-        missing = [p for p in planned if p.vector_key not in vectors]
-        if missing:  # the store has them: the state knew them when the run began
-            found, lost = indexer._lookup(missing)
-            vectors.update(found)
-            if lost:  # the store lost them meanwhile; embed here rather than fail
-                more = np.asarray(indexer._embed(list(lost.values())), dtype=np.float32)
-                vectors.update(zip(lost, more.tolist(), strict=True))
-                summary.chunks_embedded += len(lost)
-        indexer._write(_Staged(todo, planned, vectors, [], None), summary)
+    indexer.write_docs(done, {}, summary, prewritten=True)
+    indexer.write_docs(todo, vectors, summary)
     indexer.state.clear_inflight(
-        refs[(str(r), str(p))].key for r, p in zip(batch["root"], batch["rel"], strict=True)
+        (str(r), str(p)) for r, p in zip(batch["root"], batch["rel"], strict=True)
     )
 
 

@@ -134,7 +134,9 @@ SyncRunner = Callable[
 
 
 @dataclass
-class _DocWork:
+class DocWork:
+    """One document's planned points, ready to be written."""
+
     ref: FileRef
     doc_hash: str
     points: list[Planned]
@@ -162,7 +164,7 @@ class _Inline:
 class _Staged:
     """A group whose vectors are being found or embedded, not yet written."""
 
-    works: list[_DocWork]
+    works: list[DocWork]
     planned: list[Planned]
     by_key: dict[str, list[float]]
     todo: list[str]  # vector keys being embedded, in the order of the future's rows
@@ -597,7 +599,7 @@ class Indexer:
             log.warning("%s:%s: %s", ref.root, printable(ref.rel), warning)
         return ref, doc
 
-    def _chunk(self, loaded: list[tuple[FileRef, Document]], summary: Summary) -> list[_DocWork]:
+    def _chunk(self, loaded: list[tuple[FileRef, Document]], summary: Summary) -> list[DocWork]:
         """Chunk a group of documents in one batch and plan their points."""
         if not loaded:
             return []
@@ -623,12 +625,12 @@ class Indexer:
                     results.append(None)
         crash_point("after_chunk")
         return [
-            _DocWork(ref, doc.doc_hash, self.planner.plan_points(ref.root, ref.rel, doc, chunks))
+            DocWork(ref, doc.doc_hash, self.planner.plan_points(ref.root, ref.rel, doc, chunks))
             for (ref, doc), chunks in zip(loaded, results, strict=True)
             if chunks is not None
         ]
 
-    def _count_dry(self, group: list[_DocWork], summary: Summary) -> None:
+    def _count_dry(self, group: list[DocWork], summary: Summary) -> None:
         """What writing this group would do, from the state alone."""
         planned = [p for w in group for p in w.points]
         known = self.state.has_vector_keys({p.vector_key for p in planned})
@@ -640,7 +642,7 @@ class Indexer:
         summary.files_changed += len(group)
 
     def _stage(
-        self, group: list[_DocWork], pool: ThreadPoolExecutor | _Inline, previous: _Staged | None
+        self, group: list[DocWork], pool: ThreadPoolExecutor | _Inline, previous: _Staged | None
     ) -> _Staged:
         """Find reusable vectors, and start embedding the rest on the worker thread.
 
@@ -700,7 +702,7 @@ class Indexer:
         if self.on_indexed is not None:
             self.on_indexed([w.ref for w in group])
 
-    def _rows(self, group: Sequence[_DocWork]) -> list[tuple[str, str, DocRow, list[PointRow]]]:
+    def _rows(self, group: Sequence[DocWork]) -> list[tuple[str, str, DocRow, list[PointRow]]]:
         """The state rows that record these documents as written."""
         fp = self.planner.doc_fingerprint
         return [
@@ -736,6 +738,33 @@ class Indexer:
                 todo.setdefault(p.vector_key, p)
         return by_key, todo
 
+    def write_docs(
+        self,
+        works: list[DocWork],
+        vectors: dict[str, list[float]],
+        summary: Summary,
+        *,
+        prewritten: bool = False,
+    ) -> None:
+        """Write documents whose points were planned elsewhere (Ray workers), with
+        the vectors they brought; the rest are found in the store or embedded
+        here. ``prewritten``: the workers wrote them to the server already."""
+        if not works:
+            return
+        self.open_store()
+        planned = [p for w in works for p in w.points]
+        if not prewritten:
+            found, todo = self._lookup([p for p in planned if p.vector_key not in vectors])
+            vectors.update(found)
+            if todo:  # the store lost them meanwhile; embed here rather than fail
+                more = np.asarray(self._embed(list(todo.values())), dtype=np.float32)
+                vectors.update(zip(todo, more.tolist(), strict=True))
+                summary.chunks_embedded += len(todo)
+        self._write(_Staged(works, planned, vectors, [], None), summary, prewritten=prewritten)
+
+    def delete_docs(self, docs: list[tuple[str, str]], summary: Summary) -> None:
+        self._delete_docs(docs, summary, False)
+
     def _embed(self, planned: Sequence[Planned]) -> Any:
         # Chunking already tokenized most texts; the embedder reuses those ids.
         return self.embedder.embed(
@@ -769,11 +798,11 @@ class Indexer:
 
     def expected_points(
         self, report: VerifyReport
-    ) -> tuple[dict[str, Planned], dict[tuple[str, str], _DocWork], set[tuple[str, str]]]:
+    ) -> tuple[dict[str, Planned], dict[tuple[str, str], DocWork], set[tuple[str, str]]]:
         """What the store should hold for the current files, and the files that failed."""
         summary = Summary()
         expected: dict[str, Planned] = {}
-        works: dict[tuple[str, str], _DocWork] = {}
+        works: dict[tuple[str, str], DocWork] = {}
         loaded = [
             item
             for ref in self.scan_roots(summary)
@@ -838,7 +867,7 @@ class Indexer:
         self,
         report: VerifyReport,
         expected: dict[str, Planned],
-        works: dict[tuple[str, str], _DocWork],
+        works: dict[tuple[str, str], DocWork],
     ) -> None:
         summary = Summary()
         drop = [e["id"] for e in report.duplicates] + [
