@@ -31,11 +31,18 @@ from typing import Any
 import numpy as np
 
 from mdindex.config import Settings
-from mdindex.document import decode, read_bytes
-from mdindex.errors import ConfigError, InputError
+from mdindex.errors import ConfigError
 from mdindex.files import FileRef
-from mdindex.models import digest
-from mdindex.pipeline import DocWork, Indexer, Planned, Planner, Summary, now_iso
+from mdindex.pipeline import (
+    DocWork,
+    Indexer,
+    Planned,
+    Planner,
+    Summary,
+    chunk_each,
+    now_iso,
+    read_document,
+)
 from mdindex.sinks import Point
 from mdindex.state import DocRow
 
@@ -81,13 +88,20 @@ class _Chunk:
         }
         docs = []
         for row in rows:
-            status, reason, doc = self._load(row)
+            doc, reason = read_document(
+                self.planner,
+                str(row["rel"]),
+                Path(row["path"]),
+                self.settings.max_file_bytes,
+                str(row["old_hash"]),
+            )
             docs.append(doc)
             out["root"].append(row["root"])
             out["rel"].append(row["rel"])
-            out["status"].append(status)
+            out["status"].append("failed" if reason else "unchanged" if doc is None else "ok")
             out["reason"].append(reason)
-        chunked = self._chunk_all([d for d in docs if d is not None])
+        loaded = [d for d in docs if d is not None]
+        chunked = dict(zip(map(id, loaded), chunk_each(self.chunker, loaded), strict=True))
         for i, doc in enumerate(docs):
             points: list[dict[str, Any]] = []
             if doc is not None:
@@ -100,30 +114,6 @@ class _Chunk:
             out["doc_hash"].append(doc.doc_hash if doc is not None else "")
             out["points"].append(json.dumps(points, ensure_ascii=False))
         return out
-
-    def _load(self, row: dict[str, Any]) -> tuple[str, str, Any]:
-        try:
-            text = decode(read_bytes(Path(row["path"]), self.settings.max_file_bytes))
-        except InputError as exc:
-            return "failed", str(exc), None
-        if row["old_hash"] and row["old_hash"] == digest(text):
-            return "unchanged", "", None
-        try:
-            return "ok", "", self.planner.parse(str(row["rel"]), text)
-        except Exception as exc:  # a parser bug costs one file, not the run
-            return "failed", f"internal error while parsing: {exc}", None
-
-    def _chunk_all(self, docs: list[Any]) -> dict[int, Any]:
-        try:
-            return {id(d): c for d, c in zip(docs, self.chunker.chunk_many(docs), strict=True)}
-        except Exception:
-            out: dict[int, Any] = {}
-            for d in docs:
-                try:
-                    out[id(d)] = self.chunker.chunk(d)
-                except Exception as exc:
-                    out[id(d)] = f"internal error while chunking: {exc}"
-            return out
 
 
 class _Embed:
@@ -233,13 +223,15 @@ def work_items(
     indexer: Indexer, candidates: list[FileRef], rows: dict[tuple[str, str], DocRow]
 ) -> list[dict[str, str]]:
     """One row per candidate file; its old hash lets a worker skip a file only touched."""
-    fingerprint = indexer.planner.doc_fingerprint
-    out = []
-    for f in candidates:
-        row = rows.get(f.key)
-        old = row.doc_hash if row is not None and row.fingerprint == fingerprint else ""
-        out.append({"root": f.root, "rel": f.rel, "path": str(f.path), "old_hash": old})
-    return out
+    return [
+        {
+            "root": f.root,
+            "rel": f.rel,
+            "path": str(f.path),
+            "old_hash": indexer.known_hash(rows.get(f.key)),
+        }
+        for f in candidates
+    ]
 
 
 def ray_runner(

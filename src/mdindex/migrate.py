@@ -86,10 +86,10 @@ def migrate(settings: Settings, to: str) -> MigrateReport:
             copied += target.upsert(batch)
         extra = [pid for pid, _, _ in target.scroll(payload=False) if pid not in seen]
         deleted = target.delete(extra)
-        if target.count() != source.count():
+        held, wanted = target.count(), source.count()
+        if held != wanted:
             raise StoreError(
-                f"migration incomplete: target holds {target.count()} points, "
-                f"source {source.count()}; run it again"
+                f"migration incomplete: target holds {held} points, source {wanted}; run it again"
             )
         target.settle()
         state.put("store", f"{target.where}#{target.collection}")

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -572,28 +573,26 @@ class Indexer:
         log.info("stop requested; abandoning %d documents not yet written", waiting)
         return True
 
+    def known_hash(self, row: DocRow | None) -> str:
+        """The hash a file must still have to count as only touched; "" if none."""
+        if row is None or row.fingerprint != self.planner.doc_fingerprint:
+            return ""
+        return row.doc_hash
+
     def _load(
         self, ref: FileRef, row: DocRow | None, summary: Summary, dry_run: bool
     ) -> tuple[FileRef, Document] | None:
         """Read and parse one candidate; None when it failed or only its mtime moved."""
-        try:
-            text = decode(read_bytes(ref.path, self.settings.max_file_bytes))
-            if (
-                row is not None
-                and row.doc_hash == digest(text)
-                and row.fingerprint == self.planner.doc_fingerprint
-            ):
-                if not dry_run:  # touched, not changed: only the fast-path stamp moves
-                    self.state.touch(ref.root, ref.rel, ref.size, ref.mtime_ns)
-                summary.files_unchanged += 1
-                return None
-            doc = self.planner.parse(ref.rel, text)
-        except InputError as exc:
-            summary.fail(ref.root, ref.rel, str(exc))
+        doc, reason = read_document(
+            self.planner, ref.rel, ref.path, self.settings.max_file_bytes, self.known_hash(row)
+        )
+        if reason:
+            summary.fail(ref.root, ref.rel, reason)
             return None
-        except Exception as exc:  # a parser bug must cost one file, not the run
-            log.debug("parsing %s failed", ref.rel, exc_info=True)
-            summary.fail(ref.root, ref.rel, f"internal error while parsing: {_describe(exc)}")
+        if doc is None:
+            if not dry_run:  # touched, not changed: only the fast-path stamp moves
+                self.state.touch(ref.root, ref.rel, ref.size, ref.mtime_ns)
+            summary.files_unchanged += 1
             return None
         for warning in doc.warnings:
             log.warning("%s:%s: %s", ref.root, printable(ref.rel), warning)
@@ -603,32 +602,16 @@ class Indexer:
         """Chunk a group of documents in one batch and plan their points."""
         if not loaded:
             return []
-        try:
-            results: list[list[Chunk] | None] = list(
-                self.chunker.chunk_many([d for _, d in loaded])
-            )
-        except MdindexError:
-            raise
-        except Exception:
-            # Chunk one by one to find the document at fault; the others go on.
-            results = []
-            for ref, doc in loaded:
-                try:
-                    results.append(self.chunker.chunk(doc))
-                except MdindexError:
-                    raise
-                except Exception as exc:
-                    log.debug("chunking %s failed", ref.rel, exc_info=True)
-                    summary.fail(
-                        ref.root, ref.rel, f"internal error while chunking: {_describe(exc)}"
-                    )
-                    results.append(None)
+        results = chunk_each(self.chunker, [d for _, d in loaded])
+        works = []
+        for (ref, doc), chunks in zip(loaded, results, strict=True):
+            if isinstance(chunks, str):
+                summary.fail(ref.root, ref.rel, chunks)
+            else:
+                points = self.planner.plan_points(ref.root, ref.rel, doc, chunks)
+                works.append(DocWork(ref, doc.doc_hash, points))
         crash_point("after_chunk")
-        return [
-            DocWork(ref, doc.doc_hash, self.planner.plan_points(ref.root, ref.rel, doc, chunks))
-            for (ref, doc), chunks in zip(loaded, results, strict=True)
-            if chunks is not None
-        ]
+        return works
 
     def _count_dry(self, group: list[DocWork], summary: Summary) -> None:
         """What writing this group would do, from the state alone."""
@@ -906,6 +889,46 @@ INTERNAL_KEYS = ("vector_key",)
 def public(payload: dict[str, Any]) -> dict[str, Any]:
     """A payload as users see it: the interface's keys, not our bookkeeping."""
     return {k: v for k, v in payload.items() if k not in INTERNAL_KEYS}
+
+
+def read_document(
+    planner: Planner, rel: str, path: Path, max_bytes: int, known_hash: str
+) -> tuple[Document | None, str]:
+    """Read and parse one file: (document, ""), or (None, "") when its text still
+    hashes to ``known_hash`` (touched, not changed), or (None, why) when it
+    cannot be indexed."""
+    try:
+        text = decode(read_bytes(path, max_bytes))
+        if known_hash and known_hash == digest(text):
+            return None, ""
+        return planner.parse(rel, text), ""
+    except InputError as exc:
+        return None, str(exc)
+    except Exception as exc:  # a parser bug must cost one file, not the run
+        log.debug("parsing %s failed", rel, exc_info=True)
+        return None, f"internal error while parsing: {_describe(exc)}"
+
+
+def chunk_each(chunker: Chunker, docs: Sequence[Document]) -> list[list[Chunk] | str]:
+    """Chunk documents in one batch; a document the chunker fails on gets the
+    reason instead of its chunks, and the others go on."""
+    try:
+        return list(chunker.chunk_many(docs))
+    except MdindexError:
+        raise
+    except Exception:
+        pass
+    # Chunk one by one to find the document at fault.
+    results: list[list[Chunk] | str] = []
+    for doc in docs:
+        try:
+            results.append(chunker.chunk(doc))
+        except MdindexError:
+            raise
+        except Exception as exc:
+            log.debug("chunking failed", exc_info=True)
+            results.append(f"internal error while chunking: {_describe(exc)}")
+    return results
 
 
 def _describe(exc: BaseException) -> str:

@@ -89,6 +89,8 @@ class EdgeSink:
         self.collection = collection
         self.path = path  # the shard's own folder
         self.batch_points = batch_points
+        # In process there is no request size to respect, only the bindings' cost per call.
+        self._step = batch_points * 4
         self.batch_bytes = batch_bytes
         self.index_min_points = index_min_points
         # Segments with less vector data than this stay unindexed (Qdrant's default).
@@ -142,16 +144,22 @@ class EdgeSink:
                     log.debug("closing edge shard: %s", exc)
                 self._shard = None
 
+    def _config(self) -> dict[str, Any]:
+        """The shard's own record of how it was created."""
+        try:
+            config = json.loads((self.path / CONFIG_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"edge store {self.path}: unreadable {CONFIG_FILE}") from exc
+        if not isinstance(config, dict):
+            raise StoreError(f"edge store {self.path}: unreadable {CONFIG_FILE}")
+        return config
+
     def ensure_collection(self, dimension: int) -> None:
         """Create the shard with its payload indexes, or refuse one whose vectors differ."""
         if self.exists():
-            try:
-                config = json.loads((self.path / CONFIG_FILE).read_text(encoding="utf-8"))
-                vectors = config["vectors"]
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise StoreError(f"edge store {self.path}: unreadable {CONFIG_FILE}") from exc
+            vectors = self._config().get("vectors")
             params = vectors.get("") if isinstance(vectors, dict) else None
-            if not isinstance(params, dict) or len(vectors) != 1:
+            if not isinstance(vectors, dict) or not isinstance(params, dict) or len(vectors) != 1:
                 raise StoreMismatch(
                     f"edge store {self.path} uses named vectors; choose another collection"
                 )
@@ -229,7 +237,7 @@ class EdgeSink:
         from qdrant_edge import Point as EdgePoint
         from qdrant_edge import UpdateOperation
 
-        step = self.batch_points * 4
+        step = self._step
         for lo in range(0, len(points), step):
             batch = [
                 EdgePoint(
@@ -259,8 +267,8 @@ class EdgeSink:
         ids = list(ids)
         if not ids or not self.exists():
             return 0
-        for i in range(0, len(ids), self.batch_points * 4):
-            op = UpdateOperation.delete_points(list(ids[i : i + self.batch_points * 4]))
+        for i in range(0, len(ids), self._step):
+            op = UpdateOperation.delete_points(list(ids[i : i + self._step]))
             self._retry("delete", lambda op=op: self._update(op))  # type: ignore[misc]
         return len(ids)
 
@@ -347,7 +355,7 @@ class EdgeSink:
         info = self._retry("info", lambda: self.shard.info())
         if info.points_count < self.index_min_points:
             return False
-        config = json.loads((self.path / CONFIG_FILE).read_text(encoding="utf-8"))
+        config = self._config()
         threshold_kb = (config.get("optimizers") or {}).get("indexing_threshold") or 10_000
         segment_points = int(threshold_kb) * 1024 // (4 * int(config["vectors"][""]["size"]))
         pending = info.points_count - info.indexed_vectors_count
