@@ -12,7 +12,6 @@ idle CPU < 1 %, RSS < 600 MB.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import statistics
@@ -21,7 +20,6 @@ import sys
 import tempfile
 import time
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,11 +45,6 @@ def section(i: int, marker: str = "") -> str:
     return f"## Part {i}\n\nParagraph {i} {marker} talks about {words}.\n"
 
 
-def get(url: str) -> object:
-    with urllib.request.urlopen(url, timeout=30) as r:
-        return json.loads(r.read().decode())
-
-
 def proc_cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -73,6 +66,8 @@ def main() -> None:
     ap.add_argument("--quiet-ms", type=int, default=300)
     args = ap.parse_args()
     offline()
+    from mdindex.cli import find_daemon
+    from mdindex.config import load_settings
     from mdindex.lock import lock_path, read_holder
 
     work = Path(tempfile.mkdtemp(prefix="mdindex-watch-bench-"))
@@ -85,7 +80,6 @@ def main() -> None:
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
-        "MDINDEX_HTTP_PORT": "0",
         "MDINDEX_QUIET_PERIOD_MS": str(args.quiet_ms),
         "MDINDEX_LOG_LEVEL": "WARNING",
     }
@@ -93,13 +87,13 @@ def main() -> None:
         [sys.executable, "-m", "mdindex", "watch", str(root), "--state-dir", str(state)], env=env
     )
     try:
-        base = ""
+        client = None
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             holder = read_holder(lock_path(state, "mdindex"))
-            if holder and holder.get("http_port"):
-                base = f"http://127.0.0.1:{holder['http_port']}"
-                status = get(base + "/status")
+            if holder and holder.get("socket"):
+                client = find_daemon(load_settings({"state_dir": str(state)}))
+                status = client.ask("/status") if client is not None else {}
                 if isinstance(status, dict) and status.get("points", 0) >= 21:
                     break
             time.sleep(0.2)
@@ -118,7 +112,7 @@ def main() -> None:
             # All sections read alike, so look at every hit, not just the first.
             query = urllib.parse.urlencode({"q": f"Paragraph {k} {marker}", "k": 25})
             while True:
-                hits = get(f"{base}/search?{query}")
+                hits = client.ask(f"/search?{query}")
                 if isinstance(hits, list) and any(marker in h["text"] for h in hits):
                     break
                 if time.perf_counter() - saved > 30:

@@ -127,8 +127,8 @@ def stored_points(settings: Settings, vectors: bool = False) -> dict[str, dict[s
         out = {}
         for pid, payload, vec in sink.scroll(payload=True, with_vectors=vectors):
             payload.pop("indexed_at", None)
-            if vectors:
-                payload["_vector"] = vec
+            if vectors:  # rounded: a reused vector and a fresh one agree to float32 precision
+                payload["_vector"] = [round(x, 5) for x in vec or []]
             out[pid] = payload
         return out
     finally:

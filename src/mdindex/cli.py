@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import logging
+import os
+import socket
 import sys
-import urllib.error
+import traceback
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mdindex import __version__
 from mdindex.config import Settings, load_settings
+from mdindex.daemon.http import token_path
 from mdindex.document import decode, read_bytes
 from mdindex.errors import (
     EXIT_DRIFT,
     EXIT_OK,
     EXIT_PARTIAL,
+    EXIT_STORE,
     EXIT_USAGE,
     InputError,
     LockError,
@@ -140,8 +145,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 def emit(args: argparse.Namespace, data: Any, text: str) -> None:
     if args.json:
-        json.dump(data, sys.stdout, ensure_ascii=False, indent=None)
-        sys.stdout.write("\n")
+        # One dumps, not dump: json.dump streams through the pure-Python
+        # encoder (0.7 s for the chunks of a 1 MB file, against 0.05 s).
+        sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
     else:
         print(text)
 
@@ -151,7 +157,7 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     check_roots(settings.root_list())
-    daemon = _daemon_url(settings, required=False) if args.ray is None else None
+    daemon = find_daemon(settings, required=False) if args.ray is None else None
     if daemon is not None:
         return _backfill_through_daemon(args, daemon)
     with WriterLock(settings.state_dir, settings.collection, "backfill"):
@@ -183,14 +189,14 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_PARTIAL if summary.errors else EXIT_OK
 
 
-def _backfill_through_daemon(args: argparse.Namespace, daemon: str) -> int:
+def _backfill_through_daemon(args: argparse.Namespace, daemon: Daemon) -> int:
     """The daemon holds the store: ask it to reconcile and report its summary."""
     if args.dry_run or args.no_prune or args.force:
         raise LockError(
             "the watch daemon holds the store; --dry-run, --no-prune and --force need it stopped"
         )
     log.info("the watch daemon holds the store; asking it to reconcile")
-    data = _ask_daemon(daemon, "/reconcile", post=True)
+    data = daemon.ask("/reconcile", post=True)
     summary = Summary(**{k: data[k] for k in Summary.__dataclass_fields__ if k in data})
     emit(args, data, summary.line() + " (reconciled by the watch daemon)")
     return EXIT_PARTIAL if data.get("errors") else EXIT_OK
@@ -211,40 +217,95 @@ def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
     return run_daemon(settings)
 
 
-def _daemon_url(settings: Settings, required: bool = True) -> str | None:
-    """The running daemon's HTTP endpoint when it holds this state dir and collection."""
+@dataclass(frozen=True)
+class Daemon:
+    """How to ask the running daemon: its Unix socket (or TCP endpoint) and token."""
+
+    socket: str
+    url: str
+    token: str
+
+    def ask(self, path: str, post: bool = False) -> Any:
+        """GET (or POST, for a reconcile that may run for hours) one endpoint."""
+        timeout = 24 * 3600 if post else 30
+        conn: http.client.HTTPConnection
+        if self.socket:
+            conn = _UnixConnection(self.socket, timeout)
+        else:
+            parts = urllib.parse.urlsplit(self.url)
+            conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+        try:
+            conn.request(
+                "POST" if post else "GET", path, headers={"Authorization": f"Bearer {self.token}"}
+            )
+            resp = conn.getresponse()
+            body = resp.read().decode()
+        except OSError as exc:
+            raise StoreUnavailable(f"the daemon at {self.where} did not answer: {exc}") from exc
+        finally:
+            conn.close()
+        try:
+            data = json.loads(body or "null")
+        except ValueError:
+            data = None
+        if resp.status != 200:
+            detail = data.get("error") if isinstance(data, dict) else body[:200]
+            raise StoreUnavailable(f"the daemon at {self.where} refused {path}: {detail}")
+        return data
+
+    @property
+    def where(self) -> str:
+        return self.socket or self.url
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def find_daemon(settings: Settings, required: bool = True) -> Daemon | None:
+    """The running daemon when it holds this state dir and collection: found
+    through the lock file, with the token it wrote beside it."""
     holder = read_holder(lock_path(settings.state_dir, settings.collection))
     if not holder or holder.get("command") != "watch":
         return None
-    if not holder.get("http_port"):
+    sock = str(holder.get("socket") or "")
+    url = (
+        f"http://{holder.get('http_host')}:{holder['http_port']}" if holder.get("http_port") else ""
+    )
+    if not (sock or url):
         if settings.qdrant_url or not required:
             return None  # a server store can be shared; go to it directly
         raise StoreUnavailable(
-            f"the daemon (pid {holder.get('pid')}) holds the embedded store and has no HTTP "
-            "endpoint; set http_port so other commands can ask it"
+            f"the daemon (pid {holder.get('pid')}) holds the embedded store but is still "
+            "starting; try again in a moment"
         )
-    return f"http://{holder.get('http_host', '127.0.0.1')}:{holder['http_port']}"
-
-
-def _ask_daemon(url: str, path: str, post: bool = False) -> Any:
-    """GET (or POST, for a reconcile that may run for hours) one of the daemon's endpoints."""
-    request = urllib.request.Request(url + path, method="POST" if post else "GET")
+    path = token_path(settings.state_dir, settings.collection)
     try:
-        with urllib.request.urlopen(request, timeout=24 * 3600 if post else 30) as resp:
-            return json.loads(resp.read().decode())
-    except urllib.error.HTTPError as exc:
-        detail = json.loads(exc.read().decode() or "{}").get("error", str(exc))
-        raise StoreUnavailable(f"the daemon at {url} refused {path}: {detail}") from exc
+        token = path.read_text(encoding="utf-8").strip()
     except OSError as exc:
-        raise StoreUnavailable(f"the daemon at {url} did not answer: {exc}") from exc
+        raise StoreUnavailable(
+            f"the daemon (pid {holder.get('pid')}) holds the store, and its token {path} "
+            f"cannot be read ({exc.strerror}); run this as the daemon's user"
+        ) from exc
+    return Daemon(sock, url, token)
 
 
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
-    daemon = _daemon_url(settings)
+    daemon = find_daemon(settings)
     if daemon is not None:
-        hits = _ask_daemon(
-            daemon, "/search?" + urllib.parse.urlencode({"q": args.query, "k": args.k})
-        )
+        hits = daemon.ask("/search?" + urllib.parse.urlencode({"q": args.query, "k": args.k}))
     else:
         hits = search(settings, args.query, args.k)
     lines = []
@@ -310,8 +371,8 @@ def _indent(text: str, limit: int = 400) -> str:
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    daemon = _daemon_url(settings)
-    data = _ask_daemon(daemon, "/status") if daemon is not None else status(settings)
+    daemon = find_daemon(settings)
+    data = daemon.ask("/status") if daemon is not None else status(settings)
     text = "\n".join(f"{k}: {v}" for k, v in data.items())
     emit(args, data, text)
     return EXIT_OK
@@ -380,18 +441,37 @@ Command = Callable[[argparse.Namespace, Settings], int]
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Everything mdindex creates (state, locks, the embedded store, the socket)
+    # is for its own user alone: directories 0700, files 0600.
+    os.umask(0o077)
+    debug = str(args.log_level or "").upper() == "DEBUG"
     try:
         settings = settings_from(args)
         setup_logging(settings.log_level, settings.log_format)
         func: Command = args.func
         return func(args, settings)
     except MdindexError as exc:
-        print(f"mdindex: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _fail(str(exc), exc.exit_code, debug)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return EXIT_USAGE
+    except OSError as exc:  # the local filesystem refused (an unwritable state dir, ...)
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _fail(
+            f"{where}{exc.strerror or exc} (check state_dir and qdrant_path)", EXIT_USAGE, debug
+        )
+    except Exception as exc:
+        reason = " ".join(str(exc).split())[:300]
+        return _fail(f"internal error: {type(exc).__name__}: {reason}", EXIT_STORE, debug)
+
+
+def _fail(message: str, code: int, debug: bool) -> int:
+    """One line on stderr; the traceback too with --log-level DEBUG."""
+    if debug:
+        traceback.print_exc()
+    print(f"mdindex: error: {message}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -57,6 +57,14 @@ def _default_cache_dir() -> Path:
     return Path(base) / "mdindex"
 
 
+_USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
+
+
+def redact(text: str) -> str:
+    """Text fit for logs and status: the ``user:password@`` of any URL in it masked."""
+    return _USERINFO.sub("***@", text)
+
+
 def _split_list(value: Any) -> Any:
     # Lists may come from TOML (already lists) or env vars (comma separated).
     if isinstance(value, str):
@@ -123,6 +131,10 @@ class Settings(BaseSettings):
     exclude: StrList = Field(default_factory=list)
     follow_symlinks: bool = False
     max_file_bytes: int = Field(default=10_000_000, ge=1)
+    # Parsing and chunking a file never stalls the daemon (systemd's watchdog
+    # kills it after 120 s): a file over this is reported and skipped. The
+    # worst shapes known take under 3 s per MB here.
+    file_time_budget_s: float = Field(default=30.0, gt=0)
 
     base_url: str = ""
     url_style: Literal["pretty", "html", "path"] = "pretty"
@@ -160,7 +172,9 @@ class Settings(BaseSettings):
         if self.qdrant_url and self.qdrant_path:
             raise ValueError("qdrant_url and qdrant_path are exclusive; set only one")
         if self.qdrant_url and not re.match(r"^https?://", self.qdrant_url):
-            raise ValueError(f"qdrant_url {self.qdrant_url!r} must start with http:// or https://")
+            raise ValueError(
+                f"qdrant_url {redact(self.qdrant_url)!r} must start with http:// or https://"
+            )
         if not self.qdrant_url:
             for key in CLUSTER_KEYS:
                 if getattr(self, key) != type(self).model_fields[key].default:
@@ -201,6 +215,17 @@ class Settings(BaseSettings):
         dupes = sorted({x for x in labels if labels.count(x) > 1})
         if dupes:
             raise ConfigError(f"roots: label {dupes[0]!r} is used twice; name them as label=path")
+        # A file under two roots would be two documents, and a watch event would
+        # update only one of them: overlapping roots are refused.
+        resolved = [(r, r.path.resolve()) for r in roots]
+        for i, (a, pa) in enumerate(resolved):
+            for b, pb in resolved[i + 1 :]:
+                if pa.is_relative_to(pb) or pb.is_relative_to(pa):
+                    raise ConfigError(
+                        f"roots: {a.label}={a.path} and {b.label}={b.path} overlap; "
+                        "give folders that do not contain each other (use exclude to leave "
+                        "a subfolder out)"
+                    )
         return roots
 
     @property

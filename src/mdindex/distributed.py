@@ -42,6 +42,7 @@ from mdindex.pipeline import (
     chunk_each,
     now_iso,
     read_document,
+    reusable_vectors,
 )
 from mdindex.sinks import Point
 from mdindex.state import DocRow
@@ -88,20 +89,15 @@ class _Chunk:
         }
         docs = []
         for row in rows:
-            doc, reason = read_document(
-                self.planner,
-                str(row["rel"]),
-                Path(row["path"]),
-                self.settings.max_file_bytes,
-                str(row["old_hash"]),
-            )
+            doc, reason = read_document(self.planner, FileRef.from_row(row), str(row["old_hash"]))
             docs.append(doc)
             out["root"].append(row["root"])
             out["rel"].append(row["rel"])
             out["status"].append("failed" if reason else "unchanged" if doc is None else "ok")
             out["reason"].append(reason)
         loaded = [d for d in docs if d is not None]
-        chunked = dict(zip(map(id, loaded), chunk_each(self.chunker, loaded), strict=True))
+        chunks_of = chunk_each(self.chunker, loaded, self.settings.file_time_budget_s)
+        chunked = dict(zip(map(id, loaded), chunks_of, strict=True))
         for i, doc in enumerate(docs):
             points: list[dict[str, Any]] = []
             if doc is not None:
@@ -206,8 +202,7 @@ class _Write:
         if missing:
             wanted = {p.id: p.vector_key for p in planned if p.vector_key in missing}
             wanted |= {self.donors[k]: k for k in missing if k in self.donors}
-            for pid, vector in self.sink.vectors(list(wanted)).items():
-                vectors.setdefault(wanted[pid], vector)
+            vectors = reusable_vectors(self.sink, wanted) | vectors
         if any(p.vector_key not in vectors for p in planned):
             return False
         self.sink.upsert(
@@ -223,15 +218,7 @@ def work_items(
     indexer: Indexer, candidates: list[FileRef], rows: dict[tuple[str, str], DocRow]
 ) -> list[dict[str, str]]:
     """One row per candidate file; its old hash lets a worker skip a file only touched."""
-    return [
-        {
-            "root": f.root,
-            "rel": f.rel,
-            "path": str(f.path),
-            "old_hash": indexer.known_hash(rows.get(f.key)),
-        }
-        for f in candidates
-    ]
+    return [{**f.as_row(), "old_hash": indexer.known_hash(rows.get(f.key))} for f in candidates]
 
 
 def ray_runner(

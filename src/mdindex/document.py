@@ -15,12 +15,16 @@ import yaml
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from mdindex.budget import check
 from mdindex.errors import BinaryFile, DecodeError, FileTooLarge, UnreadableFile
+from mdindex.files import FileRef
 from mdindex.models import Block, Document, Heading
 
 FRONTMATTER_MAX_BYTES = 64 * 1024
 _FM_CLOSE = re.compile(r"^(?:---|\.\.\.)[ \t]*$", re.MULTILINE)
-_CUSTOM_ID = re.compile(r"\s*\{#([A-Za-z0-9_:.-]+)\}\s*$")
+# Matched against the end of an already stripped heading only: searched over
+# the whole line, its leading \s* made a heading of 40k spaces take 5 s.
+_CUSTOM_ID = re.compile(r"\{#([A-Za-z0-9_:.-]+)\}")
 _SLUG_DROP = re.compile(r"[^\w\- ]", re.UNICODE)
 _INDEX_STEMS = {"index", "_index", "readme"}
 # libyaml's C loader when PyYAML was built with it: pure-Python YAML was the
@@ -33,16 +37,26 @@ _BLOCK_PARSER = MarkdownIt("commonmark").disable("inline")
 _INLINE_PARSER = MarkdownIt("commonmark")
 
 
-def read_bytes(path: Path, max_bytes: int) -> bytes:
-    """Read a regular file, refusing FIFOs and devices and anything over ``max_bytes``."""
+def read_bytes(path: Path, max_bytes: int, ref: FileRef | None = None) -> bytes:
+    """Read a regular file, refusing FIFOs and devices and anything over ``max_bytes``.
+
+    With ``ref`` (what the scan saw), the opened file must still be that file
+    and inside its root: a link swapped in after the scan is never followed
+    when links are not, and a followed one must still land inside the root.
+    """
+    # O_NONBLOCK so a FIFO named .md cannot hang the open; fstat then rejects it.
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+    if ref is not None and ref.root_dir and not ref.follow_symlinks:
+        flags |= os.O_NOFOLLOW
     try:
-        # O_NONBLOCK so a FIFO named .md cannot hang the open; fstat then rejects it.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except FileNotFoundError as exc:
         raise UnreadableFile("vanished before it could be read") from exc
     except PermissionError as exc:
         raise UnreadableFile("permission denied") from exc
     except OSError as exc:
+        if exc.errno == errno.ELOOP and flags & os.O_NOFOLLOW:
+            raise UnreadableFile("became a symlink after the scan; not followed") from exc
         if exc.errno == errno.ELOOP:
             raise UnreadableFile("symlink loop") from exc
         raise UnreadableFile(f"cannot open: {exc.strerror}") from exc
@@ -50,6 +64,8 @@ def read_bytes(path: Path, max_bytes: int) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UnreadableFile("not a regular file")
+        if ref is not None and ref.root_dir:
+            _check_opened(fd, st, ref)
         if st.st_size > max_bytes:
             raise FileTooLarge(f"{st.st_size} bytes is over max_file_bytes ({max_bytes})")
         chunks: list[bytes] = []
@@ -68,6 +84,23 @@ def read_bytes(path: Path, max_bytes: int) -> bytes:
     if len(data) > max_bytes:
         raise FileTooLarge(f"grew past max_file_bytes ({max_bytes}) while being read")
     return data
+
+
+def _check_opened(fd: int, st: os.stat_result, ref: FileRef) -> None:
+    """The open file is the one the scan saw, at a place inside its root."""
+    if ref.ino and (st.st_dev, st.st_ino) != (ref.dev, ref.ino):
+        raise UnreadableFile("replaced since the scan (another file or a link); will be read again")
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc: the path as it resolves now (racier, still checked)
+        real = os.path.realpath(ref.path)
+    root = ref.root_dir
+    if ref.follow_symlinks:
+        inside = real == root or real.startswith(root.rstrip("/") + "/")
+    else:  # no component may be a link: the real path is the root plus the relative path
+        inside = real == os.path.join(root, ref.rel)
+    if not inside:
+        raise UnreadableFile("resolves outside its root through a symlink; not read")
 
 
 def decode(data: bytes) -> str:
@@ -144,6 +177,17 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any], int, list[str]]:
     return meta, body_start, []
 
 
+def custom_id(heading: str) -> tuple[str, str]:
+    """Split ``Title {#id}`` into the title and the id ("" when none), in linear time."""
+    stripped = heading.rstrip()
+    if not stripped.endswith("}"):
+        return heading, ""
+    open_at = stripped.rfind("{#")
+    if open_at < 0 or not _CUSTOM_ID.fullmatch(stripped, open_at):
+        return heading, ""
+    return stripped[:open_at].rstrip(), stripped[open_at + 2 : -1]
+
+
 def github_slug(text: str) -> str:
     return _SLUG_DROP.sub("", text.strip().lower()).replace(" ", "-")
 
@@ -186,17 +230,15 @@ def _outline(
     used: set[str] = set()
     stack: list[tuple[int, str]] = []
     for i, tok in enumerate(tokens):
+        check()
         if tok.map is None:
             continue
         start, end = offset(tok.map[0]), offset(tok.map[1])
         if tok.type == "heading_open":
             level = int(tok.tag[1])
-            raw = tokens[i + 1].content
-            custom = _CUSTOM_ID.search(raw)
-            if custom:
-                raw = raw[: custom.start()]
+            raw, custom = custom_id(tokens[i + 1].content)
             plain = _plain_inline(raw)
-            base = custom.group(1) if custom else github_slug(plain)
+            base = custom or github_slug(plain)
             anchor, n = base, 0
             while anchor in used:
                 n += 1

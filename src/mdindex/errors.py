@@ -8,12 +8,17 @@ MdindexError
 │   ├── FileTooLarge
 │   ├── BinaryFile
 │   ├── DecodeError
-│   └── UnreadableFile
-├── EmbeddingError         the model failed or gave non-finite vectors (exit 1)
+│   ├── UnreadableFile
+│   └── FileTimeout        parsing and chunking it ran over its time budget
+├── EmbeddingError         the model cannot load, failed or gave non-finite vectors (exit 3)
 ├── StateError             the local state refuses writes (disk full, read-only) (exit 3)
 └── StoreError             Qdrant refused an operation
     ├── StoreMismatch      existing collection has other vector settings  (exit 2)
     └── StoreUnavailable   unreachable or refusing writes after retries   (exit 3)
+
+At the command line's boundary, an OSError from outside this tree (a state dir
+that cannot be created) exits 2 and anything else unexpected exits 3, each with
+one line on stderr; the traceback only with --log-level DEBUG.
 """
 
 from __future__ import annotations
@@ -63,8 +68,14 @@ class UnreadableFile(InputError):
     pass
 
 
+class FileTimeout(InputError):
+    pass
+
+
 class EmbeddingError(MdindexError):
-    exit_code = EXIT_PARTIAL
+    # The whole run failed: exit 1 would read as "some files failed", which
+    # mdindex-backfill.service counts as success.
+    exit_code = EXIT_STORE
 
 
 class StateError(MdindexError):

@@ -6,10 +6,12 @@ import logging
 import os
 import re
 import stat
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from mdindex.config import Root
 
@@ -68,15 +70,58 @@ class PathFilter:
 
 @dataclass(frozen=True, slots=True)
 class FileRef:
+    """A document as the scan saw it: enough to open exactly that file again."""
+
     root: str  # root label
     rel: str  # POSIX path relative to the root
     path: Path
     size: int
     mtime_ns: int
+    # The file's identity and where it must be, checked again once it is open:
+    # a file swapped for a link (or a folder for a link) after the scan is refused.
+    dev: int = 0
+    ino: int = 0
+    root_dir: str = ""  # the root, resolved; "" when not confined (tests, `mdindex chunk`)
+    follow_symlinks: bool = False
+    seen_ns: int = 0  # wall-clock time the stat was taken
 
     @property
     def key(self) -> tuple[str, str]:
         return self.root, self.rel
+
+    def as_row(self) -> dict[str, Any]:
+        """Plain values, for a Ray row."""
+        return {
+            name: str(getattr(self, name)) if name == "path" else getattr(self, name)
+            for name in self.__dataclass_fields__
+        }
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> FileRef:
+        return cls(
+            str(row["root"]),
+            str(row["rel"]),
+            Path(str(row["path"])),
+            int(row["size"]),
+            int(row["mtime_ns"]),
+            int(row["dev"]),
+            int(row["ino"]),
+            str(row["root_dir"]),
+            bool(row["follow_symlinks"]),
+            int(row["seen_ns"]),
+        )
+
+    @property
+    def racy(self) -> bool:
+        """Modified so close to the stat that a later edit may keep the same mtime
+        (coarse timestamps): its size and mtime cannot vouch for its content."""
+        return self.mtime_ns >= self.seen_ns - RACY_WINDOW_NS
+
+
+# Filesystems with coarse timestamps (FAT 2 s, ext3 and HFS+ 1 s, ext4's coarse
+# clock some ms) keep the mtime of an edit made within the same tick: git's
+# "racy" rule, with the widest of those ticks.
+RACY_WINDOW_NS = 2_000_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +129,17 @@ class ScanError:
     root: str
     rel: str
     reason: str
+    folder: bool = False  # a folder that could not be listed: covers everything below it
+
+
+def under_failed_folder(key: tuple[str, str], folders: Sequence[tuple[str, str]]) -> bool:
+    """Whether a document lies below a folder that could not be listed (its
+    points must stay: the folder may only be unreadable for now)."""
+    root, rel = key
+    return any(
+        root == f_root and (f_rel in ("", ".") or rel.startswith(f_rel + "/"))
+        for f_root, f_rel in folders
+    )
 
 
 def printable(path: str) -> str:
@@ -136,7 +192,18 @@ def stat_file(
             return ScanError(root.label, rel, "symlink points outside its root; not followed")
     if not stat.S_ISREG(st.st_mode):
         return ScanError(root.label, rel, "not a regular file")
-    return FileRef(root.label, rel, path, st.st_size, st.st_mtime_ns)
+    return FileRef(
+        root.label,
+        rel,
+        path,
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_dev,
+        st.st_ino,
+        str(root.path.resolve()),
+        follow_symlinks,
+        time.time_ns(),
+    )
 
 
 def scan(
@@ -159,7 +226,8 @@ def scan(
         except FileNotFoundError:
             continue
         except OSError as exc:
-            yield ScanError(root.label, rel_dir or ".", f"cannot list folder: {exc.strerror}")
+            reason = f"cannot list folder: {exc.strerror}; its documents are kept"
+            yield ScanError(root.label, rel_dir or ".", reason, folder=True)
             continue
         subdirs: list[str] = []
         for entry in entries:

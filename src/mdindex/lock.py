@@ -15,6 +15,12 @@ from typing import Any
 from mdindex.errors import LockError
 
 
+def private_dir(path: Path) -> None:
+    """Create a folder only its owner can enter (the state dir holds every
+    document's text); one that already exists is left as its owner set it."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
 def lock_path(state_dir: Path, collection: str) -> Path:
     return state_dir / f"{collection}.lock"
 
@@ -48,8 +54,8 @@ class WriterLock:
         self.fd: int | None = None
 
     def acquire(self, **info: Any) -> WriterLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        private_dir(self.path.parent)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:

@@ -19,17 +19,24 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from mdindex.budget import budget
 from mdindex.chunking import Chunker
 from mdindex.config import Root, Settings
 from mdindex.document import decode, parse_document, read_bytes
 from mdindex.embedding import ModelInfo, VectorFn
-from mdindex.errors import ConfigError, InputError, MdindexError, PruneRefused
-from mdindex.files import FileRef, PathFilter, ScanError, printable, scan
+from mdindex.errors import ConfigError, FileTimeout, InputError, MdindexError, PruneRefused
+from mdindex.files import (
+    FileRef,
+    PathFilter,
+    ScanError,
+    printable,
+    scan,
+    under_failed_folder,
+)
 from mdindex.models import Chunk, Document, digest
 from mdindex.sinks import Point, Sink
 from mdindex.state import DocRow, PointRow, State
@@ -44,6 +51,10 @@ _ID_NAMESPACE = uuid.UUID("6f6d2a3e-5a1b-4c1e-9a7e-6d64696e6478")
 # length: 256 documents made the corpus backfill 10 % faster than 64.
 _GROUP_DOCS = 256
 _GROUP_CHARS = 512_000  # about 500 chunks: one embedding call, one upsert round
+# verify re-embeds this many points (about 2 s on a 2-core CPU) to check that
+# stored vectors come from their text; bf16 against fp32 gives cosine 0.99998.
+VERIFY_SAMPLE = 256
+VECTOR_MATCH_COSINE = 0.98
 
 
 def crash_point(name: str) -> None:
@@ -409,16 +420,20 @@ class Indexer:
 
     # -- scanning --------------------------------------------------------
 
-    def scan_roots(self, summary: Summary) -> list[FileRef]:
+    def scan_roots(self, summary: Summary) -> tuple[list[FileRef], list[tuple[str, str]]]:
+        """Every document under the roots, and the folders that could not be listed."""
         files: list[FileRef] = []
+        folders: list[tuple[str, str]] = []
         for root in self.roots.values():
             for item in scan(root, self.accept, self.settings.follow_symlinks):
                 summary.files_seen += 1
                 if isinstance(item, ScanError):
                     summary.fail(item.root, item.rel, item.reason)
+                    if item.folder:
+                        folders.append((item.root, item.rel))
                 else:
                     files.append(item)
-        return files
+        return files, folders
 
     def is_fresh(self, ref: FileRef, rows: dict[tuple[str, str], DocRow]) -> bool:
         row = rows.get(ref.key)
@@ -450,11 +465,18 @@ class Indexer:
                     f"root {root.label!r}: {root.path} is not a folder; fix the path, "
                     "or pass --force to prune its documents"
                 )
-        files = self.scan_roots(summary)
+        files, folders = self.scan_roots(summary)
         failed = {(e["root"], e["path"]) for e in summary.errors}
         seen = {f.key for f in files} | failed
+
+        def gone(known: set[tuple[str, str]]) -> list[tuple[str, str]]:
+            # A folder that could not be listed keeps everything below it.
+            if not prune:
+                return []
+            return sorted(k for k in known if k not in seen and not under_failed_folder(k, folders))
+
         known = self.state.known_docs()
-        deleted = sorted(k for k in known if k not in seen) if prune else []
+        deleted = gone(known)
         if prune and not force:
             self._guard_prune(files, deleted, known)
 
@@ -466,7 +488,7 @@ class Indexer:
             rows = self.state.docs()
             candidates = [f for f in files if not self.is_fresh(f, rows)]
             known = self.state.known_docs()
-            deleted = sorted(k for k in known if k not in seen) if prune else []
+            deleted = gone(known)
             if prune and not force:  # the state may have been rebuilt from the store
                 self._guard_prune(files, deleted, known)
         summary.files_unchanged += len(files) - len(candidates)
@@ -583,15 +605,13 @@ class Indexer:
         self, ref: FileRef, row: DocRow | None, summary: Summary, dry_run: bool
     ) -> tuple[FileRef, Document] | None:
         """Read and parse one candidate; None when it failed or only its mtime moved."""
-        doc, reason = read_document(
-            self.planner, ref.rel, ref.path, self.settings.max_file_bytes, self.known_hash(row)
-        )
+        doc, reason = read_document(self.planner, ref, self.known_hash(row))
         if reason:
             summary.fail(ref.root, ref.rel, reason)
             return None
         if doc is None:
             if not dry_run:  # touched, not changed: only the fast-path stamp moves
-                self.state.touch(ref.root, ref.rel, ref.size, ref.mtime_ns)
+                self.state.touch(ref.root, ref.rel, ref.size, trusted_mtime(ref))
             summary.files_unchanged += 1
             return None
         for warning in doc.warnings:
@@ -602,7 +622,7 @@ class Indexer:
         """Chunk a group of documents in one batch and plan their points."""
         if not loaded:
             return []
-        results = chunk_each(self.chunker, [d for _, d in loaded])
+        results = chunk_each(self.chunker, [d for _, d in loaded], self.settings.file_time_budget_s)
         works = []
         for (ref, doc), chunks in zip(loaded, results, strict=True):
             if isinstance(chunks, str):
@@ -692,7 +712,7 @@ class Indexer:
             (
                 w.ref.root,
                 w.ref.rel,
-                DocRow(w.ref.size, w.ref.mtime_ns, w.doc_hash, fp),
+                DocRow(w.ref.size, trusted_mtime(w.ref), w.doc_hash, fp),
                 [PointRow(p.id, p.vector_key) for p in w.points],
             )
             for w in group
@@ -703,18 +723,11 @@ class Indexer:
     ) -> tuple[dict[str, list[float]], dict[str, Planned]]:
         """Vectors the store already has (same point, or any point with the same key),
         and a point for each vector still missing, both by vector key."""
-        by_key: dict[str, list[float]] = {}
-        stored = self.sink.vectors([p.id for p in planned])
-        for p in planned:
-            if p.id in stored:
-                by_key.setdefault(p.vector_key, stored[p.id])
+        by_key = reusable_vectors(self.sink, {p.id: p.vector_key for p in planned})
         wanted = {p.vector_key for p in planned} - by_key.keys()
         if wanted:
             donors = self.state.ids_for_vector_keys(wanted)
-            found = self.sink.vectors(list(donors.values()))
-            for key, pid in donors.items():
-                if pid in found:
-                    by_key[key] = found[pid]
+            by_key |= reusable_vectors(self.sink, {pid: key for key, pid in donors.items()})
         todo: dict[str, Planned] = {}
         for p in planned:
             if p.vector_key not in by_key:
@@ -782,13 +795,15 @@ class Indexer:
     def expected_points(
         self, report: VerifyReport
     ) -> tuple[dict[str, Planned], dict[tuple[str, str], DocWork], set[tuple[str, str]]]:
-        """What the store should hold for the current files, and the files that failed."""
+        """What the store should hold for the current files, and the documents that
+        failed (or lie below a folder that could not be listed)."""
         summary = Summary()
         expected: dict[str, Planned] = {}
         works: dict[tuple[str, str], DocWork] = {}
+        files, folders = self.scan_roots(summary)
         loaded = [
             item
-            for ref in self.scan_roots(summary)
+            for ref in files
             if (item := self._load(ref, None, summary, dry_run=True)) is not None
         ]
         for i in range(0, len(loaded), _GROUP_DOCS):
@@ -798,6 +813,7 @@ class Indexer:
                     expected[p.id] = p
         report.errors = summary.errors
         failed = {(e["root"], e["path"]) for e in summary.errors}
+        failed |= {k for k in self.state.known_docs() if under_failed_folder(k, folders)}
         return expected, works, failed
 
     def verify(self, *, repair: bool = False) -> VerifyReport:
@@ -824,7 +840,9 @@ class Indexer:
             if pid in expected:
                 want = expected[pid].payload
                 got = {k: v for k, v in payload.items() if k != "indexed_at"}
-                if got != want:
+                if payload.get("vector_key") != expected[pid].vector_key:
+                    report.stale.append({**entry, "reason": "vector key differs"})
+                elif got != want:
                     report.stale.append({**entry, "reason": "payload differs"})
             elif key in failed:
                 continue  # unreadable for now; its points stay until it is readable or gone
@@ -832,6 +850,7 @@ class Indexer:
                 report.duplicates.append(entry)
             else:
                 report.stale.append({**entry, "reason": "no such chunk in the files"})
+        self._check_vectors(report, expected, stored)
         for pid, p in expected.items():
             if pid not in stored:
                 report.missing.append(
@@ -845,6 +864,43 @@ class Indexer:
         if repair and not report.in_sync:
             self._repair(report, expected, works)
         return report
+
+    def _check_vectors(
+        self, report: VerifyReport, expected: dict[str, Planned], stored: dict[str, Any]
+    ) -> None:
+        """Embed a sample of the points whose keys agree and compare with their stored
+        vectors: a key only says which text a vector should come from, and indexes
+        written before vector keys were checked can hold a vector of other text."""
+        flagged = {e["id"] for e in report.stale}
+        agree = sorted(
+            (p.vector_key, pid)
+            for pid, p in expected.items()
+            if pid in stored and pid not in flagged
+        )
+        # One point per key, spread over the index by the key's hash order.
+        by_key = dict(agree)
+        sample = [(key, by_key[key]) for key in sorted(by_key)[:VERIFY_SAMPLE]]
+        if not sample:
+            return
+        have = self.sink.vectors([pid for _, pid in sample])
+        fresh = np.asarray(self._embed([expected[pid] for _, pid in sample]), dtype=np.float32)
+        for (key, pid), new in zip(sample, fresh, strict=True):
+            if pid not in have:
+                continue
+            old = np.asarray(have[pid][1], dtype=np.float32)
+            cosine = float(old @ new) / (float(np.linalg.norm(old) * np.linalg.norm(new)) or 1.0)
+            if cosine < VECTOR_MATCH_COSINE:
+                p = expected[pid].payload
+                report.stale.append(
+                    {
+                        "id": pid,
+                        "root": p["root"],
+                        "doc_path": p["doc_path"],
+                        "chunk_index": p["chunk_index"],
+                        "reason": f"vector does not match its text (cosine {cosine:.3f})",
+                        "vector_key": key,
+                    }
+                )
 
     def _repair(
         self,
@@ -862,7 +918,14 @@ class Indexer:
         group = [works[k] for k in sorted(needs) if k in works]
         planned = [p for w in group for p in w.points]
         if planned:
-            vectors = self._vectors_for(planned, summary)
+            # Keys whose stored vectors are wrong are embedded again, never reused.
+            wrong = {e["vector_key"] for e in report.stale if "vector_key" in e}
+            redo = {p.vector_key: p for p in planned if p.vector_key in wrong}
+            vectors = self._vectors_for([p for p in planned if p.vector_key not in wrong], summary)
+            if redo:
+                matrix = np.asarray(self._embed(list(redo.values())), dtype=np.float32)
+                vectors.update(zip(redo, matrix.tolist(), strict=True))
+                summary.chunks_embedded += len(redo)
             stamp = now_iso()
             self.sink.upsert(
                 [
@@ -883,6 +946,28 @@ class Indexer:
         )
 
 
+# Recorded instead of the mtime of a file modified too close to its stat: no
+# file has it, so the next run reads and hashes the file instead of trusting it.
+UNTRUSTED_MTIME = -1
+
+
+def trusted_mtime(ref: FileRef) -> int:
+    """The mtime to record for the fast path (racy-git rule, see FileRef.racy)."""
+    return UNTRUSTED_MTIME if ref.racy else ref.mtime_ns
+
+
+def reusable_vectors(sink: Sink, wanted: dict[str, str]) -> dict[str, list[float]]:
+    """Vectors by vector key, from the stored points named in ``wanted`` (point ID
+    -> the vector key needed). A point's vector is taken only when the key
+    stored with it is the one needed: a point ID leaves out what the context
+    prefix adds, so the same ID can carry the vector of another embedded text."""
+    found: dict[str, list[float]] = {}
+    for pid, (key, vector) in sink.vectors(list(wanted)).items():
+        if key == wanted[pid]:
+            found.setdefault(key, vector)
+    return found
+
+
 INTERNAL_KEYS = ("vector_key",)
 
 
@@ -891,29 +976,35 @@ def public(payload: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in payload.items() if k not in INTERNAL_KEYS}
 
 
-def read_document(
-    planner: Planner, rel: str, path: Path, max_bytes: int, known_hash: str
-) -> tuple[Document | None, str]:
+def read_document(planner: Planner, ref: FileRef, known_hash: str) -> tuple[Document | None, str]:
     """Read and parse one file: (document, ""), or (None, "") when its text still
     hashes to ``known_hash`` (touched, not changed), or (None, why) when it
     cannot be indexed."""
+    settings = planner.settings
     try:
-        text = decode(read_bytes(path, max_bytes))
+        text = decode(read_bytes(ref.path, settings.max_file_bytes, ref))
         if known_hash and known_hash == digest(text):
             return None, ""
-        return planner.parse(rel, text), ""
+        with budget(settings.file_time_budget_s):
+            return planner.parse(ref.rel, text), ""
     except InputError as exc:
         return None, str(exc)
     except Exception as exc:  # a parser bug must cost one file, not the run
-        log.debug("parsing %s failed", rel, exc_info=True)
+        log.debug("parsing %s failed", ref.rel, exc_info=True)
         return None, f"internal error while parsing: {_describe(exc)}"
 
 
-def chunk_each(chunker: Chunker, docs: Sequence[Document]) -> list[list[Chunk] | str]:
-    """Chunk documents in one batch; a document the chunker fails on gets the
-    reason instead of its chunks, and the others go on."""
+def chunk_each(
+    chunker: Chunker, docs: Sequence[Document], budget_s: float | None = None
+) -> list[list[Chunk] | str]:
+    """Chunk documents in one batch; a document the chunker fails on, or that
+    runs over its time budget, gets the reason instead of its chunks, and the
+    others go on."""
     try:
-        return list(chunker.chunk_many(docs))
+        with budget(None if budget_s is None else budget_s * len(docs)):
+            return list(chunker.chunk_many(docs))
+    except FileTimeout:
+        pass
     except MdindexError:
         raise
     except Exception:
@@ -922,7 +1013,10 @@ def chunk_each(chunker: Chunker, docs: Sequence[Document]) -> list[list[Chunk] |
     results: list[list[Chunk] | str] = []
     for doc in docs:
         try:
-            results.append(chunker.chunk(doc))
+            with budget(budget_s):
+                results.append(chunker.chunk(doc))
+        except FileTimeout as exc:
+            results.append(str(exc))
         except MdindexError:
             raise
         except Exception as exc:

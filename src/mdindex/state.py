@@ -8,6 +8,7 @@ disagrees with the store, it is rebuilt from the store.
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mdindex.errors import StateError
+from mdindex.lock import private_dir
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +62,7 @@ class State:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.fresh = False  # True when this open created or replaced the file
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         try:
             self.db = self._connect()
         except sqlite3.DatabaseError as exc:
@@ -70,6 +72,8 @@ class State:
 
     def _connect(self) -> sqlite3.Connection:
         existed = self.path.exists() and self.path.stat().st_size > 0
+        # Created 0600 before SQLite opens it: its -wal and -shm files take its mode.
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             db.execute("PRAGMA journal_mode=WAL")

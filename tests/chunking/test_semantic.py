@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from mdindex.chunking.sentences import split_sentences
 from mdindex.document import parse_document
 from mdindex.errors import EmbeddingError
 from tests.chunking.invariants import check
+from tests.conftest import TinyEmbedder
 
 
 def sentences(text: str) -> list[str]:
@@ -90,3 +93,17 @@ def test_semantic_with_the_real_model_splits_topics(counter, real_embedder) -> N
     bodies = [c.text for c in chunks]
     assert any("Cats" in b and "Rust" not in b for b in bodies)
     assert any("Rust" in b and "Cats" not in b for b in bodies)
+
+
+def test_the_url_bomb_is_linear(counter) -> None:
+    """The sentence splitter on the hostile review's URL shape at 1 MB (it took
+    11 s at 16 KB): under 2 s of chunking, the embedder's time aside."""
+    text = "# Link\n\n" + "".join(f"See www.{'.' * 16_000} now {i}.\n\n" for i in range(60))
+    tiny = TinyEmbedder()
+    chunker = Chunker(counter, "semantic", embed=tiny)
+    started = time.perf_counter()
+    chunks = chunker.chunk(parse_document(text, "url.md"))
+    seconds = time.perf_counter() - started
+    assert all(text[c.char_start : c.char_end] == c.text for c in chunks)
+    assert sum(len(c) for c in tiny.calls) > 3000  # every window of every sentence
+    assert seconds < 2 + 0.5, f"{seconds:.2f} s"  # TinyEmbedder: about 0.3 s of it

@@ -1,4 +1,5 @@
-"""`mdindex watch` as a real process: SIGTERM mid-burst, restart, and the CLI going through it."""
+"""`mdindex watch` as a real process with default settings: SIGTERM mid-burst, restart, and
+the CLI of other processes going through its socket."""
 
 from __future__ import annotations
 
@@ -8,12 +9,11 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from mdindex.cli import Daemon, find_daemon
 from mdindex.lock import lock_path, read_holder
 from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_points
 
@@ -22,13 +22,13 @@ pytestmark = pytest.mark.model
 ENV = {
     **os.environ,
     "HF_HUB_OFFLINE": "1",
-    "MDINDEX_HTTP_PORT": "0",
     "MDINDEX_QUIET_PERIOD_MS": "100",
     "MDINDEX_LOG_LEVEL": "WARNING",
 }
 
 
-def start(root: Path, state: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start(root: Path, state: Path) -> tuple[subprocess.Popen[bytes], Daemon]:
+    """The daemon with no HTTP setting at all, and how other commands reach it."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "mdindex", "watch", str(root), "--state-dir", str(state)], env=ENV
     )
@@ -36,16 +36,13 @@ def start(root: Path, state: Path) -> tuple[subprocess.Popen[bytes], str]:
     while time.monotonic() < deadline:
         assert proc.poll() is None, "daemon exited during start-up"
         holder = read_holder(lock_path(state, "mdindex"))
-        if holder and holder.get("http_port"):
-            return proc, f"http://127.0.0.1:{holder['http_port']}"
+        if holder and holder.get("socket"):
+            found = find_daemon(settings_for(state.parent, [str(root)], state_dir=str(state)))
+            assert found is not None and found.socket and not found.url
+            return proc, found
         time.sleep(0.1)
     proc.kill()
     raise AssertionError("daemon did not start")
-
-
-def get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=30) as r:
-        return json.loads(r.read().decode())
 
 
 def stop(proc: subprocess.Popen[bytes]) -> tuple[int, float]:
@@ -70,9 +67,9 @@ def test_sigterm_mid_burst_then_restart_converges(tmp_path: Path) -> None:
     root.mkdir()
     (root / "start.md").write_text("# Start\n\nThe first note.\n")
     state = tmp_path / "state"
-    proc, base = start(root, state)
+    proc, daemon = start(root, state)
     deadline = time.monotonic() + 60
-    while get(base + "/status")["points"] < 1:
+    while daemon.ask("/status")["points"] < 1:
         assert time.monotonic() < deadline
         time.sleep(0.1)
     for i in range(200):
@@ -87,11 +84,11 @@ def test_sigterm_mid_burst_then_restart_converges(tmp_path: Path) -> None:
     run_backfill(fresh, TinyEmbedder())
     want = stored_points(fresh)
 
-    proc, base = start(root, state)
+    proc, daemon = start(root, state)
     try:
         deadline = time.monotonic() + 180
         while True:
-            status = get(base + "/status")
+            status = daemon.ask("/status")
             if status["points"] == len(want) and status["queue_depth"] == 0:
                 break
             assert time.monotonic() < deadline, status

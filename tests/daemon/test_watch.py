@@ -61,12 +61,27 @@ class Running:
         assert not self.thread.is_alive(), "daemon did not stop in time"
         return time.monotonic() - t
 
-    def points(self) -> dict[str, dict[str, Any]]:
+    def points(self, vectors: bool = False) -> dict[str, dict[str, Any]]:
+        """What the daemon's store holds, as ``stored_points`` gives it."""
         out = {}
-        for pid, payload, _ in self.daemon.indexer.sink.scroll(payload=True):  # type: ignore[union-attr]
+        sink = self.daemon.indexer.sink  # type: ignore[union-attr]
+        for pid, payload, vec in sink.scroll(payload=True, with_vectors=vectors):
             payload.pop("indexed_at", None)
+            if vectors:
+                payload["_vector"] = [round(x, 5) for x in vec or []]
             out[pid] = payload
         return out
+
+
+def tcp_port(d: Running) -> int:
+    """The daemon's TCP port (http_port=0 picks a free one)."""
+    return next(s.port for s in d.daemon.servers if s.path is None)
+
+
+def token_of(d: Running) -> str:
+    from mdindex.daemon.http import token_path
+
+    return token_path(d.settings.state_dir, d.settings.collection).read_text()
 
 
 def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
@@ -82,7 +97,7 @@ def fresh(tmp_path: Path, root: Path) -> dict[str, dict[str, Any]]:
     where = tmp_path / f"fresh-{time.monotonic_ns()}"
     s = settings_for(where, [str(root)])
     run_backfill(s, TinyEmbedder())
-    return stored_points(s)
+    return stored_points(s, vectors=True)
 
 
 def converges(d: Running, tmp_path: Path, root: Path, timeout: float = 30) -> None:
@@ -90,7 +105,7 @@ def converges(d: Running, tmp_path: Path, root: Path, timeout: float = 30) -> No
     deadline = time.monotonic() + timeout
     got: dict[str, Any] = {}
     while time.monotonic() < deadline:
-        got = d.points()
+        got = d.points(vectors=True)
         if got == want:
             return
         time.sleep(0.2)
@@ -179,6 +194,8 @@ def test_burst_of_200_files_in_batches(daemon: Running, root: Path, tmp_path: Pa
     converges(d, tmp_path, root, timeout=60)
     calls = len(d.embedder.calls) - calls_before
     assert calls < 40, f"{calls} embedding calls for 200 files: not batched"
+    # the points are searchable a moment before the daemon records them as done
+    wait_for(lambda: sum(r.startswith("burst/") for r in d.indexed) >= 200, 10, "records")
     assert sorted(r for r in d.indexed if r.startswith("burst/")) == sorted(
         f"burst/f{i:03}.md" for i in range(200)
     )
@@ -239,8 +256,9 @@ def test_change_while_stopped_is_reconciled_on_start(tmp_path: Path, root: Path)
 def test_http_endpoints(daemon: Running, root: Path, tmp_path: Path) -> None:
     d = daemon
     converges(d, tmp_path, root)
-    port = d.daemon.http.port  # type: ignore[union-attr]
+    port = tcp_port(d)
     base = f"http://127.0.0.1:{port}"
+    auth = {"Authorization": f"Bearer {token_of(d)}"}
     with urllib.request.urlopen(base + "/healthz", timeout=10) as r:
         assert r.status == 200 and json.load(r)["status"] == "ok"
     with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
@@ -255,10 +273,11 @@ def test_http_endpoints(daemon: Running, root: Path, tmp_path: Path) -> None:
         "mdindex_save_to_indexed_seconds_bucket",
     ):
         assert name in body
-    with urllib.request.urlopen(base + "/search?q=bananas&k=2", timeout=10) as r:
+    request = urllib.request.Request(base + "/search?q=bananas&k=2", headers=auth)
+    with urllib.request.urlopen(request, timeout=10) as r:
         hits = json.load(r)
     assert hits[0]["doc_path"] == "sub/b.md" and "vector_key" not in hits[0]
-    with urllib.request.urlopen(base + "/status", timeout=10) as r:
+    with urllib.request.urlopen(urllib.request.Request(base + "/status", headers=auth)) as r:
         status = json.load(r)
     assert status["documents"] == 3 and status["daemon"] is True
 

@@ -48,11 +48,12 @@ def wait(pid: int, timeout: float = 120) -> int:
 
 
 def fresh_points(tmp_path: Path, root: Path, **overrides: Any) -> dict[str, dict[str, Any]]:
-    """What a fresh backfill of the tree stores, in a store of its own."""
+    """What a fresh backfill of the tree stores, in a store of its own: payloads
+    and vectors, so a converged store with a wrong vector still fails."""
     where = tmp_path / f"fresh-{time.monotonic_ns()}"
     s = settings_for(where, [str(root)], **overrides)
     run_backfill(s, TinyEmbedder())
-    return stored_points(s)
+    return stored_points(s, vectors=True)
 
 
 def make_tree(root: Path, docs: int = 12) -> Path:
@@ -75,3 +76,58 @@ def mutate(root: Path) -> None:
     (root / "doc04.md").unlink()
     (root / "new.md").write_text("# New\n\nA brand new document.\n\n## Part\n\nWith a part.\n")
     (root / "sub" / "copy.md").write_text((root / "doc05.md").read_text())
+
+
+_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH = 1, 2
+
+
+def drop_file_privileges() -> None:
+    """Make this (forked) process obey file permissions as an ordinary user does.
+
+    Root reads a mode-000 file anyway through two capabilities; without them
+    it is refused like anyone else, while the checkout, the virtual
+    environment and the temp dirs (all root's own) stay readable. Unlike
+    switching to nobody, this needs no checkout readable by other users.
+    """
+    if os.geteuid() != 0:
+        return  # an ordinary user already is one
+    import ctypes
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_uint32) for n in ("effective", "permitted", "inheritable")]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = Header(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (Data * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capget failed")
+    mask = ~((1 << _CAP_DAC_OVERRIDE) | (1 << _CAP_DAC_READ_SEARCH)) & 0xFFFFFFFF
+    for field in ("effective", "permitted", "inheritable"):
+        setattr(data[0], field, getattr(data[0], field) & mask)
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+
+
+def unprivileged(fn: Callable[[], Any], timeout: float = 180) -> Any:
+    """Run ``fn`` in a forked child that obeys file permissions; return what it
+    returned (JSON), or raise with the child's traceback."""
+    import json
+    import tempfile
+
+    fd, out = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+
+    def child() -> None:
+        drop_file_privileges()
+        result = fn()
+        Path(out).write_text(json.dumps(result))
+
+    try:
+        code = wait(fork(child), timeout)
+        assert code == 0, f"unprivileged child failed with {code} (its traceback is above)"
+        return json.loads(Path(out).read_text() or "null")
+    finally:
+        os.unlink(out)

@@ -10,10 +10,26 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_points
+from mdindex.config import Settings
+from mdindex.daemon.service import Daemon
+from mdindex.daemon.watcher import Batch
+from mdindex.document import decode, parse_document, read_bytes
+from mdindex.pipeline import Summary
+from mdindex.runtime import make_pipeline
+from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for, stored_points
 from tests.daemon.test_watch import Running, wait_for
+from tests.faults.helpers import unprivileged
 
 BAD_NAME = b"bad-\xff\xfe.md"
+
+# The regex bombs of the hostile review, at the sizes it reproduced them with:
+# a heading of 40k spaces took 5 s (its {#id} pattern), "www." and 16k dots 11 s
+# (the sentence splitter's URL pattern).
+BOMBS = {
+    "bomb-anchor.md": "# Heading" + " " * 40_000 + "x\n\nBody after the heading.\n",
+    "bomb-url.md": "# Link\n\nSee www." + "." * 16_000 + "\n",
+    "bomb-ticks.md": "# Ticks\n\n" + "".join("`" * k + " a " for k in range(1, 300)) + "\n",
+}
 
 
 def build(root: Path, outside: Path) -> dict[str, str]:
@@ -37,6 +53,8 @@ def build(root: Path, outside: Path) -> dict[str, str]:
     locked = root / "mode000.md"
     locked.write_text("# Locked\n\nNo permissions.\n")
     locked.chmod(0)
+    for name, text in BOMBS.items():
+        (root / name).write_text(text)
     # the failures
     (root / "invalid.md").write_bytes(b"# Bad\n\n\xc3\x28 invalid UTF-8\n")
     (root / "nul.md").write_bytes(b"# Binary\x00\x00\x01\x02")
@@ -57,8 +75,8 @@ def build(root: Path, outside: Path) -> dict[str, str]:
         "loop.md": "symlink loop",
         "escape.md": "outside its root",
     }
-    if os.geteuid() != 0:
-        expected["mode000.md"] = "permission denied"
+    # mode000.md: the backfill runs without root's power to read it anyway
+    expected["mode000.md"] = "permission denied"
     return expected
 
 
@@ -70,6 +88,7 @@ VALID = [
     "longline.md",
     "unterminated.md",
     "bomb.md",
+    *BOMBS,
 ]
 
 
@@ -98,8 +117,12 @@ def test_backfill_on_hostile_corpus(tmp_path: Path) -> None:
     s = settings_for(tmp_path, [str(root)], follow_symlinks=True)
     deleter = threading.Thread(target=delete_while_reading)
     t = time.perf_counter()
+    for name in BOMBS:  # each bomb alone, so a slow one is named
+        one = time.perf_counter()
+        assert read_and_chunk(s, root / name) > 0
+        assert time.perf_counter() - one < 2, f"{name} took {time.perf_counter() - one:.1f} s"
     deleter.start()
-    result = run_backfill(s, TinyEmbedder())
+    result = unprivileged(lambda: run_backfill(s, TinyEmbedder()))
     deleter.join()
     seconds = time.perf_counter() - t
     assert seconds < 180
@@ -133,7 +156,8 @@ def test_watch_on_hostile_corpus(tmp_path: Path) -> None:
             120,
             "valid files indexed",
         )
-        assert d.daemon.metrics.errors._value.get() >= len(expected)
+        # (the daemon runs as root here, so the mode-000 file is readable)
+        assert d.daemon.metrics.errors._value.get() >= len(expected) - 1
         # more hostile input while running: the daemon keeps going
         (root / "later-bad.md").write_bytes(b"\xff\xff\xff")
         os.mkfifo(root / "later-fifo.md")
@@ -147,6 +171,140 @@ def test_watch_on_hostile_corpus(tmp_path: Path) -> None:
         assert set(VALID) <= {p["doc_path"] for p in d.points().values()}
     finally:
         d.stop()
+
+
+def read_and_chunk(settings: Settings, path: Path) -> int:
+    """Chunks the pipeline makes of one file (reading, parsing and chunking it)."""
+    doc = parse_document(decode(read_bytes(path, 10**7)), path.name)
+    return len(make_pipeline(settings).chunker.chunk(doc))
+
+
+# -- folders that cannot be listed -------------------------------------------
+
+
+def unlistable_tree(tmp_path: Path) -> tuple[Path, Path]:
+    root = tmp_path / "docs"
+    (root / "sub" / "deep").mkdir(parents=True)
+    (root / "top.md").write_text("# Top\n\nAt the top.\n")
+    (root / "other.md").write_text("# Other\n\nAnother one.\n")
+    (root / "sub" / "a.md").write_text("# A\n\nIn the folder that will be locked.\n")
+    (root / "sub" / "deep" / "b.md").write_text("# B\n\nDeeper in it.\n")
+    return root, root / "sub"
+
+
+def test_unlistable_folder_keeps_its_documents_in_backfill(tmp_path: Path) -> None:
+    root, sub = unlistable_tree(tmp_path)
+    s = settings_for(tmp_path, [str(root)])
+    run_backfill(s, TinyEmbedder())
+    before = stored_points(s)
+    sub.chmod(0)  # a folder permission denied, as a stale NFS mount would be
+    try:
+        result = unprivileged(lambda: run_backfill(s, TinyEmbedder()))
+    finally:
+        sub.chmod(0o755)
+    assert result["files_deleted"] == 0 and result["points_deleted"] == 0
+    [error] = result["errors"]
+    assert error["path"] == "sub" and "cannot list folder" in error["reason"]
+    assert stored_points(s) == before
+    # the CLI turns a listed error into exit 1
+    from mdindex.errors import EXIT_PARTIAL
+
+    assert result["files_failed"] == 1 and EXIT_PARTIAL == 1
+    # readable again: nothing to do
+    again = run_backfill(s, TinyEmbedder())
+    assert again["errors"] == [] and again["points_upserted"] == 0
+
+
+def test_unlistable_folder_keeps_its_documents_in_watch(tmp_path: Path) -> None:
+    root, sub = unlistable_tree(tmp_path)
+    s = settings_for(tmp_path, [str(root)])
+    run_backfill(s, TinyEmbedder())
+
+    def resolve() -> dict[str, object]:
+        daemon = Daemon(s, indexer_factory=lambda st: build_indexer(st, TinyEmbedder()))
+        daemon.indexer = daemon.indexer_factory(s)
+        summary = Summary()
+        # a folder event on the root and one on the folder itself
+        _, deleted, _ = daemon.resolve(Batch(dirs=[str(root), str(sub)]), summary)
+        daemon.indexer.state.close()
+        return {"deleted": deleted, "errors": summary.errors}
+
+    sub.chmod(0)
+    try:
+        result = unprivileged(resolve)
+    finally:
+        sub.chmod(0o755)
+    assert result["deleted"] == []
+    assert {e["path"] for e in result["errors"]} == {"sub"}  # type: ignore[union-attr]
+
+
+# -- a file swapped for a link between the scan and the read ----------------
+
+
+def swap_after_first_read(s, root: Path, victim: str, target: Path) -> dict[str, object]:
+    """Backfill, replacing ``victim`` with a link to ``target`` once the first
+    file was read (the scan saw a regular file)."""
+    indexer = build_indexer(s, TinyEmbedder())
+
+    def swap(done: int) -> None:
+        if done == 1:
+            (root / victim).unlink()
+            (root / victim).symlink_to(target)
+
+    indexer.on_progress = swap
+    try:
+        return indexer.backfill().as_dict()
+    finally:
+        indexer.finish()
+        indexer.state.close()
+
+
+@pytest.mark.parametrize("follow", [False, True])
+def test_symlink_swapped_in_after_the_scan_is_not_read(tmp_path: Path, follow: bool) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    secret = tmp_path / "credentials" / "qdrant-api-key"
+    secret.parent.mkdir()
+    secret.write_text("# Key\n\nTOPSECRET-API-KEY\n")
+    (root / "a.md").write_text("# A\n\nFirst file.\n")
+    (root / "b.md").write_text("# B\n\nThe file that becomes a link.\n")
+    s = settings_for(tmp_path, [str(root)], follow_symlinks=follow)
+    result = swap_after_first_read(s, root, "b.md", secret)
+    reasons = {e["path"]: e["reason"] for e in result["errors"]}  # type: ignore[union-attr]
+    # the opened file is not the one the scan saw (O_NOFOLLOW refuses the link
+    # itself first when links are not followed)
+    want = "replaced since the scan" if follow else "symlink after the scan"
+    assert want in reasons["b.md"], reasons
+    assert not any("TOPSECRET" in p["text"] for p in stored_points(s).values())
+
+
+@pytest.mark.parametrize("follow", [False, True])
+def test_folder_swapped_for_a_link_is_not_read(tmp_path: Path, follow: bool) -> None:
+    """A daemon event names sub/x.md; before it is read, sub becomes a link to
+    a folder outside the root holding an x.md of its own."""
+    from mdindex.files import PathFilter, stat_file
+    from mdindex.pipeline import Planner, read_document
+    from mdindex.runtime import make_pipeline
+
+    root = tmp_path / "docs"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "x.md").write_text("# X\n\nInside.\n")
+    elsewhere = tmp_path / "home" / "victim"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "x.md").write_text("# Private\n\nTOPSECRET\n")
+    s = settings_for(tmp_path, [str(root)], follow_symlinks=follow)
+    [r] = s.root_list()
+    ref = stat_file(r, "sub/x.md", PathFilter(s.include), follow)
+    (root / "sub" / "x.md").unlink()
+    (root / "sub").rmdir()
+    (root / "sub").symlink_to(elsewhere)
+    p = make_pipeline(s)
+    doc, reason = read_document(Planner(s, p.info, p.counter, p.chunker), ref, "")  # type: ignore[arg-type]
+    assert doc is None and "replaced" in reason
+    # even a stat taken after the swap (same inode then) does not get it read
+    ref = stat_file(r, "sub/x.md", PathFilter(s.include), follow)
+    doc, reason = read_document(Planner(s, p.info, p.counter, p.chunker), ref, "")  # type: ignore[arg-type]
+    assert doc is None and "outside its root" in reason
 
 
 @pytest.fixture(autouse=True)

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from mdindex.cli import find_daemon
 from mdindex.lock import lock_path, read_holder
 from mdindex.runtime import state_path
 from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_points
-from tests.daemon.test_watch import Running, wait_for
+from tests.daemon.test_watch import Running, tcp_port, wait_for
 from tests.faults.helpers import fresh_points, make_tree
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "MDINDEX_RETRY_BUDGET_S": "3"}
@@ -181,7 +182,7 @@ def test_backfill_store_full_mid_run(tmp_path: Path, real_embedder) -> None:
     assert docs_committed(state_path(s)) > before
     assert_state_never_ahead_of_store(s)
     run_backfill(s, real_embedder)
-    assert stored_points(s) == fresh_points(tmp_path, root)
+    assert stored_points(s, vectors=True) == fresh_points(tmp_path, root)
 
 
 @namespaces
@@ -222,21 +223,20 @@ def test_watch_store_read_only_then_writable(tmp_path: Path, real_embedder) -> N
 
         (root / "during.md").write_text("# During\n\nWritten while the store was read-only.\n")
         wait_for(lambda: health() == 503, 60, "unhealthy while read-only")
-        with urllib.request.urlopen(base + "/status", timeout=10) as r:
-            assert json.load(r)["healthy"] is False
+        daemon = find_daemon(s)
+        assert daemon is not None
+        assert daemon.ask("/status")["healthy"] is False
         remount(proc.pid, store, "rw")
         wait_for(lambda: health() == 200, 60, "healthy again")
         wait_for(
-            lambda: (
-                json.load(urllib.request.urlopen(base + "/status", timeout=10))["documents"] == 5
-            ),
+            lambda: daemon.ask("/status")["documents"] == 5,
             60,
             "the file written meanwhile indexed",
         )
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
-    assert stored_points(s) == fresh_points(tmp_path, root)
+    assert stored_points(s, vectors=True) == fresh_points(tmp_path, root)
 
 
 def test_watch_with_unreachable_server_keeps_retrying(tmp_path: Path) -> None:
@@ -246,8 +246,7 @@ def test_watch_with_unreachable_server_keeps_retrying(tmp_path: Path) -> None:
     )
     d = Running(s, TinyEmbedder()).start()
     try:
-        port = d.daemon.http.port  # type: ignore[union-attr]
-        url = f"http://127.0.0.1:{port}/healthz"
+        url = f"http://127.0.0.1:{tcp_port(d)}/healthz"
         with pytest.raises(urllib.error.HTTPError) as exc:
             urllib.request.urlopen(url, timeout=10)
         assert exc.value.code == 503

@@ -55,6 +55,7 @@ def points(n: int, start: int = 0) -> list[Point]:
                 "heading_path": ["A", f"B{i}"],
                 "meta": {"tags": ["x", "y"], "draft": False, "weight": 1.5, "nested": {"n": i}},
                 "chunk_index": i,
+                "vector_key": f"key{i}",
             },
         )
         for i in range(start, start + n)
@@ -95,7 +96,9 @@ def test_upsert_is_idempotent_and_overwrites(sink: Sink) -> None:
     sink.upsert([changed])
     payloads = {pid: payload for pid, payload, _ in sink.scroll()}
     assert payloads[pts[0].id]["text"] == "new"
-    assert np.allclose(sink.vectors([pts[0].id])[pts[0].id], vec(99), atol=1e-6)
+    key, vector = sink.vectors([pts[0].id])[pts[0].id]
+    assert np.allclose(vector, vec(99), atol=1e-6)
+    assert key == pts[0].payload["vector_key"]
 
 
 def test_vectors_skip_unknown_ids(sink: Sink) -> None:

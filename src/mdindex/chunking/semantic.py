@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from mdindex.budget import check, paused
 from mdindex.chunking.sentences import units
 from mdindex.chunking.windows import Span, fit
 from mdindex.errors import EmbeddingError
@@ -50,6 +51,7 @@ def group(
     total = vectors[0].copy()
     tokens = counts[0]
     for i in range(1, len(counts)):
+        check()
         norm = float(np.linalg.norm(total)) or 1.0
         similar = float(vectors[i] @ total) / norm >= threshold
         topic_break = not similar and i - first >= min_sentences
@@ -92,7 +94,8 @@ def chunk_many(
         pieces.append([(s, e, n, s in heading_starts) for s, e, n, _ in fitted])
     # One embedding call for every sentence of every document.
     texts = [doc.text[s:e] for doc, ps in zip(docs, pieces, strict=True) for s, e, _, _ in ps]
-    vectors = _unit_vectors(embed, texts)
+    with paused():  # the model's time is not the file's fault
+        vectors = _unit_vectors(embed, texts)
     out: list[list[Chunk]] = []
     pos = 0
     for doc, ps in zip(docs, pieces, strict=True):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mdindex.budget import check
 from mdindex.chunking.windows import Span, fit, strip_span
 from mdindex.models import Chunk, Document
 from mdindex.tokens import TokenCounter
@@ -19,6 +20,7 @@ def windows(word_ids: Sequence[int | None], size: int, overlap: int) -> list[tup
     out: list[tuple[int, int]] = []
     i = 0
     while i < n:
+        check()
         j = min(i + size, n)
         if j < n:
             k = j

@@ -11,9 +11,8 @@ import bisect
 import re
 from collections.abc import Sequence
 
-from tokenizers import Encoding
-
-from mdindex.tokens import TokenCounter
+from mdindex.budget import check
+from mdindex.tokens import Encoded, TokenCounter
 
 Span = tuple[int, int]
 Piece = tuple[int, int, int | None]  # start, end, token count (None: unknown)
@@ -38,20 +37,21 @@ class _Guard:
     """Answers whether a cut at a position would land inside a protected code block."""
 
     def __init__(self, ranges: Sequence[Span]) -> None:
-        self.ranges = list(ranges)
+        self.ranges = sorted(ranges)
         self.starts = [r[0] for r in self.ranges]
+        self.ends = sorted(r[1] for r in self.ranges)
 
     def inside(self, pos: int) -> bool:
         i = bisect.bisect_right(self.starts, pos - 1) - 1
         return i >= 0 and self.ranges[i][0] < pos < self.ranges[i][1]
 
     def edges(self, lo: int, hi: int) -> list[int]:
+        """Block starts and ends in (lo, hi], found by bisection: a section with
+        thousands of code blocks is cut thousands of times."""
         out: list[int] = []
-        for start, end in self.ranges:
-            if lo < start <= hi:
-                out.append(start)
-            if lo < end <= hi:
-                out.append(end)
+        for values in (self.starts, self.ends):
+            a, b = bisect.bisect_right(values, lo), bisect.bisect_right(values, hi)
+            out.extend(values[a:b])
         return out
 
 
@@ -63,6 +63,7 @@ def split_span(
     limit: int,
     overlap: int,
     code_ranges: Sequence[Span] = (),
+    boundary: re.Pattern[str] = _SPACE,
 ) -> list[Piece]:
     """Cut ``text[start:end]`` into windows of at most ``limit`` tokens.
 
@@ -75,6 +76,9 @@ def split_span(
 
     Each window comes with its token count within the longer text, or None
     when one of its edges fell inside a word (so only re-tokenizing can tell).
+    A cut next to a character ``boundary`` matches is a word edge too: BERT's
+    pre-tokenizer isolates punctuation, so a run of 1M dots needs no second
+    tokenizing pass (0.67 s of 2.7 s on 2 cores).
     """
     n = len(offsets)
     if n <= limit:
@@ -92,13 +96,18 @@ def split_span(
     win_start = start
     clean_start = True
     while True:
+        check()
         j = i + limit  # first token that does not fit
         if j >= n:
             pieces.append((win_start, end, tokens_in(win_start, end) if clean_start else None))
             return pieces
         hi = offsets[j][0]
         cut = _best_cut(text, offsets[i + limit // 2][1], offsets[i][1], hi, guard)
-        clean_cut = cut != hi or text[hi - 1].isspace()
+        clean_cut = (
+            cut != hi
+            or text[hi - 1].isspace()
+            or bool(boundary.match(text, hi - 1) or boundary.match(text, hi))
+        )
         clean = clean_start and clean_cut
         pieces.append((win_start, cut, tokens_in(win_start, cut) if clean else None))
         k = bisect.bisect_left(tok_starts, cut)
@@ -151,7 +160,7 @@ def fit(
     counter: TokenCounter,
     overlap: int,
     code_ranges: Sequence[Span] = (),
-    known: Sequence[int | Encoding | None] | None = None,
+    known: Sequence[int | Encoded | None] | None = None,
 ) -> list[Counted]:
     """Strip spans, drop empty ones, window those over the limit, and count exactly.
 
@@ -161,7 +170,7 @@ def fit(
     embedder need not tokenize that text again.
     """
     limit = counter.limit
-    items: list[tuple[int, int, int | Encoding | None]] = []
+    items: list[tuple[int, int, int | Encoded | None]] = []
     for i, (s, e) in enumerate(spans):
         s, e = strip_span(text, s, e)
         if e > s:
@@ -173,6 +182,7 @@ def fit(
     encodings = dict(zip(todo, encoded, strict=True))
     out: list[Counted] = []
     for i, (s, e, k) in enumerate(items):
+        check()
         enc = encodings.get(i, k)
         if isinstance(enc, int):
             out.append((s, e, enc, None))
@@ -184,7 +194,14 @@ def fit(
         # Work on the section's own text so its encoding's offsets need no shifting.
         local_code = [(a - s, b - s) for a, b in code_ranges if b > s and a < e]
         pieces = split_span(
-            text[s:e], 0, e - s, enc.offsets, limit, min(overlap, limit // 2), local_code
+            text[s:e],
+            0,
+            e - s,
+            enc.offsets,
+            limit,
+            min(overlap, limit // 2),
+            local_code,
+            counter.cut,
         )
         # Counts carried over from the longer text hold only for tokenizers
         # that split at whitespace; otherwise each (shorter) piece is counted again.

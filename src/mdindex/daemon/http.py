@@ -1,13 +1,34 @@
-"""The daemon's local HTTP endpoint: /healthz, /metrics, /search and /status."""
+"""The daemon's API: /healthz, /metrics, /search, /status and POST /reconcile.
+
+It is always served on a Unix socket in the state dir (mode 0600; other
+commands find it through the lock file), and on a TCP port when
+``http_port`` is set, for Prometheus and remote clients. Both are guarded the
+same way, since the index holds the text of every document:
+
+- a bearer token for everything but /healthz and /metrics, generated at
+  start (or read from the ``http-token`` credential under systemd) and
+  written 0600 beside the lock, where the CLI reads it;
+- on TCP, a ``Host`` that is the bound name and port (a web page reaching
+  127.0.0.1 through DNS rebinding sends its own name), and no ``Origin``
+  header at all (browsers send one with every cross-site request);
+- a timeout on every connection and a bound on concurrent ones.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import hmac
 import json
 import logging
+import os
+import secrets
+import socket
+import socketserver
 import threading
 import urllib.parse
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -16,6 +37,13 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from mdindex.errors import MdindexError
 
 log = logging.getLogger(__name__)
+
+TOKEN_CREDENTIAL = "http-token"
+OPEN_PATHS = ("/healthz", "/metrics")  # no token: they say nothing about the documents
+REQUEST_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 16
+MAX_QUERY_CHARS = 4096
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class Metrics:
@@ -54,20 +82,58 @@ class Api:
         search: Callable[[str, int], list[dict[str, Any]]],
         status: Callable[[], dict[str, Any]],
         reconcile: Callable[[], dict[str, Any]],
+        token: str,
     ) -> None:
         self.metrics = metrics
         self.health = health
         self.search = search
         self.status = status
         self.reconcile = reconcile
+        self.token = token
+
+
+def token_path(state_dir: Path, collection: str) -> Path:
+    return state_dir / f"{collection}.token"
+
+
+def socket_path(state_dir: Path, collection: str) -> Path:
+    return state_dir / f"{collection}.sock"
+
+
+def load_token() -> str:
+    """The token from the systemd credential when there is one, else a new one."""
+    creds = os.environ.get("CREDENTIALS_DIRECTORY")
+    if creds:
+        path = Path(creds) / TOKEN_CREDENTIAL
+        if path.is_file():
+            token = path.read_text(encoding="utf-8").strip()
+            if token:
+                return token
+    return secrets.token_urlsafe(32)
+
+
+def write_token(path: Path, token: str) -> None:
+    """Written 0600, replaced atomically, so a reader never sees half a token."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, token.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 class _Handler(BaseHTTPRequestHandler):
     api: Api
+    allowed_hosts: frozenset[str] | None  # None: a Unix socket, no Host to check
     server_version = "mdindex"
+    timeout = REQUEST_TIMEOUT_S  # applied to the connection's socket by the base class
 
     def do_GET(self) -> None:
         url = urllib.parse.urlsplit(self.path)
+        if not self._allowed(url.path):
+            return
         query = urllib.parse.parse_qs(url.query)
         try:
             if url.path == "/healthz":
@@ -83,6 +149,9 @@ class _Handler(BaseHTTPRequestHandler):
                 if not q.strip():
                     self._json(400, {"error": "q is required"})
                     return
+                if len(q) > MAX_QUERY_CHARS:
+                    self._json(400, {"error": f"q is over {MAX_QUERY_CHARS} characters"})
+                    return
                 k = int((query.get("k") or ["5"])[0])
                 self._json(200, self.api.search(q, max(1, min(k, 100))))
             elif url.path == "/status":
@@ -95,13 +164,36 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(503, {"error": str(exc)})
 
     def do_POST(self) -> None:
-        if urllib.parse.urlsplit(self.path).path != "/reconcile":
+        path = urllib.parse.urlsplit(self.path).path
+        if not self._allowed(path):
+            return
+        if path != "/reconcile":
             self._json(404, {"error": "not found"})
             return
         try:
             self._json(200, self.api.reconcile())
         except MdindexError as exc:
             self._json(503, {"error": str(exc), "exit_code": exc.exit_code})
+
+    def _allowed(self, path: str) -> bool:
+        """Refuse, with the reason, what a browser or another local user could send."""
+        if self.headers.get("Origin") is not None:
+            self._json(403, {"error": "requests from web pages (an Origin header) are refused"})
+            return False
+        if self.allowed_hosts is not None:
+            host = (self.headers.get("Host") or "").strip().lower()
+            if host not in self.allowed_hosts:
+                self._json(403, {"error": f"Host {host!r} is not this endpoint"})
+                return False
+        if path in OPEN_PATHS:
+            return True
+        scheme, _, given = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode(), self.api.token.encode()
+        ):
+            self._json(401, {"error": "a bearer token is required (see the state dir's .token)"})
+            return False
+        return True
 
     def _json(self, code: int, data: Any) -> None:
         self._send(code, "application/json", json.dumps(data, ensure_ascii=False).encode())
@@ -113,22 +205,76 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def address_string(self) -> str:
+        return "unix" if isinstance(self.client_address, str) else str(self.client_address[0])
+
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("http: " + format, *args)
 
 
-class HttpServer:
-    def __init__(self, host: str, port: int, api: Api) -> None:
-        handler = type("Handler", (_Handler,), {"api": api})
-        self.server = ThreadingHTTPServer((host, port), handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, name="mdindex-http", daemon=True
-        )
+class _Bounded:
+    """At most MAX_CONNECTIONS connections at once; others get a short 503."""
 
-    @property
-    def port(self) -> int:
-        return int(self.server.server_address[1])
+    slots: threading.BoundedSemaphore
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.sendall(
+                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                    b"Connection: close\r\n\r\n"
+                )
+            self.shutdown_request(request)  # type: ignore[attr-defined]
+            return
+        try:
+            super().process_request(request, client_address)  # type: ignore[misc]
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)  # type: ignore[misc]
+        finally:
+            self.slots.release()
+
+
+class _TcpServer(_Bounded, ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class _UnixServer(_Bounded, socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+
+
+class HttpServer:
+    """The API on a Unix socket (``path``) or a TCP ``host``:``port``."""
+
+    def __init__(
+        self, api: Api, *, path: Path | None = None, host: str = "", port: int = 0
+    ) -> None:
+        self.path = path
+        self.port = 0
+        handler: type[_Handler] = type("Handler", (_Handler,), {"api": api, "allowed_hosts": None})
+        server: _TcpServer | _UnixServer
+        if path is not None:
+            path.unlink(missing_ok=True)  # a socket left by a crash; we hold the lock
+            server = _UnixServer(str(path), handler)
+            os.chmod(path, 0o600)
+        else:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            tcp: type[_TcpServer] = type("Server", (_TcpServer,), {"address_family": family})
+            server = tcp((host, port), handler)
+            self.port = int(server.server_port)
+            if host in LOOPBACK:  # elsewhere the Host is the machine's own name: token only
+                handler.allowed_hosts = frozenset(
+                    f"[{n}]:{self.port}" if ":" in n else f"{n}:{self.port}" for n in LOOPBACK
+                )
+        server.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.server = server
+        self.thread = threading.Thread(
+            target=server.serve_forever, name="mdindex-http", daemon=True
+        )
 
     def start(self) -> None:
         self.thread.start()
@@ -136,3 +282,5 @@ class HttpServer:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)

@@ -10,20 +10,32 @@ the HTTP endpoint, then closes the store and the state, within a timeout.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from mdindex.config import Root, Settings
-from mdindex.daemon.http import Api, HttpServer, Metrics
+from mdindex.daemon.http import (
+    LOOPBACK,
+    Api,
+    HttpServer,
+    Metrics,
+    load_token,
+    socket_path,
+    token_path,
+    write_token,
+)
 from mdindex.daemon.notify import Notifier
 from mdindex.daemon.watcher import Batch, Debouncer, Watcher, locate
 from mdindex.errors import EXIT_OK, MdindexError, PruneRefused, StoreError, StoreMismatch
-from mdindex.files import FileRef, ScanError, scan, stat_file
+from mdindex.files import FileRef, ScanError, scan, stat_file, under_failed_folder
 from mdindex.lock import WriterLock
 from mdindex.pipeline import Indexer, Summary, now_iso, public
 from mdindex.runtime import make_indexer
@@ -41,6 +53,7 @@ STORE_RETRY_S = 5.0
 DIR_RESCAN_DELAY_S = 2.0
 # Store housekeeping waits for this long a lull after the last write.
 SETTLE_AFTER_S = 5.0
+SOCKET_PATH_MAX = 100
 
 
 class Daemon:
@@ -59,7 +72,8 @@ class Daemon:
         self.watcher = Watcher(self.roots, settings.queue_size)
         self.debouncer = Debouncer(settings.quiet_period_ms / 1000)
         self.indexer: Indexer | None = None
-        self.http: HttpServer | None = None
+        self.servers: list[HttpServer] = []
+        self.socket_dir: Path | None = None  # a private folder for a socket path too long
         self.unhealthy = ""  # why, when not healthy
         self.next_rescan = 0.0
         self.settle_due = False  # the store may want housekeeping once things are quiet
@@ -114,12 +128,7 @@ class Daemon:
         load_model = getattr(indexer.embedder, "model", None)
         if callable(load_model):
             load_model()
-        if self.settings.http_port is not None:
-            api = Api(self.metrics, self.health, self.search, self.status, self.request_reconcile)
-            self.http = HttpServer(self.settings.http_host, self.settings.http_port, api)
-            self.http.start()
-            log.info("http endpoint on http://%s:%d", self.settings.http_host, self.http.port)
-            self.lock.update(http_host=self.settings.http_host, http_port=self.http.port)
+        self.start_api()
         try:
             indexer.open_store()
         except StoreMismatch:
@@ -131,6 +140,36 @@ class Daemon:
         self.update_gauges()
         self.notify.ready(self.status_line("ready; reconciling"))
         log.info("watching %s", ", ".join(f"{r.label}={r.path}" for r in self.roots))
+
+    def start_api(self) -> None:
+        """The Unix socket other commands ask through, and the TCP port when set."""
+        s = self.settings
+        token = load_token()
+        write_token(token_path(s.state_dir, s.collection), token)
+        api = Api(
+            self.metrics, self.health, self.search, self.status, self.request_reconcile, token
+        )
+        path = socket_path(s.state_dir, s.collection)
+        if len(os.fsencode(path)) >= SOCKET_PATH_MAX:  # sun_path is 108 bytes
+            self.socket_dir = Path(tempfile.mkdtemp(prefix="mdindex-"))  # 0700
+            path = self.socket_dir / "api.sock"
+        self.servers.append(HttpServer(api, path=path))
+        record: dict[str, Any] = {"socket": str(path)}
+        if s.http_port is not None:
+            if s.http_host not in LOOPBACK:
+                log.warning(
+                    "http_host %s is not a loopback address: anyone who can reach it and "
+                    "holds the token can read every indexed document",
+                    s.http_host,
+                )
+            tcp = HttpServer(api, host=s.http_host, port=s.http_port)
+            self.servers.append(tcp)
+            record |= {"http_host": s.http_host, "http_port": tcp.port}
+            log.info("http endpoint on http://%s:%d", s.http_host, tcp.port)
+        for server in self.servers:
+            server.start()
+        self.lock.update(**record)
+        log.info("api on %s", path)
 
     def main_loop(self) -> None:
         while not self.should_exit:
@@ -154,8 +193,10 @@ class Daemon:
         self.notify.stopping()
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
         self.watcher.stop(timeout=max(0.1, min(3.0, deadline - time.monotonic())))
-        if self.http is not None:
-            self.http.stop()
+        for server in self.servers:
+            server.stop()
+        if self.socket_dir is not None:
+            self.socket_dir.rmdir()
         if self.indexer is not None:
             try:
                 self.indexer.finish()
@@ -322,9 +363,12 @@ class Daemon:
                 continue
             look(root, rel)
             present: set[str] = set()
+            unlisted: list[tuple[str, str]] = []
             for item in scan(root, idx.accept, self.settings.follow_symlinks, under=rel):
                 if isinstance(item, ScanError):
                     summary.fail(item.root, item.rel, item.reason)
+                    if item.folder:
+                        unlisted.append((item.root, item.rel))
                 else:
                     files[item.key] = item
                 present.add(item.rel)
@@ -332,7 +376,10 @@ class Daemon:
             deleted.update(
                 key
                 for key in known
-                if key[0] == root.label and key[1].startswith(prefix) and key[1] not in present
+                if key[0] == root.label
+                and key[1].startswith(prefix)
+                and key[1] not in present
+                and not under_failed_folder(key, unlisted)
             )
         changed = [f for f in files.values() if not idx.is_fresh(f, rows)]
         summary.files_unchanged += len(files) - len(changed)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from mdindex.config import redact
 from mdindex.errors import LockError, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,9 @@ class Sink(Protocol):
         "absent" when there is none), read without opening the store."""
         ...
 
-    def vectors(self, ids: Sequence[str]) -> dict[str, list[float]]: ...
+    def vectors(self, ids: Sequence[str]) -> dict[str, tuple[str, list[float]]]:
+        """Stored points by ID: the vector key their payload names, and their vector."""
+        ...
 
     def upsert(self, points: Sequence[Point]) -> int: ...
 
@@ -206,5 +209,5 @@ def files_signature(folder: Path) -> str:
 
 
 def short(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
+    text = redact(str(exc) or type(exc).__name__)
     return " ".join(text.split())[:300]

@@ -213,8 +213,8 @@ class EdgeSink:
 
     # -- points ----------------------------------------------------------
 
-    def vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
-        out: dict[str, list[float]] = {}
+    def vectors(self, ids: Sequence[str]) -> dict[str, tuple[str, list[float]]]:
+        out: dict[str, tuple[str, list[float]]] = {}
         if not ids or not self.exists():
             return out
         for i in range(0, len(ids), _RETRIEVE_BATCH):
@@ -222,12 +222,13 @@ class EdgeSink:
             records = self._retry(
                 "retrieve",
                 lambda batch=batch: self.shard.retrieve(  # type: ignore[misc]
-                    batch, with_payload=False, with_vector=True
+                    batch, with_payload=["vector_key"], with_vector=True
                 ),
             )
             for rec in records:
                 if isinstance(rec.vector, list):
-                    out[str(rec.id)] = rec.vector  # type: ignore[assignment]
+                    key = str((rec.payload or {}).get("vector_key", ""))
+                    out[str(rec.id)] = (key, rec.vector)  # type: ignore[assignment]
         return out
 
     def upsert(self, points: Sequence[Point]) -> int:

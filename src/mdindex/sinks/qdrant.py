@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from mdindex.config import redact
 from mdindex.errors import LockError, StoreError, StoreMismatch
 from mdindex.sinks.base import INDEXED_KEYS, Hit, Point, Retrier, as_rows, paged, short
 
@@ -114,7 +115,9 @@ class QdrantSink:
 
     @property
     def where(self) -> str:
-        return str(self.path) if self.path is not None else str(self.url)
+        # Shown in status and logs, and part of the state's store identity: never
+        # with the credentials of a user:password@ URL.
+        return str(self.path) if self.path is not None else redact(str(self.url))
 
     # -- connection ------------------------------------------------------
 
@@ -278,19 +281,20 @@ class QdrantSink:
 
     # -- points ----------------------------------------------------------
 
-    def vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
-        out: dict[str, list[float]] = {}
+    def vectors(self, ids: Sequence[str]) -> dict[str, tuple[str, list[float]]]:
+        out: dict[str, tuple[str, list[float]]] = {}
         for i in range(0, len(ids), _RETRIEVE_BATCH):
             batch = list(ids[i : i + _RETRIEVE_BATCH])
             records = self._call(
                 "retrieve",
                 lambda batch=batch: self.client.retrieve(  # type: ignore[misc]
-                    self.collection, ids=batch, with_vectors=True, with_payload=False
+                    self.collection, ids=batch, with_vectors=True, with_payload=["vector_key"]
                 ),
             )
             for rec in records:
                 if isinstance(rec.vector, list):
-                    out[str(rec.id)] = rec.vector  # type: ignore[assignment]
+                    key = str((rec.payload or {}).get("vector_key", ""))
+                    out[str(rec.id)] = (key, rec.vector)  # type: ignore[assignment]
         return out
 
     def upsert(self, points: Sequence[Point]) -> int:

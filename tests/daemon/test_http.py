@@ -1,0 +1,171 @@
+"""The daemon's API as an attacker meets it: a real daemon, real sockets, real requests.
+
+A local user without the token, a web page in a local browser (DNS
+rebinding, cross-site requests), a client that holds connections open: none
+of them reads the index or stalls the daemon.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mdindex.daemon.http import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, socket_path, token_path
+from tests.conftest import TinyEmbedder, settings_for
+from tests.daemon.test_watch import QUIET_MS, Running, converges, tcp_port, token_of
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, root: Path):
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS, http_port=0)
+    d = Running(s, TinyEmbedder()).start()
+    converges(d, tmp_path, root)
+    yield d
+    if d.thread.is_alive():
+        d.stop()
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    r = tmp_path / "notes"
+    r.mkdir()
+    (r / "a.md").write_text("# A\n\nAlpha apples, a secret recipe.\n")
+    return r
+
+
+def request(
+    port: int, path: str, headers: dict[str, str] | None = None, method: str = "GET"
+) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request(method, path, headers=headers or {})
+        resp = conn.getresponse()
+        body = resp.read().decode()
+        return resp.status, json.loads(body) if body.startswith(("{", "[")) else body
+    finally:
+        conn.close()
+
+
+def test_token_is_required_except_for_health_and_metrics(daemon: Running) -> None:
+    port, token = tcp_port(daemon), token_of(daemon)
+    for path in ("/search?q=recipe", "/status"):
+        assert request(port, path)[0] == 401
+        assert request(port, path, {"Authorization": "Bearer wrong"})[0] == 401
+        code, body = request(port, path, {"Authorization": f"Bearer {token}"})
+        assert code == 200, body
+    assert request(port, "/reconcile", method="POST")[0] == 401
+    assert request(port, "/healthz")[0] == 200
+    assert request(port, "/metrics")[0] == 200
+    code, hits = request(port, "/search?q=recipe", {"Authorization": f"Bearer {token}"})
+    assert hits[0]["doc_path"] == "a.md"
+
+
+def test_browser_requests_are_refused(daemon: Running) -> None:
+    """DNS rebinding sends the attacker's Host; a cross-site request an Origin."""
+    port, token = tcp_port(daemon), token_of(daemon)
+    auth = {"Authorization": f"Bearer {token}"}
+    code, body = request(port, "/search?q=recipe", {**auth, "Host": f"evil.example:{port}"})
+    assert code == 403 and "Host" in body["error"]
+    assert request(port, "/healthz", {"Host": "evil.example"})[0] == 403
+    code, body = request(
+        port, "/reconcile", {**auth, "Origin": "http://evil.example"}, method="POST"
+    )
+    assert code == 403 and "Origin" in body["error"]
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+        assert request(port, "/status", {**auth, "Host": host})[0] == 200
+
+
+def test_token_and_socket_are_private(daemon: Running) -> None:
+    s = daemon.settings
+    for path in (token_path(s.state_dir, s.collection), socket_path(s.state_dir, s.collection)):
+        assert stat.S_IMODE(path.lstat().st_mode) == 0o600, path
+    assert stat.S_ISSOCK(socket_path(s.state_dir, s.collection).lstat().st_mode)
+    daemon.stop()
+    assert not socket_path(s.state_dir, s.collection).exists()
+
+
+def test_idle_connections_time_out_and_are_bounded(daemon: Running) -> None:
+    """A client that opens connections and sends nothing cannot stall the API."""
+    port = tcp_port(daemon)
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONNECTIONS + 4)]
+    try:
+        time.sleep(0.5)
+        # over the bound: answered at once with 503 instead of queued
+        extra = socket.create_connection(("127.0.0.1", port), timeout=5)
+        extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert extra.recv(64).startswith(b"HTTP/1.1 503")
+        extra.close()
+        # the held ones are closed by the server once the request timeout passes
+        held[0].settimeout(REQUEST_TIMEOUT_S + 10)
+        started = time.monotonic()
+        assert held[0].recv(1) == b""
+        assert time.monotonic() - started <= REQUEST_TIMEOUT_S + 5
+    finally:
+        for sock in held:
+            sock.close()
+    deadline = time.monotonic() + REQUEST_TIMEOUT_S + 10
+    while time.monotonic() < deadline:  # the slots come back
+        if request(port, "/healthz")[0] == 200:
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError("the API did not recover after the idle connections closed")
+
+
+def test_the_socket_answers_the_cli_without_any_setting(tmp_path: Path, root: Path) -> None:
+    """No http_port: the CLI finds the daemon's socket through the lock file."""
+    from mdindex.cli import find_daemon
+
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        converges(d, tmp_path, root)
+        assert not [srv for srv in d.daemon.servers if srv.path is None]  # no TCP port
+        found = find_daemon(s)
+        assert found is not None and found.socket and not found.url
+        assert found.ask("/status")["documents"] == 1
+        assert found.ask("/search?q=recipe")[0]["doc_path"] == "a.md"
+        # without the token the socket refuses too
+        conn = http.client.HTTPConnection("localhost")
+        conn.sock = socket.socket(socket.AF_UNIX)
+        conn.sock.connect(found.socket)
+        conn.request("GET", "/status")
+        assert conn.getresponse().status == 401
+        conn.close()
+    finally:
+        d.stop()
+
+
+def test_a_non_loopback_host_warns(tmp_path: Path, root: Path, caplog) -> None:
+    s = settings_for(tmp_path, [str(root)], http_host="0.0.0.0", http_port=0)
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        assert any("not a loopback address" in r.getMessage() for r in caplog.records)
+        port = tcp_port(d)
+        assert request(port, "/status", {"Host": f"myhost:{port}"})[0] == 401
+        auth = {"Authorization": f"Bearer {token_of(d)}", "Host": f"myhost:{port}"}
+        assert request(port, "/status", auth)[0] == 200
+    finally:
+        d.stop()
+
+
+def test_token_from_a_systemd_credential(tmp_path: Path, root: Path, monkeypatch) -> None:
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    (creds / "http-token").write_text("from-the-credential\n")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
+    s = settings_for(tmp_path, [str(root)], http_port=0)
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        assert token_of(d) == "from-the-credential"
+        port = tcp_port(d)
+        assert request(port, "/status", {"Authorization": "Bearer from-the-credential"})[0] == 200
+    finally:
+        d.stop()
