@@ -127,12 +127,45 @@ def stored_points(settings: Settings, vectors: bool = False) -> dict[str, dict[s
         out = {}
         for pid, payload, vec in sink.scroll(payload=True, with_vectors=vectors):
             payload.pop("indexed_at", None)
-            if vectors:  # rounded: a reused vector and a fresh one agree to float32 precision
-                payload["_vector"] = [round(x, 5) for x in vec or []]
+            if vectors:
+                payload["_vector"] = vec
             out[pid] = payload
         return out
     finally:
         sink.close()
+
+
+def same_points(got: dict[str, dict[str, Any]], want: dict[str, dict[str, Any]]) -> bool:
+    """Same IDs and payloads, and vectors equal to float32 precision (the store
+    normalizes every vector it is given, so a reused one moves by about 1e-8)."""
+    if got.keys() != want.keys():
+        return False
+    for pid, point in got.items():
+        a, b = dict(point), dict(want[pid])
+        va, vb = a.pop("_vector", None), b.pop("_vector", None)
+        if a != b or (va is None) != (vb is None):
+            return False
+        if va is not None and not np.allclose(va, vb, atol=1e-5):
+            return False
+    return True
+
+
+def assert_same(got: dict[str, dict[str, Any]], want: dict[str, dict[str, Any]]) -> None:
+    assert same_points(got, want), differences(got, want)
+
+
+def differences(got: dict[str, dict[str, Any]], want: dict[str, dict[str, Any]]) -> str:
+    """What ``same_points`` found, for an assertion message."""
+    missing = sorted({p["doc_path"] for k, p in want.items() if k not in got})
+    extra = sorted({p["doc_path"] for k, p in got.items() if k not in want})
+    changed = sorted(
+        {
+            p["doc_path"]
+            for k, p in got.items()
+            if k in want and not same_points({k: p}, {k: want[k]})
+        }
+    )
+    return f"missing {missing}, extra {extra}, differing (payload or vector) {changed}"
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from mdindex.distributed import KILL_ONCE_ENV
 from tests.conftest import (
     REPO,
     TinyEmbedder,
+    assert_same,
     build_indexer,
     run_backfill,
     settings_for,
@@ -194,3 +195,21 @@ def test_a_driver_crash_after_worker_writes_converges(
     local = settings_for(tmp_path / "local", [root])
     run_backfill(local, TinyEmbedder())
     assert stored_points(s) == stored_points(local)
+
+
+def test_workers_reuse_a_vector_only_under_its_own_key(tmp_path: Path) -> None:
+    """With prepend_context a point ID leaves the title out: a.md taking b.md's
+    title keeps its IDs, and its stored vectors (of the old title) must not be
+    reused for the new key, which b.md's points do hold."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    body = "\n## One\n\nThe same first part.\n\n## Two\n\nThe same second part.\n"
+    (root / "a.md").write_text("---\ntitle: Apples\n---\n" + body)
+    (root / "b.md").write_text("---\ntitle: Bananas\n---\n" + body)
+    s = settings_for(tmp_path / "w", [root], prepend_context=True)
+    stages_in_process(s, TinyEmbedder(), crash_after_workers=False)
+    (root / "a.md").write_text("---\ntitle: Bananas\n---\n" + body)
+    stages_in_process(s, TinyEmbedder(), crash_after_workers=False)
+    local = settings_for(tmp_path / "local", [root], prepend_context=True)
+    run_backfill(local, TinyEmbedder())
+    assert_same(stored_points(s, vectors=True), stored_points(local, vectors=True))

@@ -461,3 +461,35 @@ def test_verify_finds_vectors_that_do_not_match_their_text(docs_tree, make_setti
     assert stored_points(s, vectors=True)[victim]["_vector"] == pytest.approx(
         before[victim]["_vector"], abs=1e-6
     )
+
+
+def test_a_file_over_its_time_budget_is_reported_and_the_run_goes_on(
+    docs_tree, make_settings, tiny
+) -> None:
+    """A shape nobody has tried yet must cost one file, not stall the daemon."""
+    big = docs_tree / "big.md"
+    big.write_text("".join(f"## Part {i}\n\n{'word ' * 400}\n\n" for i in range(400)))
+    s = make_settings(docs_tree, file_time_budget_s=0.05)
+    result = run_backfill(s, tiny)
+    reasons = {e["path"]: e["reason"] for e in result["errors"]}
+    assert "file_time_budget_s" in reasons["big.md"]
+    docs = {p["doc_path"] for p in stored_points(s).values()}
+    assert docs == {"index.md", "guide/a.md", "guide/b.md"}
+    relaxed = make_settings(docs_tree)  # the default budget: indexed
+    assert run_backfill(relaxed, tiny)["errors"] == []
+    assert "big.md" in {p["doc_path"] for p in stored_points(relaxed).values()}
+
+
+def test_reusable_vectors_check_the_stored_key(docs_tree, make_settings, tiny) -> None:
+    from mdindex.pipeline import reusable_vectors
+
+    s = make_settings(docs_tree)
+    run_backfill(s, tiny)
+    pid, point = sorted(stored_points(s, vectors=True).items())[0]
+    sink = make_sink(s).open()
+    try:
+        assert reusable_vectors(sink, {pid: "another key"}) == {}
+        [(key, vector)] = reusable_vectors(sink, {pid: point["vector_key"]}).items()
+        assert key == point["vector_key"] and vector == pytest.approx(point["_vector"], abs=1e-5)
+    finally:
+        sink.close()

@@ -17,7 +17,15 @@ from typing import Any
 import pytest
 
 from mdindex.daemon.service import Daemon
-from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for, stored_points
+from tests.conftest import (
+    TinyEmbedder,
+    build_indexer,
+    differences,
+    run_backfill,
+    same_points,
+    settings_for,
+    stored_points,
+)
 
 QUIET_MS = 150
 
@@ -68,7 +76,7 @@ class Running:
         for pid, payload, vec in sink.scroll(payload=True, with_vectors=vectors):
             payload.pop("indexed_at", None)
             if vectors:
-                payload["_vector"] = [round(x, 5) for x in vec or []]
+                payload["_vector"] = vec
             out[pid] = payload
         return out
 
@@ -106,12 +114,10 @@ def converges(d: Running, tmp_path: Path, root: Path, timeout: float = 30) -> No
     got: dict[str, Any] = {}
     while time.monotonic() < deadline:
         got = d.points(vectors=True)
-        if got == want:
+        if same_points(got, want):
             return
         time.sleep(0.2)
-    missing = sorted({p["doc_path"] for k, p in want.items() if k not in got})
-    extra = sorted({p["doc_path"] for k, p in got.items() if k not in want})
-    raise AssertionError(f"store did not converge: missing {missing}, extra {extra}")
+    raise AssertionError(f"store did not converge: {differences(got, want)}")
 
 
 @pytest.fixture

@@ -47,13 +47,16 @@ def wait(pid: int, timeout: float = 120) -> int:
     raise AssertionError("child did not finish in time")
 
 
-def fresh_points(tmp_path: Path, root: Path, **overrides: Any) -> dict[str, dict[str, Any]]:
+def fresh_points(
+    tmp_path: Path, root: Path, vectors: bool = True, **overrides: Any
+) -> dict[str, dict[str, Any]]:
     """What a fresh backfill of the tree stores, in a store of its own: payloads
-    and vectors, so a converged store with a wrong vector still fails."""
+    and vectors, so a converged store with a wrong vector still fails (payloads
+    only against a run with the real model)."""
     where = tmp_path / f"fresh-{time.monotonic_ns()}"
     s = settings_for(where, [str(root)], **overrides)
     run_backfill(s, TinyEmbedder())
-    return stored_points(s, vectors=True)
+    return stored_points(s, vectors=vectors)
 
 
 def make_tree(root: Path, docs: int = 12) -> Path:

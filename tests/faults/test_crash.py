@@ -16,6 +16,7 @@ from mdindex.runtime import state_path
 from tests.conftest import (
     CORPUS,
     TinyEmbedder,
+    assert_same,
     build_indexer,
     run_backfill,
     settings_for,
@@ -46,7 +47,7 @@ def test_backfill_crash_then_rerun_converges(tmp_path: Path, point: str, nth: in
     rerun = run_backfill(s, tiny)
     assert rerun["errors"] == []
     want = fresh_points(tmp_path, root)
-    assert stored_points(s, vectors=True) == want
+    assert_same(stored_points(s, vectors=True), want)
     # the re-run embedded only what the crashed run had not already stored
     assert tiny.texts_embedded <= len({p["vector_key"] for p in want.values()})
     assert run_backfill(s, TinyEmbedder())["points_upserted"] == 0
@@ -99,7 +100,7 @@ def test_kill_9_at_random_moments_then_one_clean_run(tmp_path: Path) -> None:
     tiny = TinyEmbedder()
     result = run_backfill(s, tiny)
     want = fresh_points(tmp_path, root)
-    assert stored_points(s, vectors=True) == want
+    assert_same(stored_points(s, vectors=True), want)
     needed = {p["vector_key"] for p in want.values()}
     assert result["chunks_embedded"] == len(needed - held), "re-embedded chunks the store held"
     assert killed >= runs // 2
@@ -128,7 +129,7 @@ def test_lost_or_corrupt_state_repairs_without_embedding(tmp_path: Path, damage:
     tiny = TinyEmbedder()
     run_backfill(s, tiny)
     want = fresh_points(tmp_path, root)
-    assert stored_points(s, vectors=True) == want
+    assert_same(stored_points(s, vectors=True), want)
     # only the chunks the edit created were embedded; everything else came from the store
     assert tiny.texts_embedded == len({p["vector_key"] for p in want.values()} - held) == 3
 
@@ -152,7 +153,7 @@ def test_daemon_stop_is_quick_even_mid_burst(tmp_path: Path) -> None:
     t.join()
     assert d.exit_code == 0 and seconds < 10
     run_backfill(s, TinyEmbedder())
-    assert stored_points(s, vectors=True) == fresh_points(tmp_path, root)
+    assert_same(stored_points(s, vectors=True), fresh_points(tmp_path, root))
 
 
 @pytest.mark.model

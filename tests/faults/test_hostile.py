@@ -55,6 +55,10 @@ def build(root: Path, outside: Path) -> dict[str, str]:
     locked.chmod(0)
     for name, text in BOMBS.items():
         (root / name).write_text(text)
+    unlisted = root / "unlisted"  # a folder that cannot be listed (a stale mount)
+    unlisted.mkdir()
+    (unlisted / "inside.md").write_text("# Inside\n\nBehind a folder without permissions.\n")
+    unlisted.chmod(0)
     # the failures
     (root / "invalid.md").write_bytes(b"# Bad\n\n\xc3\x28 invalid UTF-8\n")
     (root / "nul.md").write_bytes(b"# Binary\x00\x00\x01\x02")
@@ -75,8 +79,9 @@ def build(root: Path, outside: Path) -> dict[str, str]:
         "loop.md": "symlink loop",
         "escape.md": "outside its root",
     }
-    # mode000.md: the backfill runs without root's power to read it anyway
+    # mode000.md and unlisted/: the backfill runs without root's power to read them
     expected["mode000.md"] = "permission denied"
+    expected["unlisted"] = "cannot list folder"
     return expected
 
 
@@ -156,8 +161,8 @@ def test_watch_on_hostile_corpus(tmp_path: Path) -> None:
             120,
             "valid files indexed",
         )
-        # (the daemon runs as root here, so the mode-000 file is readable)
-        assert d.daemon.metrics.errors._value.get() >= len(expected) - 1
+        # (the daemon runs as root here: the mode-000 file and folder are readable)
+        assert d.daemon.metrics.errors._value.get() >= len(expected) - 2
         # more hostile input while running: the daemon keeps going
         (root / "later-bad.md").write_bytes(b"\xff\xff\xff")
         os.mkfifo(root / "later-fifo.md")
@@ -310,6 +315,6 @@ def test_folder_swapped_for_a_link_is_not_read(tmp_path: Path, follow: bool) -> 
 @pytest.fixture(autouse=True)
 def _unlock(tmp_path: Path):
     yield
-    locked = tmp_path / "hostile" / "mode000.md"
-    if locked.exists():
-        locked.chmod(0o644)  # so pytest can clean up
+    for locked in (tmp_path / "hostile" / "mode000.md", tmp_path / "hostile" / "unlisted"):
+        if locked.exists():
+            locked.chmod(0o755)  # so pytest can clean up
