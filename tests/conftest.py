@@ -197,3 +197,31 @@ def make_settings(tmp_path: Path) -> Iterator[Factory]:
 def tiny_factory(settings: Settings) -> TinyEmbedder:
     """What a Ray embedding actor builds in the logic tests (pickled by reference)."""
     return TinyEmbedder()
+
+
+def _ci_skips(config: Any) -> list[str]:
+    """In CI a skipped test is a test that did not run. Only the shared corpus
+    may be missing (a checkout without ../shared)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if not os.environ.get("CI") or reporter is None:
+        return []
+    return [
+        r.nodeid
+        for r in reporter.stats.get("skipped", [])
+        if "corpus not found" not in str(r.longrepr)
+    ]
+
+
+def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
+    if _ci_skips(session.config) and exitstatus == 0:
+        session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:
+    skipped = _ci_skips(config)
+    if skipped:
+        terminalreporter.write_line(
+            f"CI: {len(skipped)} skipped tests fail the run; every test must run here: "
+            + ", ".join(skipped),
+            red=True,
+        )

@@ -71,3 +71,19 @@ def test_service_contract() -> None:
 
     config = load_settings({}, UNITS / "config.toml")  # every key in the example is valid
     assert config.http_port and config.roots == ["docs=/srv/docs"]
+
+
+def test_both_units_share_one_user_and_keep_out_of_home() -> None:
+    """They share the state folder: two dynamic users would chown it back and forth."""
+    users = set()
+    for name in ("mdindex.service", "mdindex-backfill.service"):
+        lines = (UNITS / name).read_text().splitlines()
+        users.add(
+            (
+                next(line for line in lines if line.startswith("User=")),
+                next(line for line in lines if line.startswith("Group=")),
+            )
+        )
+        assert "ProtectHome=yes" in lines and "UMask=0077" in lines
+        assert "StateDirectoryMode=0700" in lines
+    assert users == {("User=mdindex", "Group=mdindex")}
