@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -877,9 +878,12 @@ class Indexer:
             for pid, p in expected.items()
             if pid in stored and pid not in flagged
         )
-        # One point per key, spread over the index by the key's hash order.
+        # One point per key, a new random sample each run, so that repeated
+        # verifies cover an index too large to re-embed in one.
         by_key = dict(agree)
-        sample = [(key, by_key[key]) for key in sorted(by_key)[:VERIFY_SAMPLE]]
+        keys = sorted(by_key)
+        picked = keys if len(keys) <= VERIFY_SAMPLE else random.sample(keys, VERIFY_SAMPLE)
+        sample = [(key, by_key[key]) for key in picked]
         if not sample:
             return
         have = self.sink.vectors([pid for _, pid in sample])

@@ -74,7 +74,9 @@ def chunk_many(
     min_sentences: int,
 ) -> list[list[Chunk]]:
     raws = [units(doc) for doc in docs]
-    counts = counter.counts(
+    # Encodings, not just counts: a sentence over the limit is windowed from its
+    # encoding's offsets instead of being tokenized a second time.
+    encodings = counter.encode_batch(
         [doc.text[s:e] for doc, raw in zip(docs, raws, strict=True) for (s, e), _ in raw]
     )
     # Sentences over the limit (long code blocks, run-on text) become windows first.
@@ -88,7 +90,7 @@ def chunk_many(
             counter,
             overlap,
             doc.code_ranges,
-            counts[pos : pos + len(raw)],
+            encodings[pos : pos + len(raw)],
         )
         pos += len(raw)
         pieces.append([(s, e, n, s in heading_starts) for s, e, n, _ in fitted])
