@@ -189,7 +189,7 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_PARTIAL if summary.errors else EXIT_OK
 
 
-def _backfill_through_daemon(args: argparse.Namespace, daemon: Daemon) -> int:
+def _backfill_through_daemon(args: argparse.Namespace, daemon: DaemonClient) -> int:
     """The daemon holds the store: ask it to reconcile and report its summary."""
     if args.dry_run or args.no_prune or args.force:
         raise LockError(
@@ -218,7 +218,7 @@ def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
 
 
 @dataclass(frozen=True)
-class Daemon:
+class DaemonClient:
     """How to ask the running daemon: its Unix socket (or TCP endpoint) and token."""
 
     socket: str
@@ -274,7 +274,7 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-def find_daemon(settings: Settings, required: bool = True) -> Daemon | None:
+def find_daemon(settings: Settings, required: bool = True) -> DaemonClient | None:
     """The running daemon when it holds this state dir and collection: found
     through the lock file, with the token it wrote beside it."""
     holder = read_holder(lock_path(settings.state_dir, settings.collection))
@@ -299,7 +299,7 @@ def find_daemon(settings: Settings, required: bool = True) -> Daemon | None:
             f"the daemon (pid {holder.get('pid')}) holds the store, and its token {path} "
             f"cannot be read ({exc.strerror}); run this as the daemon's user"
         ) from exc
-    return Daemon(sock, url, token)
+    return DaemonClient(sock, url, token)
 
 
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:

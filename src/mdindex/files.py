@@ -160,9 +160,10 @@ def _rel_name(rel: str) -> str | None:
 
 
 def stat_file(
-    root: Root, rel: str, accept: PathFilter, follow_symlinks: bool
+    root: Root, rel: str, accept: PathFilter, follow_symlinks: bool, root_dir: str = ""
 ) -> FileRef | ScanError | None:
-    """Check one candidate path; None when a rule skips it silently."""
+    """Check one candidate path; None when a rule skips it silently. ``root_dir``
+    is the root resolved, when the caller has it (a scan resolves it once)."""
     if not accept(rel):
         return None
     path = root.path / rel
@@ -188,7 +189,7 @@ def stat_file(
             if exc.errno == 40:
                 return ScanError(root.label, rel, "symlink loop")
             return ScanError(root.label, rel, "dangling symlink")
-        if not target.is_relative_to(root.path.resolve()):
+        if not target.is_relative_to(root_dir or root.path.resolve()):
             return ScanError(root.label, rel, "symlink points outside its root; not followed")
     if not stat.S_ISREG(st.st_mode):
         return ScanError(root.label, rel, "not a regular file")
@@ -200,7 +201,7 @@ def stat_file(
         st.st_mtime_ns,
         st.st_dev,
         st.st_ino,
-        str(root.path.resolve()),
+        root_dir or str(root.path.resolve()),
         follow_symlinks,
         time.time_ns(),
     )
@@ -253,7 +254,7 @@ def scan(
                         continue
                 subdirs.append(rel)
                 continue
-            result = stat_file(root, rel, accept, follow_symlinks)
+            result = stat_file(root, rel, accept, follow_symlinks, str(base))
             if result is not None:
                 yield result
         stack.extend(reversed(subdirs))

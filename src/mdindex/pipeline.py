@@ -17,7 +17,7 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -768,9 +768,13 @@ class Indexer:
             [p.embed_input for p in planned], token_ids=[p.token_ids for p in planned]
         )
 
-    def _vectors_for(self, planned: Sequence[Planned], summary: Summary) -> dict[str, list[float]]:
-        """Vectors by vector key: from the same point, from any point with that key, or embedded."""
-        by_key, todo = self._lookup(planned)
+    def _vectors_for(
+        self, planned: Sequence[Planned], summary: Summary, distrust: Collection[str] = ()
+    ) -> dict[str, list[float]]:
+        """Vectors by vector key: from the same point, from any point with that key, or
+        embedded; keys in ``distrust`` (stored vectors known to be wrong) are always embedded."""
+        by_key, todo = self._lookup([p for p in planned if p.vector_key not in distrust])
+        todo |= {p.vector_key: p for p in planned if p.vector_key in distrust}
         if todo:
             matrix = np.asarray(self._embed(list(todo.values())), dtype=np.float32)
             by_key.update(zip(todo, matrix.tolist(), strict=True))
@@ -924,12 +928,7 @@ class Indexer:
         if planned:
             # Keys whose stored vectors are wrong are embedded again, never reused.
             wrong = {e["vector_key"] for e in report.stale if "vector_key" in e}
-            redo = {p.vector_key: p for p in planned if p.vector_key in wrong}
-            vectors = self._vectors_for([p for p in planned if p.vector_key not in wrong], summary)
-            if redo:
-                matrix = np.asarray(self._embed(list(redo.values())), dtype=np.float32)
-                vectors.update(zip(redo, matrix.tolist(), strict=True))
-                summary.chunks_embedded += len(redo)
+            vectors = self._vectors_for(planned, summary, distrust=wrong)
             stamp = now_iso()
             self.sink.upsert(
                 [

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mdindex.cli import Daemon, find_daemon
+from mdindex.cli import DaemonClient, find_daemon
 from mdindex.lock import lock_path, read_holder
 from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_points
 
@@ -27,7 +27,7 @@ ENV = {
 }
 
 
-def start(root: Path, state: Path) -> tuple[subprocess.Popen[bytes], Daemon]:
+def start(root: Path, state: Path) -> tuple[subprocess.Popen[bytes], DaemonClient]:
     """The daemon with no HTTP setting at all, and how other commands reach it."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "mdindex", "watch", str(root), "--state-dir", str(state)], env=ENV
