@@ -42,7 +42,7 @@ def main() -> None:
     from mdindex.chunking import Chunker
     from mdindex.config import DEFAULT_MODEL
     from mdindex.document import parse_document
-    from mdindex.embedding import Embedder, load_counter, resolve_model
+    from mdindex.embedding import ModelEmbedder, load_counter, resolve_model
 
     info = resolve_model(DEFAULT_MODEL)
     counter = load_counter(info)
@@ -62,7 +62,7 @@ def main() -> None:
     reference = "st-encode fp32"
     for name in (reference, "fp32", "bf16"):
         precision = name.split()[-1]
-        emb = Embedder(info, device="cpu", batch_size=args.batch_size, precision=precision)
+        emb = ModelEmbedder(info, device="cpu", batch_size=args.batch_size, precision=precision)
         encode = partial(raw_encode, emb) if name == reference else emb.embed
         encode(texts[: args.batch_size])  # load and warm up
         t = time.perf_counter()

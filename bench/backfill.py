@@ -49,8 +49,8 @@ def main() -> None:
     corpus = corpus_dir(args.corpus)
 
     from mdindex.config import load_settings
-    from mdindex.pipeline import VerifyReport
     from mdindex.runtime import make_indexer
+    from mdindex.sync import Summary
 
     work = Path(tempfile.mkdtemp(prefix="mdindex-bench-"))
     settings = load_settings(
@@ -64,14 +64,11 @@ def main() -> None:
     )
     indexer = make_indexer(settings)
     embedder = indexer.embedder
-    embedder.model()  # type: ignore[attr-defined]  # both sides start with the model loaded
+    embedder.load()  # both sides start with the model loaded
     embedder.embed(["warm up"] * embedder.batch_size)  # type: ignore[attr-defined]
     # The very chunk texts the backfill will embed, without writing anything.
-    dry = make_indexer(settings)
-    texts = sorted(
-        {p.embed_input for w in dry.expected_points(VerifyReport())[1].values() for p in w.points}
-    )
-    dry.state.close()
+    with make_indexer(settings) as dry:
+        texts = sorted({p.embed_input for w in dry.plan_all(Summary())[0] for p in w.points})
 
     def embed_alone() -> float:
         t = time.perf_counter()
@@ -90,8 +87,7 @@ def main() -> None:
     t = time.perf_counter()
     summary = indexer.backfill()
     backfill_s = time.perf_counter() - t
-    indexer.finish()
-    indexer.state.close()
+    indexer.close()
     rss_backfill = peak_rss_mb()
     embed_s = (before_s + embed_alone()) / 2
     raw_s = (raw_before_s + encode_alone()) / 2

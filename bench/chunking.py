@@ -37,7 +37,7 @@ def main() -> None:
     from mdindex.chunking.sentences import units
     from mdindex.config import DEFAULT_MODEL
     from mdindex.document import parse_document
-    from mdindex.embedding import Embedder, load_counter, resolve_model
+    from mdindex.embedding import ModelEmbedder, load_counter, resolve_model
 
     files = load_texts(corpus_dir(args.corpus))
     texts = [t for _, t in files]
@@ -150,7 +150,7 @@ def main() -> None:
     secs, n = median_time(lambda: ours("semantic", cheap), args.runs)
     record("mdindex semantic (no-op embedder)", secs, n, "segmenting + grouping cost")
 
-    embedder = Embedder(info, device="cpu", batch_size=64)
+    embedder = ModelEmbedder(info, device="cpu", batch_size=64)
     subset = files[: args.semantic_files]
     sentences = [
         doc.text[s:e]

@@ -81,8 +81,7 @@ def setup_mdindex(
         try:
             return indexer.backfill().chunks_embedded
         finally:
-            indexer.finish()
-            indexer.state.close()
+            indexer.close()
 
     return run
 

@@ -29,14 +29,14 @@ from common import corpus_dir, offline, table, write_json
 
 
 def point_ids(settings: Any) -> set[str]:
-    from mdindex.runtime import make_sink
+    from mdindex.runtime import make_store
 
-    sink = make_sink(settings)
-    sink.open()
+    store = make_store(settings)
+    store.open()
     try:
-        return {pid for pid, _, _ in sink.scroll(payload=False)}
+        return {pid for pid, _, _ in store.scroll(payload=False)}
     finally:
-        sink.close()
+        store.close()
 
 
 def main() -> None:
@@ -68,8 +68,7 @@ def main() -> None:
     t = time.perf_counter()
     summary = indexer.backfill()
     local_s = time.perf_counter() - t
-    indexer.finish()
-    indexer.state.close()
+    indexer.close()
     want = point_ids(local)
     rows.append(
         {
@@ -98,8 +97,7 @@ def main() -> None:
         t = time.perf_counter()
         summary = distributed.backfill(indexer, None, embed_actors=actors)
         seconds = time.perf_counter() - t
-        indexer.finish()
-        indexer.state.close()
+        indexer.close()
         ray.shutdown()
         rows.append(
             {

@@ -43,14 +43,14 @@ OPS = ("cold", "noop", "edit", "verify", "reopen", "search")
 
 
 class Timed:
-    """The sink, with the time spent inside its calls added up: the store's share."""
+    """The store, with the time spent inside its calls added up: the store's share."""
 
-    def __init__(self, sink: Any) -> None:
-        self.sink = sink
+    def __init__(self, store: Any) -> None:
+        self.store = store
         self.seconds = 0.0
 
     def __getattr__(self, name: str) -> Any:
-        value = getattr(self.sink, name)
+        value = getattr(self.store, name)
         if not callable(value):
             return value
 
@@ -70,8 +70,9 @@ class Timed:
 def worker(store: str, work: Path, op: str, edits: int, queries: int) -> dict[str, Any]:
     offline()
     from mdindex.config import load_settings
-    from mdindex.pipeline import Indexer
     from mdindex.runtime import make_indexer
+    from mdindex.sync import Indexer
+    from mdindex.verify import verify
 
     root = work / "docs"
     settings = load_settings(
@@ -82,8 +83,8 @@ def worker(store: str, work: Path, op: str, edits: int, queries: int) -> dict[st
     t = time.perf_counter()
     indexer: Indexer = make_indexer(settings)
     indexer.embedder = HashEmbedder()
-    timed = Timed(indexer.sink)
-    indexer.sink = timed  # type: ignore[assignment]
+    timed = Timed(indexer.store)
+    indexer.store = timed  # type: ignore[assignment]
     out: dict[str, Any] = {}
     try:
         if op in ("cold", "noop", "edit"):
@@ -94,25 +95,24 @@ def worker(store: str, work: Path, op: str, edits: int, queries: int) -> dict[st
                 # `mdindex backfill` ends by building edge's index when it pays off
                 # (100k points); the store's share below leaves it out.
                 start = time.perf_counter()
-                timed.sink.settle()
+                timed.store.settle()
                 out["index_s"] = time.perf_counter() - start
         elif op == "verify":
-            out["in_sync"] = indexer.verify().in_sync
+            out["in_sync"] = verify(indexer).in_sync
         elif op == "reopen":
-            indexer.sink.open()
-            out["count"] = indexer.sink.count()
+            indexer.store.open()
+            out["count"] = indexer.store.count()
         else:
             rng = random.Random(3)
             vecs = HashEmbedder().embed([f"query {rng.random()}" for _ in range(queries)])
-            indexer.sink.open()
-            indexer.sink.count()
+            indexer.store.open()
+            indexer.store.count()
             start = time.perf_counter()
             for v in vecs:
-                indexer.sink.search(v.tolist(), 10)
+                indexer.store.search(v.tolist(), 10)
             out["ms_per_query"] = (time.perf_counter() - start) / queries * 1000
     finally:
-        indexer.finish()
-        indexer.state.close()
+        indexer.close()
     out["seconds"] = time.perf_counter() - t
     out["store_s"] = timed.seconds
     out["peak_rss_mb"] = vm_hwm_mb()
@@ -185,9 +185,9 @@ def recall(corpus: Path, queries: int) -> dict[str, Any]:
     from mdindex.chunking import Chunker
     from mdindex.config import DEFAULT_MODEL
     from mdindex.document import parse_document
-    from mdindex.embedding import Embedder, load_counter, resolve_model
-    from mdindex.sinks import EdgeSink, Point
-    from mdindex.sinks.edge import HNSW_EF
+    from mdindex.embedding import ModelEmbedder, load_counter, resolve_model
+    from mdindex.stores import EdgeStore, Point
+    from mdindex.stores.edge import HNSW_EF
 
     info = resolve_model(DEFAULT_MODEL)
     counter = load_counter(info)
@@ -198,7 +198,7 @@ def recall(corpus: Path, queries: int) -> dict[str, Any]:
             doc = parse_document(path.read_text(encoding="utf-8"), str(path))
             texts.extend(c.text for c in chunker.chunk(doc))
     texts = sorted(set(texts))
-    embedder = Embedder(info, device="cpu")
+    embedder = ModelEmbedder(info, device="cpu")
     t = time.perf_counter()
     vectors = embedder.embed(texts)
     print(f"embedded {len(texts)} chunks in {time.perf_counter() - t:.0f}s", file=sys.stderr)
@@ -207,18 +207,18 @@ def recall(corpus: Path, queries: int) -> dict[str, Any]:
     qvecs = embedder.embed(qtexts)
 
     work = Path(tempfile.mkdtemp(prefix="mdindex-recall-"))
-    sink = EdgeSink("r", path=work / "r", index_min_points=0, indexing_threshold_kb=1)
-    sink.open()
-    sink.ensure_collection(vectors.shape[1])
-    sink.upsert([Point(str(uuid.UUID(int=i + 1)), v.tolist(), {}) for i, v in enumerate(vectors)])
+    store = EdgeStore("r", path=work / "r", index_min_points=0, indexing_threshold_kb=1)
+    store.open()
+    store.ensure_collection(vectors.shape[1])
+    store.upsert([Point(str(uuid.UUID(int=i + 1)), v.tolist(), {}) for i, v in enumerate(vectors)])
     t = time.perf_counter()
-    sink.settle()
+    store.settle()
     build_s = time.perf_counter() - t
-    indexed = sink.describe()["indexed_points"]
+    indexed = store.describe()["indexed_points"]
 
     def top(q: Any, params: Any) -> set[Any]:
         req = QueryRequest(limit=10, query=Query.Nearest(q.tolist()), params=params)
-        return {p.id for p in sink.shard.query(req)}
+        return {p.id for p in store.shard.query(req)}
 
     out: dict[str, Any] = {"points": len(texts), "indexed": indexed, "build_s": build_s}
     for name, params in (
@@ -229,7 +229,7 @@ def recall(corpus: Path, queries: int) -> dict[str, Any]:
             len(top(q, params) & top(q, SearchParams(exact=True))) / 10 for q in np.asarray(qvecs)
         ]
         out[f"recall_{name}"] = sum(scores) / len(scores)
-    sink.close()
+    store.close()
     shutil.rmtree(work, ignore_errors=True)
     return out
 

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from mdindex.config import DEFAULT_MODEL, Settings, load_settings
-from mdindex.embedding import Embedder, load_counter, resolve_model
-from mdindex.pipeline import Indexer
-from mdindex.runtime import make_pipeline, make_sink, state_path
+from mdindex.embedding import ModelEmbedder, load_counter, resolve_model
+from mdindex.runtime import make_models, make_store, state_path
 from mdindex.state import State
+from mdindex.sync import Indexer
 from mdindex.tokens import TokenCounter
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -67,8 +67,8 @@ class TinyEmbedder:
             return np.zeros((0, self.dimension), dtype=np.float32)
         return np.stack([self.vector(t) for t in texts])
 
-    def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        return self.embed(texts)
+    def load(self) -> None:
+        return None
 
 
 @pytest.fixture(scope="session")
@@ -77,8 +77,8 @@ def counter() -> TokenCounter:
 
 
 @pytest.fixture(scope="session")
-def real_embedder() -> Embedder:
-    return Embedder(resolve_model(DEFAULT_MODEL), device="cpu", batch_size=32)
+def real_embedder() -> ModelEmbedder:
+    return ModelEmbedder(resolve_model(DEFAULT_MODEL), device="cpu", batch_size=32)
 
 
 @pytest.fixture
@@ -96,43 +96,40 @@ def settings_for(tmp_path: Path, roots: Sequence[str | Path], **overrides: Any) 
     return load_settings(values)
 
 
-def build_indexer(settings: Settings, embedder: Any) -> Indexer:
-    pipeline = make_pipeline(settings)
-    pipeline.chunker.embed = embedder
+def build_indexer(settings: Settings, embedder: Any, **options: Any) -> Indexer:
+    """The sync core on the settings' store and state, with ``embedder`` instead of
+    the model (for embedding and semantic chunking); ``options`` as Indexer takes them."""
+    models = make_models(settings)
+    models.chunker.embed = embedder
     return Indexer(
         settings,
-        info=pipeline.info,
-        counter=pipeline.counter,
-        chunker=pipeline.chunker,
+        planner=models.planner,
         embedder=embedder,
-        sink=make_sink(settings),
+        store=make_store(settings),
         state=State(state_path(settings)),
+        **options,
     )
 
 
 def run_backfill(settings: Settings, embedder: Any, **kwargs: Any) -> dict[str, Any]:
-    indexer = build_indexer(settings, embedder)
-    try:
+    with build_indexer(settings, embedder) as indexer:
         return indexer.backfill(**kwargs).as_dict()
-    finally:
-        indexer.finish()
-        indexer.state.close()
 
 
 def stored_points(settings: Settings, vectors: bool = False) -> dict[str, dict[str, Any]]:
     """Every point in the collection: id -> payload (indexed_at removed), optionally with vector."""
-    sink = make_sink(settings)
+    store = make_store(settings)
     try:
-        sink.open()
+        store.open()
         out = {}
-        for pid, payload, vec in sink.scroll(payload=True, with_vectors=vectors):
+        for pid, payload, vec in store.scroll(payload=True, with_vectors=vectors):
             payload.pop("indexed_at", None)
             if vectors:
                 payload["_vector"] = vec
             out[pid] = payload
         return out
     finally:
-        sink.close()
+        store.close()
 
 
 def same_points(got: dict[str, dict[str, Any]], want: dict[str, dict[str, Any]]) -> bool:

@@ -199,19 +199,19 @@ def test_regex_bombs_through_mdindex_chunk(
     is left out; for semantic the URL bomb is cut to 4 of its 60 lines, since
     the model embeds the 3,800 windows of the whole one in about a minute here."""
     from mdindex.cli import main
-    from mdindex.embedding import Embedder
+    from mdindex.embedding import ModelEmbedder
 
     embedding = [0.0]
-    embed = Embedder.embed
+    embed = ModelEmbedder.embed
 
-    def timed_embed(self: Embedder, *args: object, **kwargs: object) -> object:
+    def timed_embed(self: ModelEmbedder, *args: object, **kwargs: object) -> object:
         started = time.perf_counter()
         try:
             return embed(self, *args, **kwargs)  # type: ignore[arg-type]
         finally:
             embedding[0] += time.perf_counter() - started
 
-    monkeypatch.setattr(Embedder, "embed", timed_embed)
+    monkeypatch.setattr(ModelEmbedder, "embed", timed_embed)
     state = ["--state-dir", str(tmp_path / "state"), "--strategy", strategy]
 
     def run(path: Path) -> float:
@@ -234,3 +234,23 @@ def test_regex_bombs_through_mdindex_chunk(
         path.write_text(text)
         seconds = run(path) - baseline
         assert seconds < 2, f"{name}: {seconds:.2f} s beyond a small file ({strategy})"
+
+
+def test_flags_are_never_abbreviated_nor_swallow_a_root(capsys: pytest.CaptureFixture[str]) -> None:
+    from mdindex.cli import build_parser, main
+
+    # `--mode` is not `--model`: an unknown flag is a usage error
+    with pytest.raises(SystemExit) as exc:
+        main(["search", "--mode", "hybrid", "some query"])
+    assert exc.value.code == 2 and "unrecognized arguments: --mode" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["backfill", "--dry", "docs"])
+    assert exc.value.code == 2
+    # `--ray` is a flag; the cluster is `--ray-address`
+    args = build_parser().parse_args(["backfill", "--ray", "docs"])
+    assert args.ray is True and args.roots == ["docs"] and args.ray_address is None
+    args = build_parser().parse_args(["backfill", "--ray", "--ray-address", "ray://h:10001", "d"])
+    assert args.ray_address == "ray://h:10001" and args.roots == ["d"]
+    with pytest.raises(SystemExit) as exc:
+        main(["status", "--wait", "--timeout", "-1"])
+    assert exc.value.code == 2 and "--timeout" in capsys.readouterr().err

@@ -57,8 +57,7 @@ def ray_backfill(settings, embedder_factory=tiny_factory, driver_embedder=None):
     try:
         return distributed.backfill(indexer, None, factory=embedder_factory).as_dict()
     finally:
-        indexer.finish()
-        indexer.state.close()
+        indexer.close()
 
 
 def test_ray_backfill_equals_a_local_one(tmp_path: Path, local_ray: None) -> None:
@@ -138,27 +137,29 @@ def stages_in_process(settings, embedder, *, crash_after_workers: bool):  # type
 
     indexer = build_indexer(settings, embedder)
 
-    def runner(candidates, deleted, summary, rows):  # type: ignore[no-untyped-def]
-        donors = indexer.state.vector_donors()
-        batch = columns(work_items(indexer, candidates, rows))
+    def runner(changes, summary):  # type: ignore[no-untyped-def]
+        candidates = changes.files
+        donors = indexer.vector_donors()
+        batch = columns(work_items(indexer, changes))
         batch = _Embed(settings, tiny_factory, set(donors), 1)(_Chunk(settings)(batch))
-        indexer.state.mark_inflight(f.key for f in candidates)
-        indexer.sink.close()  # an embedded store takes one writer at a time
+        indexer.mark_inflight(f.key for f in candidates)
+        indexer.store.close()  # an embedded store takes one writer at a time
         writer = _Write(settings, donors)
         batch = writer(batch)
         writer.close()
-        ok = [w for w, st in zip(batch["written"], batch["status"], strict=True) if st == "ok"]
+        rows = zip(batch["reason"], batch["unchanged"], strict=True)
+        planned = [not (why or same) for why, same in rows]
+        ok = [w for w, p in zip(batch["written"], planned, strict=True) if p]
         assert ok and all(ok)
         if crash_after_workers:
             raise KeyboardInterrupt  # the driver dies before committing anything
         write_batch(indexer, batch, {f.key: f for f in candidates}, summary)
-        indexer.delete_docs(list(deleted), summary)
+        indexer.delete_docs(changes.deleted, summary)
 
     try:
         return indexer.backfill(runner=runner).as_dict()
     finally:
-        indexer.finish()
-        indexer.state.close()
+        indexer.close()
 
 
 def test_workers_write_the_points_and_the_driver_commits(tmp_path: Path) -> None:

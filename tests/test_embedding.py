@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mdindex.config import DEFAULT_MODEL
-from mdindex.embedding import Embedder, resolve_model
+from mdindex.embedding import ModelEmbedder, resolve_model
 from mdindex.tokens import TokenCounter
 from tests.conftest import REPO
 
@@ -24,15 +24,15 @@ TEXTS = [
 ]
 
 
-def _encode(embedder: Embedder, texts: list[str]) -> np.ndarray:
+def _encode(embedder: ModelEmbedder, texts: list[str]) -> np.ndarray:
     return np.asarray(
         embedder.model().encode(texts, batch_size=2, normalize_embeddings=True),
         dtype=np.float32,
     )
 
 
-def test_direct_forward_matches_encode_in_fp32(real_embedder: Embedder) -> None:
-    fp32 = Embedder(real_embedder.info, device="cpu", batch_size=2, precision="fp32")
+def test_direct_forward_matches_encode_in_fp32(real_embedder: ModelEmbedder) -> None:
+    fp32 = ModelEmbedder(real_embedder.info, device="cpu", batch_size=2, precision="fp32")
     # Mixed lengths across several batches, so sorting and putting rows back is exercised.
     texts = (
         TEXTS
@@ -48,9 +48,9 @@ def test_direct_forward_matches_encode_in_fp32(real_embedder: Embedder) -> None:
     assert float(np.min(np.sum(got * want, axis=1))) > 0.99999
 
 
-def test_bf16_stays_close_to_fp32(real_embedder: Embedder) -> None:
-    bf16 = Embedder(real_embedder.info, device="cpu", precision="bf16")
-    fp32 = Embedder(real_embedder.info, device="cpu", precision="fp32")
+def test_bf16_stays_close_to_fp32(real_embedder: ModelEmbedder) -> None:
+    bf16 = ModelEmbedder(real_embedder.info, device="cpu", precision="bf16")
+    fp32 = ModelEmbedder(real_embedder.info, device="cpu", precision="fp32")
     cos = np.sum(bf16.embed(TEXTS) * fp32.embed(TEXTS), axis=1)
     assert float(cos.min()) > 0.995
 
@@ -63,8 +63,8 @@ def test_a_model_with_a_prompt_goes_through_encode(tmp_path: Path) -> None:
     data = json.loads(config.read_text())
     data |= {"prompts": {"query": "query: "}, "default_prompt_name": "query"}
     config.write_text(json.dumps(data))
-    prompted = Embedder(resolve_model(str(model_dir)), device="cpu", precision="fp32")
-    plain = Embedder(info, device="cpu", precision="fp32")
+    prompted = ModelEmbedder(resolve_model(str(model_dir)), device="cpu", precision="fp32")
+    plain = ModelEmbedder(info, device="cpu", precision="fp32")
     got = prompted.embed(["static site generator"])
     assert prompted._tokenizer is None
     # encode put the prompt in front; the direct path would have left it out.
@@ -72,7 +72,7 @@ def test_a_model_with_a_prompt_goes_through_encode(tmp_path: Path) -> None:
     assert float(np.sum(got * plain.embed(["static site generator"]))) < 0.999
 
 
-def test_example_docs_embed_alike_both_ways(real_embedder: Embedder) -> None:
+def test_example_docs_embed_alike_both_ways(real_embedder: ModelEmbedder) -> None:
     texts = [p.read_text() for p in sorted((REPO / "examples" / "docs").rglob("*.md"))]
     assert texts
     got = real_embedder.embed(texts)
@@ -82,14 +82,14 @@ def test_example_docs_embed_alike_both_ways(real_embedder: Embedder) -> None:
 
 
 @pytest.mark.parametrize("texts", [[], ["only one"]])
-def test_small_inputs(real_embedder: Embedder, texts: list[str]) -> None:
+def test_small_inputs(real_embedder: ModelEmbedder, texts: list[str]) -> None:
     assert real_embedder.embed(texts).shape == (len(texts), 384)
 
 
 def test_token_ids_from_chunking_give_the_same_vectors(
-    real_embedder: Embedder, counter: TokenCounter
+    real_embedder: ModelEmbedder, counter: TokenCounter
 ) -> None:
-    fp32 = Embedder(real_embedder.info, device="cpu", precision="fp32")
+    fp32 = ModelEmbedder(real_embedder.info, device="cpu", precision="fp32")
     texts = [t for t in TEXTS if t.strip()][:3]
     known = [counter.encode(t).ids for t in texts]
     plain = fp32.embed(texts)
@@ -104,18 +104,16 @@ def test_token_ids_from_chunking_give_the_same_vectors(
 
 
 def test_heading_chunks_carry_their_ids_to_the_embedder(
-    tmp_path: Path, real_embedder: Embedder
+    tmp_path: Path, real_embedder: ModelEmbedder
 ) -> None:
-    from mdindex.pipeline import Indexer  # noqa: F401  # the sync core passes them on
     from tests.conftest import build_indexer, settings_for
 
     s = settings_for(tmp_path, [REPO / "examples" / "docs"])
-    embedder = Embedder(real_embedder.info, device="cpu")
+    embedder = ModelEmbedder(real_embedder.info, device="cpu")
     indexer = build_indexer(s, embedder)
     try:
         summary = indexer.backfill()
     finally:
-        indexer.finish()
-        indexer.state.close()
+        indexer.close()
     assert summary.chunks_embedded > 0
     assert embedder.texts_pretokenized == summary.chunks_embedded

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdindex.embedding import Embedder
+from mdindex.embedding import ModelEmbedder
 from mdindex.errors import ConfigError
 from mdindex.migrate import migrate
-from mdindex.runtime import make_sink
-from mdindex.sinks import Point
+from mdindex.runtime import make_store
+from mdindex.stores import Point
 from tests.conftest import REPO, TinyEmbedder, run_backfill, settings_for, stored_points
 
 
@@ -42,10 +42,10 @@ def test_round_trip_client_edge_client(docs_tree: Path, tmp_path: Path) -> None:
     assert tiny.texts_embedded == 0 and again["points_upserted"] == 0
 
     # Back, onto a client store that has drifted: its extra point goes.
-    sink = make_sink(client)
-    sink.open()
-    sink.upsert([Point("00000000-0000-4000-8000-000000000001", [1.0] + [0.0] * 31, {})])
-    sink.close()
+    store = make_store(client)
+    store.open()
+    store.upsert([Point("00000000-0000-4000-8000-000000000001", [1.0] + [0.0] * 31, {})])
+    store.close()
     report = migrate(edge, "client")
     assert report.points_deleted == 1
     assert_same(stored_points(client, vectors=True), want)
@@ -73,7 +73,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 
 @pytest.mark.model
-def test_cli_migrate_with_the_real_model(tmp_path: Path, real_embedder: Embedder) -> None:
+def test_cli_migrate_with_the_real_model(tmp_path: Path, real_embedder: ModelEmbedder) -> None:
     docs = REPO / "examples" / "docs"
     state = str(tmp_path / "state")
     assert _cli("backfill", str(docs), "--state-dir", state, "--store", "client").returncode == 0

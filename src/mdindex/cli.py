@@ -6,6 +6,7 @@ import argparse
 import http.client
 import json
 import logging
+import math
 import os
 import socket
 import sys
@@ -17,23 +18,28 @@ from pathlib import Path
 from typing import Any
 
 from mdindex import __version__
-from mdindex.config import Settings, load_settings
-from mdindex.daemon.http import token_path
-from mdindex.document import decode, read_bytes
+from mdindex.config import Root, Settings, load_settings
+from mdindex.daemon.http import MAX_WAIT_S, token_path
 from mdindex.errors import (
     EXIT_DRIFT,
     EXIT_OK,
     EXIT_PARTIAL,
+    EXIT_PENDING,
     EXIT_STORE,
     EXIT_USAGE,
-    InputError,
+    ConfigError,
     LockError,
     MdindexError,
     StoreUnavailable,
 )
+from mdindex.files import Failure, stat_file
 from mdindex.lock import WriterLock, lock_path, read_holder
-from mdindex.pipeline import Planner, Summary, check_roots, public
-from mdindex.runtime import make_indexer, make_pipeline, make_sink, setup_logging, state_path
+from mdindex.models import Document
+from mdindex.planning import DocWork, public
+from mdindex.runtime import make_indexer, make_models, make_store, setup_logging
+from mdindex.status import offline_status
+from mdindex.sync import Hooks, Summary, search
+from mdindex.verify import verify
 
 log = logging.getLogger("mdindex")
 
@@ -68,52 +74,65 @@ def _common(parser: argparse.ArgumentParser, roots: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # No abbreviations: `--mode` must fail, not silently mean `--model`.
     parser = argparse.ArgumentParser(
-        prog="mdindex", description="Keep a Qdrant vector index identical to folders of markdown."
+        prog="mdindex",
+        description="Keep a Qdrant vector index identical to folders of markdown.",
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"mdindex {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("backfill", help="make the collection equal to the files, once")
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, allow_abbrev=False)
+
+    p = command("backfill", "make the collection equal to the files, once")
     _common(p, roots=True)
     p.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
     p.add_argument("--no-prune", action="store_true", help="keep points of files that are gone")
     p.add_argument("--force", action="store_true", help="prune even when the guard would refuse")
     p.add_argument(
         "--ray",
-        nargs="?",
-        const="",
-        metavar="ADDRESS",
-        help="read, chunk and embed on a Ray cluster (a local one without ADDRESS); "
+        action="store_true",
+        help="read, chunk and embed on a Ray cluster (a local one unless --ray-address); "
         "needs the ray extra",
     )
+    p.add_argument("--ray-address", metavar="ADDRESS", help="the Ray cluster for --ray")
     p.set_defaults(func=cmd_backfill)
 
-    p = sub.add_parser("watch", help="reconcile, then follow file events until stopped")
+    p = command("watch", "reconcile, then follow file events until stopped")
     _common(p, roots=True)
     p.set_defaults(func=cmd_watch)
 
-    p = sub.add_parser("search", help="nearest chunks to a query")
+    p = command("search", "nearest chunks to a query")
     _common(p, roots=False)
     p.add_argument("query", metavar="QUERY")
     p.add_argument("-k", type=int, default=5, help="number of hits (default 5)")
     p.set_defaults(func=cmd_search)
 
-    p = sub.add_parser("chunk", help="show the chunks of one file; embeds and writes nothing")
+    p = command("chunk", "show the chunks of one file; embeds and writes nothing")
     _common(p, roots=False)
     p.add_argument("file", type=Path, metavar="FILE")
     p.set_defaults(func=cmd_chunk)
 
-    p = sub.add_parser("status", help="collection, model, counts and last sync")
+    p = command("status", "how fresh the index is: phase, coverage, failures, queue")
     _common(p, roots=True)
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="return once every change made before the call is searchable (exit 4 at the timeout)",
+    )
+    p.add_argument(
+        "--timeout", type=_seconds, default=60.0, metavar="S", help="for --wait (default 60)"
+    )
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("verify", help="compare the collection with the files")
+    p = command("verify", "compare the collection with the files")
     _common(p, roots=True)
     p.add_argument("--repair", action="store_true", help="fix missing, stale and duplicate points")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("migrate", help="copy the collection, vectors included, to another store")
+    p = command("migrate", "copy the collection, vectors included, to another store")
     _common(p, roots=False)
     p.add_argument(
         "--to",
@@ -125,21 +144,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or not 0 <= value <= MAX_WAIT_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is not 0 to {MAX_WAIT_S:.0f} seconds")
+    return value
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
-    keys = (
-        "collection",
-        "qdrant_path",
-        "qdrant_url",
-        "store",
-        "strategy",
-        "state_dir",
-        "model",
-        "log_level",
-    )
-    overrides: dict[str, Any] = {k: getattr(args, k, None) for k in keys}
-    roots = getattr(args, "roots", None)
-    if roots:
-        overrides["roots"] = list(roots)
+    """Flags whose names are settings keys override them; an empty ROOT list does not."""
+    overrides: dict[str, Any] = {
+        k: v for k, v in vars(args).items() if k in Settings.model_fields and v not in (None, [])
+    }
     return load_settings(overrides, args.config)
 
 
@@ -156,21 +172,24 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 
 def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
-    check_roots(settings.root_list())
-    daemon = find_daemon(settings, required=False) if args.ray is None else None
+    settings.require_roots()
+    if args.ray_address and not args.ray:
+        raise ConfigError("--ray-address: give --ray too")
+    daemon = find_daemon(settings, required=False) if not args.ray else None
     if daemon is not None:
         return _backfill_through_daemon(args, daemon)
-    with WriterLock(settings.state_dir, settings.collection, "backfill"):
-        indexer = make_indexer(settings)
-        bar = _progress(args)
-        if bar is not None:
-            indexer.on_progress = lambda n: bar.update(1)
-        try:
-            if args.ray is not None and not args.dry_run:
+    bar = _progress(args)
+    hooks = Hooks(on_progress=(lambda n: bar.update(1)) if bar is not None else None)
+    try:
+        with (
+            WriterLock(settings.state_dir, settings.collection, "backfill"),
+            make_indexer(settings, hooks=hooks) as indexer,
+        ):
+            if args.ray and not args.dry_run:
                 from mdindex import distributed
 
                 summary = distributed.backfill(
-                    indexer, args.ray or None, prune=not args.no_prune, force=args.force
+                    indexer, args.ray_address, prune=not args.no_prune, force=args.force
                 )
             else:
                 summary = indexer.backfill(
@@ -178,11 +197,9 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
                 )
             if not args.dry_run:
                 indexer.settle()
-        finally:
-            if bar is not None:
-                bar.close()
-            indexer.finish()
-            indexer.state.close()
+    finally:
+        if bar is not None:
+            bar.close()
     emit(args, summary.as_dict(), summary.line())
     for err in summary.errors if not args.json else []:
         print(f"  failed: {err['root']}:{err['path']}: {err['reason']}", file=sys.stderr)
@@ -213,7 +230,7 @@ def _progress(args: argparse.Namespace) -> Any:
 def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
     from mdindex.daemon.service import run_daemon
 
-    check_roots(settings.root_list())
+    settings.require_roots()
     return run_daemon(settings)
 
 
@@ -225,9 +242,9 @@ class DaemonClient:
     url: str
     token: str
 
-    def ask(self, path: str, post: bool = False) -> Any:
+    def ask(self, path: str, post: bool = False, timeout: float | None = None) -> Any:
         """GET (or POST, for a reconcile that may run for hours) one endpoint."""
-        timeout = 24 * 3600 if post else 30
+        timeout = timeout or (24 * 3600 if post else 30)
         conn: http.client.HTTPConnection
         if self.socket:
             conn = _UnixConnection(self.socket, timeout)
@@ -307,7 +324,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     if daemon is not None:
         hits = daemon.ask("/search?" + urllib.parse.urlencode({"q": args.query, "k": args.k}))
     else:
-        hits = search(settings, args.query, args.k)
+        hits = search_offline(settings, args.query, args.k)
     lines = []
     for hit in hits:
         where = f"{hit.get('doc_path')}:{hit.get('line_start')}-{hit.get('line_end')}"
@@ -320,40 +337,40 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-def search(settings: Settings, query: str, k: int) -> list[dict[str, Any]]:
-    pipeline = make_pipeline(settings)
-    sink = make_sink(settings)
+def search_offline(settings: Settings, query: str, k: int) -> list[dict[str, Any]]:
+    """Search without a daemon: the model and the store, opened here."""
+    models = make_models(settings)
+    store = make_store(settings)
     try:
-        if not sink.open().exists():
-            return []
-        vector = pipeline.embedder.embed([query])[0]
-        return [{"score": h.score, **public(h.payload)} for h in sink.search(vector.tolist(), k)]
+        store.open()
+        return search(models.embedder, store, query, k)
     finally:
-        sink.close()
+        store.close()
 
 
 def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:
-    pipeline = make_pipeline(settings)
-    path: Path = args.file
-    rel, root = path.name, path.resolve().parent.name or "root"
+    models = make_models(settings)
+    path: Path = args.file.absolute()
+    root = Root(path.parent.resolve().name or "root", path.parent)
     for r in settings.root_list():
-        try:
-            rel = path.resolve().relative_to(r.path.resolve()).as_posix()
-            root = r.label
+        if path.resolve().is_relative_to(r.path.resolve()):
+            root = Root(r.label, r.path.resolve())
             break
-        except ValueError:
-            continue
-    planner = Planner(settings, pipeline.info, pipeline.counter, pipeline.chunker)
-    try:
-        text = decode(read_bytes(path, settings.max_file_bytes))
-    except InputError as exc:
-        log.error("%s: %s", path, exc)
+    rel = path.resolve().relative_to(root.path.resolve()).as_posix()
+    accept = lambda _rel: True  # noqa: E731  # the file named is shown, whatever the globs say
+    ref = stat_file(root, rel, accept, follow_symlinks=True)
+    if ref is None:
+        ref = Failure(root.label, rel, "no such file")
+    doc = models.planner.read(ref) if not isinstance(ref, Failure) else ref
+    work: DocWork | Failure | None = doc if isinstance(doc, Failure) else None
+    if isinstance(doc, Document) and not isinstance(ref, Failure):
+        for warning in doc.warnings:
+            log.warning("%s: %s", path, warning)
+        [work] = models.planner.plan([(ref, doc)])
+    if not isinstance(work, DocWork):
+        log.error("%s: %s", path, work.reason if isinstance(work, Failure) else "unreadable")
         return EXIT_PARTIAL
-    doc = planner.parse(rel, text)
-    for warning in doc.warnings:
-        log.warning("%s: %s", path, warning)
-    planned = planner.plan_points(root, rel, doc, pipeline.chunker.chunk(doc))
-    payloads = [public(p.payload) for p in planned]
+    payloads = [public(p.payload) for p in work.points]
     text_out = "\n".join(
         f"[{p['chunk_index']}] lines {p['line_start']}-{p['line_end']} chars {p['char_start']}-"
         f"{p['char_end']} tokens {p['token_count']}  "
@@ -372,44 +389,37 @@ def _indent(text: str, limit: int = 400) -> str:
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     daemon = find_daemon(settings)
-    data = daemon.ask("/status") if daemon is not None else status(settings)
-    text = "\n".join(f"{k}: {v}" for k, v in data.items())
-    emit(args, data, text)
+    if daemon is None:
+        data = offline_status(settings)
+    elif args.wait:
+        query = urllib.parse.urlencode({"wait": 1, "timeout": args.timeout})
+        data = daemon.ask(f"/status?{query}", timeout=args.timeout + 30)
+    else:
+        data = daemon.ask("/status")
+    emit(args, data, _status_text(data))
+    if args.wait and not data["caught_up"]:
+        return EXIT_PENDING
     return EXIT_OK
 
 
-def status(settings: Settings) -> dict[str, Any]:
-    from mdindex.state import State
-
-    sink = make_sink(settings)
-    state = State(state_path(settings))
-    try:
-        points = sink.open().count()
-        return {
-            "collection": settings.collection,
-            "store": sink.where,
-            **sink.describe(),
-            "model": settings.model,
-            "strategy": settings.strategy,
-            "documents": state.doc_count(),
-            "points": points,
-            "last_sync": state.get("last_sync"),
-            "daemon": False,
-        }
-    finally:
-        sink.close()
-        state.close()
+def _status_text(data: dict[str, Any]) -> str:
+    lines = []
+    for key, value in data.items():
+        if key == "failed" and isinstance(value, list):
+            lines.append(f"failed: {len(value)}")
+            lines.extend(f"  {f['root']}:{f['path']}: {f['reason']}" for f in value[:50])
+        else:
+            lines.append(f"{key}: {value}")
+    return "\n".join(lines)
 
 
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
-    check_roots(settings.root_list())
-    with WriterLock(settings.state_dir, settings.collection, "verify"):
-        indexer = make_indexer(settings)
-        try:
-            report = indexer.verify(repair=args.repair)
-        finally:
-            indexer.finish()
-            indexer.state.close()
+    settings.require_roots()
+    with (
+        WriterLock(settings.state_dir, settings.collection, "verify"),
+        make_indexer(settings) as indexer,
+    ):
+        report = verify(indexer, repair=args.repair)
     data = report.as_dict()
     lines = [
         f"missing: {len(report.missing)}, stale: {len(report.stale)}, "

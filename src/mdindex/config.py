@@ -11,11 +11,12 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
@@ -47,13 +48,6 @@ def _default_state_dir() -> Path:
     if os.environ.get("STATE_DIRECTORY"):
         return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "mdindex"
-
-
-def _default_cache_dir() -> Path:
-    if os.environ.get("CACHE_DIRECTORY"):
-        return Path(os.environ["CACHE_DIRECTORY"].split(":")[0])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "mdindex"
 
 
@@ -93,7 +87,7 @@ class Settings(BaseSettings):
         extra="forbid",
         validate_default=True,
     )
-    _toml_file: ClassVar[Path | None] = None
+    _roots: list[Root] = PrivateAttr(default_factory=list)  # parsed and checked once
 
     roots: StrList = Field(default_factory=list)
     collection: str = "mdindex"
@@ -113,7 +107,6 @@ class Settings(BaseSettings):
     edge_index_min_points: int = Field(default=50_000, ge=0)
     strategy: Literal["heading", "token", "semantic"] = "heading"
     state_dir: Path = Field(default_factory=_default_state_dir)
-    cache_dir: Path = Field(default_factory=_default_cache_dir)
 
     model: str = DEFAULT_MODEL
     device: str = "auto"
@@ -185,6 +178,7 @@ class Settings(BaseSettings):
                 f"write_consistency_factor ({consistency}) cannot exceed "
                 f"replication_factor ({replicas})"
             )
+        self._roots = _parse_roots(self.roots)
         return self
 
     @classmethod
@@ -196,37 +190,21 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        if cls._toml_file is not None:
-            sources.append(_TomlSource(settings_cls, cls._toml_file))
-        return tuple(sources)
+        return (init_settings, env_settings)
 
     # -- derived values -------------------------------------------------
 
     def root_list(self) -> list[Root]:
-        roots: list[Root] = []
-        for item in self.roots:
-            label, sep, path = item.partition("=")
-            if not sep or not _LABEL.match(label):
-                path = item
-                label = Path(item).resolve().name or "root"
-            roots.append(Root(label, Path(path).expanduser()))
-        labels = [r.label for r in roots]
-        dupes = sorted({x for x in labels if labels.count(x) > 1})
-        if dupes:
-            raise ConfigError(f"roots: label {dupes[0]!r} is used twice; name them as label=path")
-        # A file under two roots would be two documents, and a watch event would
-        # update only one of them: overlapping roots are refused.
-        resolved = [(r, r.path.resolve()) for r in roots]
-        for i, (a, pa) in enumerate(resolved):
-            for b, pb in resolved[i + 1 :]:
-                if pa.is_relative_to(pb) or pb.is_relative_to(pa):
-                    raise ConfigError(
-                        f"roots: {a.label}={a.path} and {b.label}={b.path} overlap; "
-                        "give folders that do not contain each other (use exclude to leave "
-                        "a subfolder out)"
-                    )
-        return roots
+        """The roots as (label, folder), parsed and checked when the settings were made."""
+        return list(self._roots)
+
+    def require_roots(self) -> list[Root]:
+        """The roots, for a command that indexes: at least one."""
+        if not self._roots:
+            raise ConfigError(
+                "roots: no folder to index; give ROOT arguments or set roots in the config"
+            )
+        return self.root_list()
 
     @property
     def store_path(self) -> Path:
@@ -236,16 +214,30 @@ class Settings(BaseSettings):
         return self.state_dir / ("edge" if self.store == "edge" else "qdrant")
 
 
-class _TomlSource(PydanticBaseSettingsSource):
-    def __init__(self, settings_cls: type[BaseSettings], path: Path) -> None:
-        super().__init__(settings_cls)
-        self.data = read_toml(path)
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return self.data.get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(self.data)
+def _parse_roots(items: list[str]) -> list[Root]:
+    roots: list[Root] = []
+    for item in items:
+        label, sep, path = item.partition("=")
+        if not sep or not _LABEL.match(label):
+            path = item
+            label = Path(item).resolve().name or "root"
+        roots.append(Root(label, Path(path).expanduser()))
+    labels = [r.label for r in roots]
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    if dupes:
+        raise ValueError(f"roots: label {dupes[0]!r} is used twice; name them as label=path")
+    # A file under two roots would be two documents, and a watch event would
+    # update only one of them: overlapping roots are refused.
+    resolved = [(r, r.path.resolve()) for r in roots]
+    for i, (a, pa) in enumerate(resolved):
+        for b, pb in resolved[i + 1 :]:
+            if pa.is_relative_to(pb) or pb.is_relative_to(pa):
+                raise ValueError(
+                    f"roots: {a.label}={a.path} and {b.label}={b.path} overlap; "
+                    "give folders that do not contain each other (use exclude to leave "
+                    "a subfolder out)"
+                )
+    return roots
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -278,13 +270,14 @@ def load_settings(overrides: dict[str, Any] | None = None, config: Path | None =
     if config is None and os.environ.get("MDINDEX_CONFIG"):
         config = Path(os.environ["MDINDEX_CONFIG"])
     cli = {k: v for k, v in (overrides or {}).items() if v is not None}
-    Settings._toml_file = config
+    # flag > environment > file: the file's values go in under the environment's.
+    values = read_toml(config) if config is not None else {}
+    values |= EnvSettingsSource(Settings)()
+    values |= cli
     try:
-        return Settings(**cli)
+        return Settings(**values)
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc)) from exc
-    finally:
-        Settings._toml_file = None
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -294,6 +287,8 @@ def describe_validation_error(exc: ValidationError) -> str:
         valid = ", ".join(sorted(Settings.model_fields))
         return f"{key}: unknown key; remove it (valid keys: {valid})"
     msg = err["msg"].removeprefix("Value error, ")
+    if not err["loc"] and re.match(r"^[a-z_]+: ", msg):
+        return msg  # a check across fields that names its own key
     got = err.get("input")
     shown = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
     return f"{key}: {msg}{shown}"

@@ -32,20 +32,10 @@ import numpy as np
 
 from mdindex.config import Settings
 from mdindex.errors import ConfigError
-from mdindex.files import FileRef
-from mdindex.pipeline import (
-    DocWork,
-    Indexer,
-    Planned,
-    Planner,
-    Summary,
-    chunk_each,
-    now_iso,
-    read_document,
-    reusable_vectors,
-)
-from mdindex.sinks import Point
-from mdindex.state import DocRow
+from mdindex.files import Failure, FileRef
+from mdindex.models import Document
+from mdindex.planning import DocWork, Planned, now_iso
+from mdindex.sync import Changes, Indexer, Summary, reusable_vectors
 
 log = logging.getLogger(__name__)
 
@@ -60,21 +50,18 @@ EmbedderFactory = Callable[[Settings], Any]
 
 def real_embedder(settings: Settings) -> Any:
     """One model per embedding actor, on the GPU Ray gave it, if any."""
-    from mdindex.runtime import make_pipeline
+    from mdindex.runtime import make_models
 
-    return make_pipeline(settings).embedder
+    return make_models(settings).embedder
 
 
 class _Chunk:
     """Reads, parses and chunks documents, and plans their points (a Ray actor)."""
 
     def __init__(self, settings: Settings) -> None:
-        from mdindex.runtime import make_pipeline
+        from mdindex.runtime import make_models
 
-        p = make_pipeline(settings)
-        self.settings = settings
-        self.chunker = p.chunker
-        self.planner = Planner(settings, p.info, p.counter, p.chunker)
+        self.planner = make_models(settings).planner
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         marker = os.environ.get(KILL_ONCE_ENV)
@@ -84,30 +71,28 @@ class _Chunk:
         rows = [
             dict(zip(batch, values, strict=True)) for values in zip(*batch.values(), strict=True)
         ]
+        # reason: why the file failed ("" when it did not); unchanged: touched only
         out: dict[str, list[Any]] = {
-            k: [] for k in ("root", "rel", "status", "reason", "doc_hash", "points")
+            k: [] for k in ("root", "rel", "reason", "unchanged", "doc_hash", "points")
         }
-        docs = []
+        loaded: list[tuple[FileRef, Document]] = []
+        results: list[Document | Failure | None] = []
         for row in rows:
-            doc, reason = read_document(self.planner, FileRef.from_row(row), str(row["old_hash"]))
-            docs.append(doc)
+            ref = FileRef.from_row(row)
+            result = self.planner.read(ref, str(row["old_hash"]))
+            results.append(result)
+            if isinstance(result, Document):
+                loaded.append((ref, result))
+        planned = iter(self.planner.plan(loaded))
+        for row, result in zip(rows, results, strict=True):
+            item = next(planned) if isinstance(result, Document) else result
             out["root"].append(row["root"])
             out["rel"].append(row["rel"])
-            out["status"].append("failed" if reason else "unchanged" if doc is None else "ok")
-            out["reason"].append(reason)
-        loaded = [d for d in docs if d is not None]
-        chunks_of = chunk_each(self.chunker, loaded, self.settings.file_time_budget_s)
-        chunked = dict(zip(map(id, loaded), chunks_of, strict=True))
-        for i, doc in enumerate(docs):
-            points: list[dict[str, Any]] = []
-            if doc is not None:
-                chunks = chunked[id(doc)]
-                if isinstance(chunks, str):
-                    out["status"][i], out["reason"][i] = "failed", chunks
-                else:
-                    planned = self.planner.plan_points(rows[i]["root"], rows[i]["rel"], doc, chunks)
-                    points = [dataclasses.asdict(p) for p in planned]
-            out["doc_hash"].append(doc.doc_hash if doc is not None else "")
+            out["reason"].append(item.reason if isinstance(item, Failure) else "")
+            out["unchanged"].append(item is None)
+            work = item if isinstance(item, DocWork) else None
+            out["doc_hash"].append(work.doc_hash if work else "")
+            points = [dataclasses.asdict(p) for p in work.points] if work else []
             out["points"].append(json.dumps(points, ensure_ascii=False))
         return out
 
@@ -176,20 +161,19 @@ class _Write:
     rename). A document it cannot complete is left to the driver."""
 
     def __init__(self, settings: Settings, donors: dict[str, str]) -> None:
-        from mdindex.runtime import make_sink
+        from mdindex.runtime import make_store
 
-        self.sink = make_sink(settings)
-        self.sink.open()
+        self.store = make_store(settings)
+        self.store.open()
         self.donors = donors
 
     def close(self) -> None:
-        self.sink.close()
+        self.store.close()
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         stamp = now_iso()
         written = [
-            str(batch["status"][i]) == "ok" and self._write(batch, i, stamp)
-            for i in range(len(batch["rel"]))
+            _planned(batch, i) and self._write(batch, i, stamp) for i in range(len(batch["rel"]))
         ]
         # The driver needs vectors only for what it must write itself.
         vectors = [b"" if w else batch["vectors"][i] for i, w in enumerate(written)]
@@ -202,40 +186,34 @@ class _Write:
         if missing:
             wanted = {p.id: p.vector_key for p in planned if p.vector_key in missing}
             wanted |= {self.donors[k]: k for k in missing if k in self.donors}
-            vectors = reusable_vectors(self.sink, wanted) | vectors
+            vectors = reusable_vectors(self.store, wanted) | vectors
         if any(p.vector_key not in vectors for p in planned):
             return False
-        self.sink.upsert(
-            [
-                Point(p.id, vectors[p.vector_key], {**p.payload, "indexed_at": stamp})
-                for p in planned
-            ]
-        )
+        self.store.upsert([p.point(vectors[p.vector_key], stamp) for p in planned])
         return True
 
 
-def work_items(
-    indexer: Indexer, candidates: list[FileRef], rows: dict[tuple[str, str], DocRow]
-) -> list[dict[str, str]]:
+def _planned(batch: dict[str, Any], i: int) -> bool:
+    """Whether row ``i`` came out of chunking with points to write."""
+    return not batch["reason"][i] and not batch["unchanged"][i]
+
+
+def work_items(indexer: Indexer, changes: Changes) -> list[dict[str, str]]:
     """One row per candidate file; its old hash lets a worker skip a file only touched."""
-    return [{**f.as_row(), "old_hash": indexer.known_hash(rows.get(f.key))} for f in candidates]
+    return [{**f.as_row(), "old_hash": indexer.known_hash(f, changes.rows)} for f in changes.files]
 
 
 def ray_runner(
     indexer: Indexer, factory: EmbedderFactory, embed_actors: int, gpus_per_actor: float
-) -> Callable[..., None]:
+) -> Callable[[Changes, Summary], None]:
     """The sync step of a backfill, run on Ray; the driver writes what comes back."""
 
-    def run(
-        candidates: list[FileRef],
-        deleted: list[tuple[str, str]],
-        summary: Summary,
-        rows: dict[tuple[str, str], DocRow],
-    ) -> None:
+    def run(changes: Changes, summary: Summary) -> None:
         import ray
 
+        candidates = changes.files
         if candidates:
-            items = work_items(indexer, candidates, rows)
+            items = work_items(indexer, changes)
             cpus = float(_resources().get("CPU", 1))
             # Chunking is a few percent of the work; embedding gets the rest of the CPUs
             # (or a GPU each).
@@ -251,14 +229,13 @@ def ray_runner(
                 compute=ray.data.ActorPoolStrategy(min_size=1, max_size=max(1, int(cpus))),
                 num_cpus=chunk_cpus,
             )
-            donors = indexer.state.vector_donors()
-            known = set(donors)
+            donors = indexer.vector_donors()
             ds = ds.map_batches(
                 _Embed,
                 fn_constructor_kwargs={
                     "settings": indexer.settings,
                     "factory": factory,
-                    "known": known,
+                    "known": set(donors),
                     "threads": max(1, round(embed_cpus)),
                 },
                 batch_size=EMBED_BATCH,
@@ -270,7 +247,7 @@ def ray_runner(
                 # A server takes writes from every worker. Until the driver commits a
                 # document, its point IDs are known only to the store: mark them in
                 # flight, so a crash leaves them findable (Indexer._recover_inflight).
-                indexer.state.mark_inflight(f.key for f in candidates)
+                indexer.mark_inflight(f.key for f in candidates)
                 ds = ds.map_batches(
                     _Write,
                     fn_constructor_kwargs={"settings": indexer.settings, "donors": donors},
@@ -281,7 +258,7 @@ def ray_runner(
             refs = {f.key: f for f in candidates}
             for batch in ds.iter_batches(batch_size=EMBED_BATCH, batch_format="numpy"):
                 write_batch(indexer, batch, refs, summary)
-        indexer.delete_docs(list(deleted), summary)
+        indexer.delete_docs(changes.deleted, summary)
 
     return run
 
@@ -307,12 +284,11 @@ def write_batch(
     written = batch.get("written")
     for i in range(len(batch["rel"])):
         ref = refs[(str(batch["root"][i]), str(batch["rel"][i]))]
-        status = str(batch["status"][i])
-        if status == "failed":
-            summary.fail(ref.root, ref.rel, str(batch["reason"][i]))
+        if batch["reason"][i]:
+            summary.fail(Failure(ref.root, ref.rel, str(batch["reason"][i])))
             continue
-        if status == "unchanged":  # touched, not changed
-            indexer.state.touch(ref.root, ref.rel, ref.size, ref.mtime_ns)
+        if batch["unchanged"][i]:  # touched, not changed
+            indexer.touch(ref)
             summary.files_unchanged += 1
             continue
         work = DocWork(
@@ -325,7 +301,7 @@ def write_batch(
             vectors.update(_row_vectors(batch, i))
     indexer.write_docs(done, {}, summary, prewritten=True)
     indexer.write_docs(todo, vectors, summary)
-    indexer.state.clear_inflight(
+    indexer.clear_inflight(
         (str(r), str(p)) for r, p in zip(batch["root"], batch["rel"], strict=True)
     )
 

@@ -280,7 +280,7 @@ def _fill_gaps(text: str, body_start: int, blocks: list[Block]) -> list[Block]:
     return out
 
 
-def document_url(base_url: str, url_style: str, rel_path: str, fm_url: str) -> str:
+def document_url(base_url: str, url_style: str, rel: str, fm_url: str) -> str:
     base = base_url.rstrip("/")
     if fm_url:
         if re.match(r"^[a-z][a-z0-9+.-]*://", fm_url, re.IGNORECASE) or not base:
@@ -288,7 +288,7 @@ def document_url(base_url: str, url_style: str, rel_path: str, fm_url: str) -> s
         return f"{base}/{fm_url.lstrip('/')}"
     if not base:
         return ""
-    path = PurePosixPath(rel_path)
+    path = PurePosixPath(rel)
     if url_style == "path":
         mapped = str(path)
     else:
@@ -304,7 +304,7 @@ def document_url(base_url: str, url_style: str, rel_path: str, fm_url: str) -> s
 
 def parse_document(
     text: str,
-    rel_path: str,
+    rel: str,
     *,
     base_url: str = "",
     url_style: str = "pretty",
@@ -317,8 +317,8 @@ def parse_document(
     fm_url = meta.pop("url", None)
     h1 = next((h.text for h in headings if h.level == 1), None)
     title = fm_title.strip() if isinstance(fm_title, str) and fm_title.strip() else None
-    title = title or h1 or PurePosixPath(rel_path).stem
-    url = document_url(base_url, url_style, rel_path, fm_url if isinstance(fm_url, str) else "")
+    title = title or h1 or PurePosixPath(rel).stem
+    url = document_url(base_url, url_style, rel, fm_url if isinstance(fm_url, str) else "")
     return Document(
         text=text,
         body_start=body_start,

@@ -89,11 +89,16 @@ def pick_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-class VectorFn(Protocol):
-    """What the sync core needs from an embedder; tests pass a tiny deterministic one."""
+class Embedder(Protocol):
+    """What the sync core and the semantic chunker need from an embedder; tests
+    pass a tiny deterministic one."""
 
     @property
     def dimension(self) -> int: ...
+
+    def load(self) -> None:
+        """Load the model now rather than on the first call (a daemon starts with it)."""
+        ...
 
     def embed(
         self, texts: Sequence[str], token_ids: Sequence[list[int] | None] | None = None
@@ -128,7 +133,7 @@ def pick_precision(precision: str, device: str) -> str:
     return "fp32"
 
 
-class Embedder:
+class ModelEmbedder:
     """Embeds texts into L2-normalised float32 vectors; the model loads on first use.
 
     ``precision`` is how the model computes, not what it returns: fp32, bf16
@@ -206,8 +211,8 @@ class Embedder:
             raise EmbeddingError(f"model {self.info.name} does not report its vector size")
         return int(dim)
 
-    def __call__(self, texts: Sequence[str]) -> NDArray[np.float32]:
-        return self.embed(texts)
+    def load(self) -> None:
+        self.model()
 
     def embed(
         self, texts: Sequence[str], token_ids: Sequence[list[int] | None] | None = None

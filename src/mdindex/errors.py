@@ -28,6 +28,7 @@ EXIT_PARTIAL = 1
 EXIT_USAGE = 2
 EXIT_STORE = 3
 EXIT_DRIFT = 4
+EXIT_PENDING = EXIT_DRIFT  # `status --wait`: changes still pending at the timeout
 
 
 class MdindexError(Exception):

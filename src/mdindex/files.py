@@ -7,7 +7,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -55,13 +55,13 @@ class PathFilter:
         self.include = [glob_regex(p) for p in include]
         self.exclude = [glob_regex(p) for p in exclude]
 
-    def __call__(self, rel_path: str) -> bool:
-        parts = rel_path.split("/")
+    def __call__(self, rel: str) -> bool:
+        parts = rel.split("/")
         if any(p.startswith(".") or p == "" for p in parts):
             return False
-        if not any(r.match(rel_path) for r in self.include):
+        if not any(r.match(rel) for r in self.include):
             return False
-        return not any(r.match(rel_path) for r in self.exclude)
+        return not any(r.match(rel) for r in self.exclude)
 
     def may_contain(self, rel_dir: str) -> bool:
         """Whether a folder can hold documents at all (hidden folders cannot)."""
@@ -125,11 +125,43 @@ RACY_WINDOW_NS = 2_000_000_000
 
 
 @dataclass(frozen=True, slots=True)
-class ScanError:
-    root: str
+class Failure:
+    """A file (or folder) that could not be indexed, and why: the one record of a
+    failure, from the scan, the reader, the chunker or a Ray worker."""
+
+    root: str  # root label
     rel: str
     reason: str
     folder: bool = False  # a folder that could not be listed: covers everything below it
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.root, self.rel
+
+
+# Recorded instead of the mtime of a file modified too close to its stat: no
+# file has it, so the next run reads and hashes the file instead of trusting it.
+UNTRUSTED_MTIME = -1
+
+
+def trusted_mtime(ref: FileRef) -> int:
+    """The mtime to record for the fast path (racy-git rule, see FileRef.racy)."""
+    return UNTRUSTED_MTIME if ref.racy else ref.mtime_ns
+
+
+def locate(roots: Sequence[Root], path: str) -> tuple[Root, str] | None:
+    """The root holding an absolute path, and the path relative to it."""
+    p = Path(path)
+    for root in roots:
+        try:
+            rel = p.relative_to(root.path)
+        except ValueError:
+            try:
+                rel = p.relative_to(root.path.resolve())
+            except ValueError:
+                continue
+        return root, rel.as_posix() if str(rel) != "." else ""
+    return None
 
 
 def under_failed_folder(key: tuple[str, str], folders: Sequence[tuple[str, str]]) -> bool:
@@ -160,8 +192,8 @@ def _rel_name(rel: str) -> str | None:
 
 
 def stat_file(
-    root: Root, rel: str, accept: PathFilter, follow_symlinks: bool, root_dir: str = ""
-) -> FileRef | ScanError | None:
+    root: Root, rel: str, accept: Callable[[str], bool], follow_symlinks: bool, root_dir: str = ""
+) -> FileRef | Failure | None:
     """Check one candidate path; None when a rule skips it silently. ``root_dir``
     is the root resolved, when the caller has it (a scan resolves it once)."""
     if not accept(rel):
@@ -172,9 +204,9 @@ def stat_file(
     except FileNotFoundError:
         return None
     except OSError as exc:
-        return ScanError(root.label, rel, f"cannot stat: {exc.strerror}")
+        return Failure(root.label, rel, f"cannot stat: {exc.strerror}")
     if _rel_name(rel) is None:
-        return ScanError(root.label, printable(rel), "file name is not valid UTF-8")
+        return Failure(root.label, printable(rel), "file name is not valid UTF-8")
     st = lst
     if stat.S_ISLNK(lst.st_mode):
         if not follow_symlinks:
@@ -184,15 +216,15 @@ def stat_file(
             target = path.resolve(strict=True)
             st = target.stat()
         except RuntimeError:
-            return ScanError(root.label, rel, "symlink loop")
+            return Failure(root.label, rel, "symlink loop")
         except OSError as exc:
             if exc.errno == 40:
-                return ScanError(root.label, rel, "symlink loop")
-            return ScanError(root.label, rel, "dangling symlink")
+                return Failure(root.label, rel, "symlink loop")
+            return Failure(root.label, rel, "dangling symlink")
         if not target.is_relative_to(root_dir or root.path.resolve()):
-            return ScanError(root.label, rel, "symlink points outside its root; not followed")
+            return Failure(root.label, rel, "symlink points outside its root; not followed")
     if not stat.S_ISREG(st.st_mode):
-        return ScanError(root.label, rel, "not a regular file")
+        return Failure(root.label, rel, "not a regular file")
     return FileRef(
         root.label,
         rel,
@@ -209,8 +241,9 @@ def stat_file(
 
 def scan(
     root: Root, accept: PathFilter, follow_symlinks: bool = False, under: str = ""
-) -> Iterator[FileRef | ScanError]:
-    """Every document below ``root`` (or below its subfolder ``under``), in sorted order."""
+) -> Iterator[FileRef | Failure]:
+    """Every document below ``root`` (or below its subfolder ``under``): a folder's
+    files by name, then its subfolders by name."""
     base = root.path.resolve()
     seen_dirs: set[tuple[int, int]] = set()
     stack = [under.strip("/")]
@@ -228,7 +261,7 @@ def scan(
             continue
         except OSError as exc:
             reason = f"cannot list folder: {exc.strerror}; its documents are kept"
-            yield ScanError(root.label, rel_dir or ".", reason, folder=True)
+            yield Failure(root.label, rel_dir or ".", reason, folder=True)
             continue
         subdirs: list[str] = []
         for entry in entries:
@@ -245,10 +278,10 @@ def scan(
                     try:
                         target = Path(entry.path).resolve(strict=True)
                     except (OSError, RuntimeError):
-                        yield ScanError(root.label, rel, "symlink loop")
+                        yield Failure(root.label, rel, "symlink loop")
                         continue
                     if not target.is_relative_to(base):
-                        yield ScanError(
+                        yield Failure(
                             root.label, rel, "symlink points outside its root; not followed"
                         )
                         continue

@@ -25,6 +25,16 @@ def lock_path(state_dir: Path, collection: str) -> Path:
     return state_dir / f"{collection}.lock"
 
 
+def _record(fd: int) -> dict[str, Any]:
+    """The holder's record in an open lock file: {} when it is empty or garbled."""
+    raw = os.pread(fd, 4096, 0)
+    try:
+        data = json.loads(raw.decode() or "{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def read_holder(path: Path) -> dict[str, Any] | None:
     """The holder's record if the lock is held right now, else None."""
     try:
@@ -35,12 +45,7 @@ def read_holder(path: Path) -> dict[str, Any] | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            raw = os.pread(fd, 4096, 0)
-            try:
-                data = json.loads(raw.decode() or "{}")
-            except ValueError:
-                data = {}
-            return data if isinstance(data, dict) else {}
+            return _record(fd)
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:
@@ -59,12 +64,8 @@ class WriterLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
-            raw = os.pread(fd, 4096, 0)
+            holder = _record(fd)
             os.close(fd)
-            try:
-                holder = json.loads(raw.decode() or "{}")
-            except ValueError:
-                holder = {}
             who = f"pid {holder.get('pid', '?')} ({holder.get('command', 'mdindex')})"
             raise LockError(
                 f"{self.path} is held by {who}; stop it first or use another --state-dir"

@@ -16,9 +16,10 @@ from typing import Any
 
 from mdindex.config import Settings
 from mdindex.errors import ConfigError, StoreError
-from mdindex.runtime import make_sink, state_path
-from mdindex.sinks import Point
+from mdindex.runtime import make_store, state_path
 from mdindex.state import State
+from mdindex.stores import Point
+from mdindex.sync import store_identity
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,8 @@ def target_settings(settings: Settings, to: str) -> Settings:
 
 def migrate(settings: Settings, to: str) -> MigrateReport:
     started = time.monotonic()
-    source = make_sink(settings)
-    target = make_sink(target_settings(settings, to))
+    source = make_store(settings)
+    target = make_store(target_settings(settings, to))
     if (source.where, source.collection) == (target.where, target.collection):
         raise ConfigError(f"--to: the collection is already in {target.where}")
     state = State(state_path(settings))
@@ -92,8 +93,7 @@ def migrate(settings: Settings, to: str) -> MigrateReport:
                 f"migration incomplete: target holds {held} points, source {wanted}; run it again"
             )
         target.settle()
-        state.put("store", f"{target.where}#{target.collection}")
-        state.put("store_signature", "")
+        state.adopt_store(store_identity(target))
         report = MigrateReport(
             source.where, target.where, copied, deleted, time.monotonic() - started
         )

@@ -1,4 +1,4 @@
-"""Small value types shared by the chunkers, the sync core and the sinks."""
+"""Small value types shared by the chunkers, the sync core and the stores."""
 
 from __future__ import annotations
 

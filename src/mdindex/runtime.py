@@ -11,11 +11,12 @@ from pathlib import Path
 
 from mdindex.chunking import Chunker
 from mdindex.config import Settings
-from mdindex.embedding import Embedder, ModelInfo, load_counter, resolve_model
-from mdindex.pipeline import Indexer
-from mdindex.sinks import EdgeSink, QdrantSink, Sink
-from mdindex.sinks.qdrant import ClusterSpec
+from mdindex.embedding import ModelEmbedder, ModelInfo, load_counter, resolve_model
+from mdindex.planning import Planner
 from mdindex.state import State
+from mdindex.stores import EdgeStore, QdrantStore, Store
+from mdindex.stores.qdrant import ClusterSpec
+from mdindex.sync import GROUP_CHARS, Hooks, Indexer
 from mdindex.tokens import TokenCounter
 
 API_KEY_ENV = "MDINDEX_QDRANT_API_KEY"
@@ -46,14 +47,14 @@ def cluster_spec(settings: Settings) -> ClusterSpec:
     )
 
 
-def make_sink(settings: Settings) -> Sink:
+def make_store(settings: Settings) -> Store:
     common = {
         "retry_budget_s": settings.retry_budget_s,
         "batch_points": settings.upsert_batch_points,
         "batch_bytes": settings.upsert_batch_bytes,
     }
     if settings.qdrant_url:
-        return QdrantSink(
+        return QdrantStore(
             settings.collection,
             url=settings.qdrant_url,
             api_key=api_key(),
@@ -63,30 +64,32 @@ def make_sink(settings: Settings) -> Sink:
             **common,  # type: ignore[arg-type]
         )
     if settings.store == "edge":
-        return EdgeSink(
+        return EdgeStore(
             settings.collection,
             path=settings.store_path / settings.collection,
             index_min_points=settings.edge_index_min_points,
             **common,  # type: ignore[arg-type]
         )
-    return QdrantSink(settings.collection, path=settings.store_path, **common)  # type: ignore[arg-type]
+    return QdrantStore(settings.collection, path=settings.store_path, **common)  # type: ignore[arg-type]
 
 
 @dataclass
-class Pipeline:
-    """The chunking half: enough for `mdindex chunk`, with no store or state."""
+class Models:
+    """The tokenizer, chunker and embedder the settings name, and the planner
+    over them: enough for `mdindex chunk`, with no store or state."""
 
     settings: Settings
     info: ModelInfo
     counter: TokenCounter
-    embedder: Embedder
+    embedder: ModelEmbedder
     chunker: Chunker
+    planner: Planner
 
 
-def make_pipeline(settings: Settings) -> Pipeline:
+def make_models(settings: Settings) -> Models:
     info = resolve_model(settings.model)
     counter = load_counter(info, settings.max_tokens)
-    embedder = Embedder(info, settings.device, settings.batch_size, settings.precision)
+    embedder = ModelEmbedder(info, settings.device, settings.batch_size, settings.precision)
     chunker = Chunker(
         counter,
         settings.strategy,
@@ -96,23 +99,30 @@ def make_pipeline(settings: Settings) -> Pipeline:
         min_sentences=settings.min_sentences,
         embed=embedder,
     )
-    return Pipeline(settings, info, counter, embedder, chunker)
+    planner = Planner(settings, info, counter, chunker)
+    return Models(settings, info, counter, embedder, chunker, planner)
 
 
 def state_path(settings: Settings) -> Path:
     return settings.state_dir / f"{settings.collection}.sqlite3"
 
 
-def make_indexer(settings: Settings, pipeline: Pipeline | None = None) -> Indexer:
-    p = pipeline or make_pipeline(settings)
+def make_indexer(
+    settings: Settings,
+    models: Models | None = None,
+    *,
+    hooks: Hooks | None = None,
+    group_chars: int = GROUP_CHARS,
+) -> Indexer:
+    m = models or make_models(settings)
     return Indexer(
         settings,
-        info=p.info,
-        counter=p.counter,
-        chunker=p.chunker,
-        embedder=p.embedder,
-        sink=make_sink(settings),
+        planner=m.planner,
+        embedder=m.embedder,
+        store=make_store(settings),
         state=State(state_path(settings)),
+        hooks=hooks,
+        group_chars=group_chars,
     )
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mdindex.errors import StateError
+from mdindex.files import Failure, printable
 from mdindex.lock import private_dir
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,12 @@ CREATE TABLE IF NOT EXISTS inflight (
     root TEXT NOT NULL, path TEXT NOT NULL, PRIMARY KEY (root, path)
 );
 CREATE INDEX IF NOT EXISTS points_vector ON points (vector_key);
+-- Files the last syncs could not index, for status (added without a schema
+-- bump: older states gain the empty table).
+CREATE TABLE IF NOT EXISTS failures (
+    root TEXT NOT NULL, path TEXT NOT NULL, reason TEXT NOT NULL, at TEXT NOT NULL,
+    PRIMARY KEY (root, path)
+);
 """
 
 
@@ -121,6 +128,12 @@ class State:
         with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
+    def adopt_store(self, identity: str) -> None:
+        """Describe another store from now on (after a migration copied everything
+        to it); its files are not known yet, so the next run checks it."""
+        self.put("store", identity)
+        self.put("store_signature", "")
+
     # -- documents -------------------------------------------------------
 
     def docs(self) -> dict[tuple[str, str], DocRow]:
@@ -160,17 +173,17 @@ class State:
         pending = self.db.execute(f"SELECT DISTINCT root, path FROM points WHERE {scope}", args)
         return rows.keys() | {(r, p) for r, p in pending}, rows
 
-    def touch(self, root: str, path: str, size: int, mtime_ns: int) -> None:
+    def touch(self, root: str, rel: str, size: int, mtime_ns: int) -> None:
         with self.transaction() as db:
             db.execute(
                 "UPDATE docs SET size=?, mtime_ns=? WHERE root=? AND path=?",
-                (size, mtime_ns, root, path),
+                (size, mtime_ns, root, rel),
             )
 
     # -- points ----------------------------------------------------------
 
-    def point_ids(self, root: str, path: str) -> set[str]:
-        rows = self.db.execute("SELECT id FROM points WHERE root=? AND path=?", (root, path))
+    def point_ids(self, root: str, rel: str) -> set[str]:
+        rows = self.db.execute("SELECT id FROM points WHERE root=? AND path=?", (root, rel))
         return {r[0] for r in rows}
 
     def point_counts(self) -> tuple[int, int]:
@@ -256,6 +269,24 @@ class State:
 
     def inflight(self) -> list[tuple[str, str]]:
         return [(r, p) for r, p in self.db.execute("SELECT root, path FROM inflight")]
+
+    def note_failures(
+        self, scope: Iterable[tuple[str, str]] | None, failures: Iterable[Failure], at: str
+    ) -> None:
+        """Forget the failures recorded for ``scope`` (None: all of them) and record these."""
+        with self.transaction() as db:
+            if scope is None:
+                db.execute("DELETE FROM failures")
+            else:
+                db.executemany("DELETE FROM failures WHERE root=? AND path=?", list(scope))
+            db.executemany(
+                "INSERT OR REPLACE INTO failures VALUES (?, ?, ?, ?)",
+                [(f.root, printable(f.rel), f.reason, at) for f in failures],
+            )
+
+    def failures(self) -> list[dict[str, str]]:
+        rows = self.db.execute("SELECT root, path, reason, at FROM failures ORDER BY root, path")
+        return [{"root": r, "path": p, "reason": why, "at": at} for r, p, why, at in rows]
 
     def invalidate_pending_docs(self) -> int:
         """Docs with pending points were interrupted mid-write: force them to resync."""

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from mdindex.chunking import Chunker
 from mdindex.document import decode, parse_document
-from mdindex.pipeline import Planner
+from mdindex.planning import Planner
 from tests.chunking.invariants import check
 from tests.conftest import TinyEmbedder, corpus_files, needs_corpus
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -66,7 +67,8 @@ def test_group_breaks_on_topic_change_min_sentences_and_limit() -> None:
 
 def test_non_finite_embeddings_raise(counter) -> None:
     doc = parse_document("One sentence. Another one.\n", "a.md")
-    chunker = Chunker(counter, "semantic", embed=lambda texts: np.full((len(texts), 4), np.nan))
+    nan = SimpleNamespace(embed=lambda texts: np.full((len(texts), 4), np.nan))
+    chunker = Chunker(counter, "semantic", embed=nan)  # type: ignore[arg-type]
     with pytest.raises(EmbeddingError, match="non-finite"):
         chunker.chunk(doc)
 
@@ -109,7 +111,7 @@ def test_the_url_bomb_is_linear(counter) -> None:
         finally:
             embedding[0] += time.perf_counter() - started
 
-    chunker = Chunker(counter, "semantic", embed=embed)
+    chunker = Chunker(counter, "semantic", embed=SimpleNamespace(embed=embed))  # type: ignore[arg-type]
     started = time.perf_counter()
     chunks = chunker.chunk(parse_document(text, "url.md"))
     seconds = time.perf_counter() - started - embedding[0]

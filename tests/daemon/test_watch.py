@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from mdindex.daemon.service import Daemon
+from mdindex.sync import Hooks
 from tests.conftest import (
     TinyEmbedder,
     build_indexer,
@@ -41,9 +43,17 @@ class Running:
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.exit_code: int | None = None
 
-    def _factory(self, settings: Any) -> Any:
-        indexer = build_indexer(settings, self.embedder)
-        return indexer
+    def _factory(self, settings: Any, hooks: Hooks, **options: Any) -> Any:
+        # record which documents get written, to count re-indexing
+        daemons_hook = hooks.on_indexed
+
+        def record(refs: list[Any]) -> None:
+            self.indexed.extend(r.rel for r in refs)
+            if daemons_hook is not None:
+                daemons_hook(refs)
+
+        mine = dataclasses.replace(hooks, on_indexed=record)
+        return build_indexer(settings, self.embedder, hooks=mine, **options)
 
     def _run(self) -> None:
         self.exit_code = self.daemon.run()
@@ -51,15 +61,6 @@ class Running:
     def start(self) -> Running:
         self.thread.start()
         wait_for(lambda: self.daemon.next_rescan > 0, 60, "daemon start")
-        # record which documents get written, to count re-indexing
-        hook = self.daemon.indexer.on_indexed  # type: ignore[union-attr]
-
-        def record(refs: list[Any]) -> None:
-            self.indexed.extend(r.rel for r in refs)
-            if hook is not None:
-                hook(refs)
-
-        self.daemon.indexer.on_indexed = record  # type: ignore[union-attr]
         return self
 
     def stop(self, timeout: float = 10) -> float:
@@ -72,8 +73,8 @@ class Running:
     def points(self, vectors: bool = False) -> dict[str, dict[str, Any]]:
         """What the daemon's store holds, as ``stored_points`` gives it."""
         out = {}
-        sink = self.daemon.indexer.sink  # type: ignore[union-attr]
-        for pid, payload, vec in sink.scroll(payload=True, with_vectors=vectors):
+        store = self.daemon.indexer.store  # type: ignore[union-attr]
+        for pid, payload, vec in store.scroll(payload=True, with_vectors=vectors):
             payload.pop("indexed_at", None)
             if vectors:
                 payload["_vector"] = vec
@@ -200,11 +201,11 @@ def test_burst_of_200_files_in_batches(daemon: Running, root: Path, tmp_path: Pa
     converges(d, tmp_path, root, timeout=60)
     calls = len(d.embedder.calls) - calls_before
     assert calls < 40, f"{calls} embedding calls for 200 files: not batched"
-    # the points are searchable a moment before the daemon records them as done
-    wait_for(lambda: sum(r.startswith("burst/") for r in d.indexed) >= 200, 10, "records")
-    assert sorted(r for r in d.indexed if r.startswith("burst/")) == sorted(
-        f"burst/f{i:03}.md" for i in range(200)
-    )
+    # what is stored, whichever way the daemon took (batches, a rescan): every
+    # file of the burst, with its own text
+    texts = {p["doc_path"]: p["text"] for p in d.points().values()}
+    for i in range(200):
+        assert f"Burst file number {i}." in texts[f"burst/f{i:03}.md"]
 
 
 def test_slow_writer_is_indexed_once_with_final_content(
@@ -342,7 +343,7 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mdindex.daemon import service
-    from mdindex.sinks import EdgeSink
+    from mdindex.stores import EdgeStore
     from tests.faults.helpers import make_tree, mutate
 
     monkeypatch.setattr(service, "SETTLE_AFTER_S", 0.3)
@@ -350,10 +351,10 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(
     s = settings_for(tmp_path, [str(root)], store="edge", quiet_period_ms=QUIET_MS)
     d = Running(s, TinyEmbedder())
 
-    def factory(settings: Any) -> Any:
-        indexer = build_indexer(settings, d.embedder)
+    def factory(settings: Any, **options: Any) -> Any:
+        indexer = build_indexer(settings, d.embedder, **options)
         # Tiny thresholds, so a store of a few dozen points gets an HNSW index.
-        indexer.sink = EdgeSink(
+        indexer.store = EdgeStore(
             settings.collection,
             path=settings.store_path / settings.collection,
             index_min_points=10,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mdindex.pipeline import CRASH_ENV, CRASH_POINTS
 from mdindex.runtime import state_path
+from mdindex.sync import CRASH_ENV, CRASH_POINTS
 from tests.conftest import (
     CORPUS,
     TinyEmbedder,
@@ -38,8 +38,8 @@ def test_backfill_crash_then_rerun_converges(tmp_path: Path, point: str, nth: in
 
     def crashing_backfill() -> None:
         os.environ[CRASH_ENV] = f"{point}@{nth}"
-        indexer = build_indexer(s, TinyEmbedder())
-        indexer.group_docs = 1  # a group per document, so @3 lands mid-run
+        # a group per document, so @3 lands mid-run
+        indexer = build_indexer(s, TinyEmbedder(), group_docs=1)
         indexer.backfill()
 
     assert wait(fork(crashing_backfill)) == CRASHED

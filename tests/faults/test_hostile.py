@@ -11,11 +11,9 @@ from pathlib import Path
 import pytest
 
 from mdindex.config import Settings
-from mdindex.daemon.service import Daemon
-from mdindex.daemon.watcher import Batch
 from mdindex.document import decode, parse_document, read_bytes
-from mdindex.pipeline import Summary
-from mdindex.runtime import make_pipeline
+from mdindex.runtime import make_models
+from mdindex.sync import Hooks
 from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for, stored_points
 from tests.daemon.test_watch import Running, wait_for
 from tests.faults.helpers import unprivileged
@@ -181,7 +179,7 @@ def test_watch_on_hostile_corpus(tmp_path: Path) -> None:
 def read_and_chunk(settings: Settings, path: Path) -> int:
     """Chunks the pipeline makes of one file (reading, parsing and chunking it)."""
     doc = parse_document(decode(read_bytes(path, 10**7)), path.name)
-    return len(make_pipeline(settings).chunker.chunk(doc))
+    return len(make_models(settings).chunker.chunk(doc))
 
 
 # -- folders that cannot be listed -------------------------------------------
@@ -226,13 +224,11 @@ def test_unlistable_folder_keeps_its_documents_in_watch(tmp_path: Path) -> None:
     run_backfill(s, TinyEmbedder())
 
     def resolve() -> dict[str, object]:
-        daemon = Daemon(s, indexer_factory=lambda st: build_indexer(st, TinyEmbedder()))
-        daemon.indexer = daemon.indexer_factory(s)
-        summary = Summary()
-        # a folder event on the root and one on the folder itself
-        _, deleted, _ = daemon.resolve(Batch(dirs=[str(root), str(sub)]), summary)
-        daemon.indexer.state.close()
-        return {"deleted": deleted, "errors": summary.errors}
+        # what the daemon hands the core for a folder event on the root and one
+        # on the folder itself
+        with build_indexer(s, TinyEmbedder()) as indexer:
+            changes = indexer.changes(folders=[str(root), str(sub)])
+        return {"deleted": changes.deleted, "errors": [{"path": f.rel} for f in changes.failures]}
 
     sub.chmod(0)
     try:
@@ -249,19 +245,17 @@ def test_unlistable_folder_keeps_its_documents_in_watch(tmp_path: Path) -> None:
 def swap_after_first_read(s, root: Path, victim: str, target: Path) -> dict[str, object]:
     """Backfill, replacing ``victim`` with a link to ``target`` once the first
     file was read (the scan saw a regular file)."""
-    indexer = build_indexer(s, TinyEmbedder())
 
     def swap(done: int) -> None:
         if done == 1:
             (root / victim).unlink()
             (root / victim).symlink_to(target)
 
-    indexer.on_progress = swap
+    indexer = build_indexer(s, TinyEmbedder(), hooks=Hooks(on_progress=swap))
     try:
         return indexer.backfill().as_dict()
     finally:
-        indexer.finish()
-        indexer.state.close()
+        indexer.close()
 
 
 @pytest.mark.parametrize("follow", [False, True])
@@ -287,9 +281,8 @@ def test_symlink_swapped_in_after_the_scan_is_not_read(tmp_path: Path, follow: b
 def test_folder_swapped_for_a_link_is_not_read(tmp_path: Path, follow: bool) -> None:
     """A daemon event names sub/x.md; before it is read, sub becomes a link to
     a folder outside the root holding an x.md of its own."""
-    from mdindex.files import PathFilter, stat_file
-    from mdindex.pipeline import Planner, read_document
-    from mdindex.runtime import make_pipeline
+    from mdindex.files import Failure, PathFilter, stat_file
+    from mdindex.runtime import make_models
 
     root = tmp_path / "docs"
     (root / "sub").mkdir(parents=True)
@@ -303,13 +296,13 @@ def test_folder_swapped_for_a_link_is_not_read(tmp_path: Path, follow: bool) -> 
     (root / "sub" / "x.md").unlink()
     (root / "sub").rmdir()
     (root / "sub").symlink_to(elsewhere)
-    p = make_pipeline(s)
-    doc, reason = read_document(Planner(s, p.info, p.counter, p.chunker), ref, "")  # type: ignore[arg-type]
-    assert doc is None and "replaced" in reason
+    planner = make_models(s).planner
+    failure = planner.read(ref)  # type: ignore[arg-type]
+    assert isinstance(failure, Failure) and "replaced" in failure.reason
     # even a stat taken after the swap (same inode then) does not get it read
     ref = stat_file(r, "sub/x.md", PathFilter(s.include), follow)
-    doc, reason = read_document(Planner(s, p.info, p.counter, p.chunker), ref, "")  # type: ignore[arg-type]
-    assert doc is None and "outside its root" in reason
+    failure = planner.read(ref)  # type: ignore[arg-type]
+    assert isinstance(failure, Failure) and "outside its root" in failure.reason
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mdindex.chunking import heading, semantic, token
-from mdindex.chunking.semantic import EmbedFn
+from mdindex.embedding import Embedder
 from mdindex.errors import ConfigError
 from mdindex.models import Chunk, Document
 from mdindex.tokens import TokenCounter
@@ -28,7 +28,7 @@ class Chunker:
         noise_sections: Sequence[str] = (),
         threshold: float = 0.45,
         min_sentences: int = 2,
-        embed: EmbedFn | None = None,
+        embed: Embedder | None = None,
     ) -> None:
         if strategy not in STRATEGIES:
             raise ConfigError(f"strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")

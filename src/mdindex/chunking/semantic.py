@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -10,17 +10,16 @@ from numpy.typing import NDArray
 from mdindex.budget import check, paused
 from mdindex.chunking.sentences import units
 from mdindex.chunking.windows import Span, fit
+from mdindex.embedding import Embedder
 from mdindex.errors import EmbeddingError
 from mdindex.models import Chunk, Document
 from mdindex.tokens import TokenCounter
 
-EmbedFn = Callable[[Sequence[str]], NDArray[np.floating]]
 
-
-def _unit_vectors(embed: EmbedFn, texts: list[str]) -> NDArray[np.float64]:
+def _unit_vectors(embed: Embedder, texts: list[str]) -> NDArray[np.float64]:
     if not texts:
         return np.zeros((0, 1))
-    vectors = np.asarray(embed(texts), dtype=np.float64)
+    vectors = np.asarray(embed.embed(texts), dtype=np.float64)
     if vectors.ndim != 2 or vectors.shape[0] != len(texts):
         raise EmbeddingError(f"embedder returned shape {vectors.shape} for {len(texts)} sentences")
     if not np.all(np.isfinite(vectors)):
@@ -69,7 +68,7 @@ def chunk_many(
     docs: Sequence[Document],
     counter: TokenCounter,
     overlap: int,
-    embed: EmbedFn,
+    embed: Embedder,
     threshold: float,
     min_sentences: int,
 ) -> list[list[Chunk]]:

@@ -1,4 +1,4 @@
-"""The daemon's API: /healthz, /metrics, /search, /status and POST /reconcile.
+"""The daemon's API: /healthz, /metrics, /search, /status[?wait=1&timeout=S] and POST /reconcile.
 
 It is always served on a Unix socket in the state dir (mode 0600; other
 commands find it through the lock file), and on a TCP port when
@@ -20,6 +20,7 @@ import contextlib
 import hmac
 import json
 import logging
+import math
 import os
 import secrets
 import socket
@@ -43,6 +44,7 @@ OPEN_PATHS = ("/healthz", "/metrics")  # no token: they say nothing about the do
 REQUEST_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 16
 MAX_QUERY_CHARS = 4096
+MAX_WAIT_S = 3600.0  # /status?wait=1&timeout=S
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -80,7 +82,7 @@ class Api:
         metrics: Metrics,
         health: Callable[[], tuple[bool, str]],
         search: Callable[[str, int], list[dict[str, Any]]],
-        status: Callable[[], dict[str, Any]],
+        status: Callable[[float | None], dict[str, Any]],
         reconcile: Callable[[], dict[str, Any]],
         token: str,
     ) -> None:
@@ -155,7 +157,12 @@ class _Handler(BaseHTTPRequestHandler):
                 k = int((query.get("k") or ["5"])[0])
                 self._json(200, self.api.search(q, max(1, min(k, 100))))
             elif url.path == "/status":
-                self._json(200, self.api.status())
+                wait = None
+                if query.get("wait", ["0"])[0] not in ("", "0"):
+                    wait = float((query.get("timeout") or ["60"])[0])
+                    if not math.isfinite(wait) or not 0 <= wait <= MAX_WAIT_S:
+                        raise ValueError(f"timeout must be 0 to {MAX_WAIT_S:.0f} seconds")
+                self._json(200, self.api.status(wait))
             else:
                 self._json(404, {"error": "not found"})
         except ValueError as exc:

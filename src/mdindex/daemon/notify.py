@@ -20,10 +20,6 @@ class Notifier:
         self.watchdog_interval = int(usec) / 2e6 if wanted else None
         self._last_ping = 0.0
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self.address)
-
     def send(self, *fields: str) -> None:
         if not self.address:
             return

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from mdindex.config import Root, Settings
+from mdindex.config import Settings
 from mdindex.daemon.http import (
     LOOPBACK,
     Api,
@@ -33,17 +33,17 @@ from mdindex.daemon.http import (
     write_token,
 )
 from mdindex.daemon.notify import Notifier
-from mdindex.daemon.watcher import Batch, Debouncer, Watcher, locate
+from mdindex.daemon.watcher import Batch, Debouncer, Watcher
 from mdindex.errors import EXIT_OK, MdindexError, PruneRefused, StoreError, StoreMismatch
-from mdindex.files import FileRef, ScanError, scan, stat_file, under_failed_folder
+from mdindex.files import FileRef
 from mdindex.lock import WriterLock
-from mdindex.pipeline import Indexer, Summary, now_iso, public
 from mdindex.runtime import make_indexer
-from mdindex.state import DocRow
+from mdindex.status import fields
+from mdindex.sync import Hooks, Indexer, Summary
 
 log = logging.getLogger(__name__)
 
-SHUTDOWN_TIMEOUT_S = 8.0
+WATCHER_STOP_S = 3.0  # of systemd's TimeoutStopSec=15s; the store closes after it
 # Small groups keep the time between stop checks short (about a second of embedding on CPU).
 DAEMON_GROUP_CHARS = 64_000
 STORE_RETRY_S = 5.0
@@ -56,15 +56,16 @@ SETTLE_AFTER_S = 5.0
 SOCKET_PATH_MAX = 100
 
 
+# (settings, hooks=..., group_chars=...) -> the sync core
+IndexerFactory = Callable[..., Indexer]
+
+
 class Daemon:
-    def __init__(
-        self, settings: Settings, indexer_factory: Callable[[Settings], Indexer] = make_indexer
-    ) -> None:
+    def __init__(self, settings: Settings, indexer_factory: IndexerFactory = make_indexer) -> None:
         self.settings = settings
         self.indexer_factory = indexer_factory
         self.roots = settings.root_list()
         self.should_exit = False
-        self.force_exit = False
         self.exit_code = EXIT_OK
         self.notify = Notifier()
         self.metrics = Metrics()
@@ -75,6 +76,9 @@ class Daemon:
         self.servers: list[HttpServer] = []
         self.socket_dir: Path | None = None  # a private folder for a socket path too long
         self.unhealthy = ""  # why, when not healthy
+        self.started = False  # the startup reconcile has begun
+        self.reconciling = False
+        self.queue: tuple[int, float | None] = (0, None)  # paths waiting, oldest event
         self.next_rescan = 0.0
         self.settle_due = False  # the store may want housekeeping once things are quiet
         self.last_work = 0.0
@@ -82,9 +86,11 @@ class Daemon:
         # Read by the HTTP thread; the state's SQLite connection stays with the main thread.
         self.documents = 0
         self.points = 0
+        self.files_seen = 0
+        self.failed: list[dict[str, str]] = []
         self.last_sync: str | None = None
-        # Reconciles asked for over HTTP (`mdindex backfill` while we run): each
-        # waits on its event for the main loop to fill in the result.
+        # Reconciles asked for over HTTP (`mdindex backfill`, `status --wait`):
+        # each waits on its event for the main loop to fill in the result.
         self.requests: queue.Queue[tuple[threading.Event, dict[str, Any]]] = queue.Queue()
 
     # -- signals ---------------------------------------------------------
@@ -96,8 +102,6 @@ class Daemon:
             signal.signal(sig, self.handle_exit)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self.should_exit and sig == signal.SIGINT:
-            self.force_exit = True
         self.should_exit = True
 
     # -- lifecycle -------------------------------------------------------
@@ -118,16 +122,17 @@ class Daemon:
             if not root.path.is_dir():
                 raise PruneRefused(f"root {root.label!r}: {root.path} is not a folder")
         self.lock.acquire()
-        self.indexer = indexer = self.indexer_factory(self.settings)
-        indexer.group_chars = DAEMON_GROUP_CHARS
-        indexer.stop_requested = lambda: self.should_exit
-        indexer.on_progress = lambda n: self.ping()
-        indexer.on_indexed = self.observe_latency
+        hooks = Hooks(
+            on_progress=lambda n: self.ping(),
+            stop_requested=lambda: self.should_exit,
+            on_indexed=self.observe_latency,
+        )
+        self.indexer = indexer = self.indexer_factory(
+            self.settings, hooks=hooks, group_chars=DAEMON_GROUP_CHARS
+        )
         # Watch first, so nothing that changes during the reconcile is missed.
         self.watcher.start()
-        load_model = getattr(indexer.embedder, "model", None)
-        if callable(load_model):
-            load_model()
+        indexer.load_model()
         self.start_api()
         try:
             indexer.open_store()
@@ -136,7 +141,6 @@ class Daemon:
         except StoreError as exc:
             # Keep running: /healthz says why, and the main loop retries.
             self.store_failed(exc)
-        self.last_sync = indexer.state.get("last_sync")
         self.update_gauges()
         self.notify.ready(self.status_line("ready; reconciling"))
         log.info("watching %s", ", ".join(f"{r.label}={r.path}" for r in self.roots))
@@ -186,22 +190,22 @@ class Daemon:
                 self.process(batch)
             elif self.settle_due and time.monotonic() - self.last_work >= SETTLE_AFTER_S:
                 self.settle()
-            self.metrics.queue_depth.set(len(self.debouncer) + self.watcher.events.qsize())
+            self.queue = (
+                len(self.debouncer) + self.watcher.events.qsize(),
+                self.debouncer.oldest(),
+            )
+            self.metrics.queue_depth.set(self.queue[0])
             self.ping()
 
     def shutdown(self) -> None:
         self.notify.stopping()
-        deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
-        self.watcher.stop(timeout=max(0.1, min(3.0, deadline - time.monotonic())))
+        self.watcher.stop(timeout=WATCHER_STOP_S)
         for server in self.servers:
             server.stop()
         if self.socket_dir is not None:
             self.socket_dir.rmdir()
         if self.indexer is not None:
-            try:
-                self.indexer.finish()
-            finally:
-                self.indexer.state.close()
+            self.indexer.close()
         self.lock.release()
         log.info("stopped")
 
@@ -254,32 +258,43 @@ class Daemon:
         return True
 
     def serve_requests(self) -> None:
+        """One reconcile answers every request queued before it started: each
+        asked after its changes reached the disk, and a reconcile sees the disk."""
+        waiting: list[tuple[threading.Event, dict[str, Any]]] = []
         while True:
             try:
-                done, result = self.requests.get_nowait()
+                waiting.append(self.requests.get_nowait())
             except queue.Empty:
-                return
-            summary = self.reconcile("requested")
+                break
+        if not waiting:
+            return
+        summary = self.reconcile("requested")
+        for done, result in waiting:
             if summary is None:
                 result["error"] = self.unhealthy or "reconcile failed"
             else:
                 result.update(summary.as_dict())
             done.set()
 
-    def request_reconcile(self) -> dict[str, Any]:
-        """Run a full reconcile on the main loop and return its summary (HTTP thread)."""
+    def request_reconcile(self, timeout: float | None = None) -> dict[str, Any]:
+        """Run a full reconcile on the main loop and return its summary (HTTP
+        thread); {} when ``timeout`` passes first."""
         done = threading.Event()
         result: dict[str, Any] = {}
         self.requests.put((done, result))
-        while not done.wait(1.0):
+        deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
+        while not done.wait(max(0.0, min(1.0, deadline - time.monotonic()))):
             if self.should_exit:
                 raise StoreError("the daemon is stopping; reconcile not run")
+            if time.monotonic() >= deadline:
+                return {}
         if "error" in result:
             raise StoreError(str(result["error"]))
         return result
 
     def reconcile(self, why: str) -> Summary | None:
         assert self.indexer is not None
+        self.started = self.reconciling = True
         self.notify.status(self.status_line(f"{why}: reconciling"))
         self.next_rescan = time.monotonic() + self.settings.rescan_interval_s
         if why == "rescan":
@@ -287,30 +302,34 @@ class Daemon:
         try:
             summary = self.indexer.backfill(prune=True, force=False)
         except PruneRefused as exc:
+            self.reconciling = False
             log.error("%s: prune refused: %s", why, exc)
             self.unhealthy = f"prune refused: {exc}"
+            self.update_gauges()
             return None
         except StoreMismatch:
             raise
         except StoreError as exc:
+            self.reconciling = False
             self.store_failed(exc)
             self.next_rescan = time.monotonic() + STORE_RETRY_S
             return None
+        self.reconciling = False
+        self.files_seen = summary.files_seen
         self.account(summary)
         log.info("%s: %s", why, summary.line())
         return summary
 
     def process(self, batch: Batch) -> None:
+        """Event handling: the paths a batch names go to the sync core."""
         assert self.indexer is not None
-        summary = Summary()
         if batch.dirs:
             self.next_rescan = min(self.next_rescan, time.monotonic() + DIR_RESCAN_DELAY_S)
-        files, deleted, rows = self.resolve(batch, summary)
-        if not files and not deleted:
-            self.account(summary)
-            return
+        changes = self.indexer.changes(batch.files, batch.dirs)
+        for label in changes.missing_roots:
+            log.error("root %s is gone; not deleting its documents", label)
         try:
-            self.indexer.sync(files, deleted, summary, rows=rows)
+            summary = self.indexer.apply(changes)
         except StoreError as exc:
             self.store_failed(exc)
             for path in batch.files:  # try these paths again later
@@ -318,72 +337,13 @@ class Daemon:
             for path in batch.dirs:
                 self.debouncer.add_path(path, True, delay=STORE_RETRY_S)
             return
+        self.files_seen += changes.new - len(changes.deleted)
         self.account(summary)
+        if changes.missing_roots:
+            self.unhealthy = f"root {changes.missing_roots[0]} is gone"
+            self.update_gauges()
         if summary.files_changed or summary.files_deleted or summary.files_failed:
             log.info("%s", summary.line())
-
-    def resolve(
-        self, batch: Batch, summary: Summary
-    ) -> tuple[list[FileRef], list[tuple[str, str]], dict[tuple[str, str], DocRow]]:
-        """What the paths hold now: files to (re)index, documents to delete, and the
-        state rows of the files seen (for the sync's fast path)."""
-        assert self.indexer is not None
-        idx = self.indexer
-        known: set[tuple[str, str]] = set()
-        rows: dict[tuple[str, str], DocRow] = {}
-
-        def look(root: Root, rel: str) -> None:
-            k, r = idx.state.under(root.label, rel)
-            known.update(k)
-            rows.update(r)
-
-        files: dict[tuple[str, str], FileRef] = {}
-        deleted: set[tuple[str, str]] = set()
-        for path in batch.files:
-            loc = locate(self.roots, path)
-            if loc is None or not loc[1]:
-                continue
-            root, rel = loc
-            look(root, rel)
-            found = stat_file(root, rel, idx.accept, self.settings.follow_symlinks)
-            if isinstance(found, FileRef):
-                files[found.key] = found
-            elif isinstance(found, ScanError):
-                summary.fail(found.root, found.rel, found.reason)
-            elif (root.label, rel) in known:
-                deleted.add((root.label, rel))
-        for path in batch.dirs:
-            loc = locate(self.roots, path)
-            if loc is None:
-                continue
-            root, rel = loc
-            if not root.path.is_dir():
-                log.error("root %s (%s) is gone; not deleting its documents", root.label, root.path)
-                self.unhealthy = f"root {root.label} is gone"
-                continue
-            look(root, rel)
-            present: set[str] = set()
-            unlisted: list[tuple[str, str]] = []
-            for item in scan(root, idx.accept, self.settings.follow_symlinks, under=rel):
-                if isinstance(item, ScanError):
-                    summary.fail(item.root, item.rel, item.reason)
-                    if item.folder:
-                        unlisted.append((item.root, item.rel))
-                else:
-                    files[item.key] = item
-                present.add(item.rel)
-            prefix = f"{rel}/" if rel else ""
-            deleted.update(
-                key
-                for key in known
-                if key[0] == root.label
-                and key[1].startswith(prefix)
-                and key[1] not in present
-                and not under_failed_folder(key, unlisted)
-            )
-        changed = [f for f in files.values() if not idx.is_fresh(f, rows)]
-        summary.files_unchanged += len(files) - len(changed)
-        return changed, sorted(deleted - files.keys()), rows
 
     def account(self, summary: Summary) -> None:
         assert self.indexer is not None
@@ -397,8 +357,6 @@ class Daemon:
         for key in ("files_changed", "files_deleted", "files_failed", "chunks_embedded"):
             setattr(self.totals, key, getattr(self.totals, key) + getattr(summary, key))
         self.metrics.last_sync.set(time.time())
-        self.last_sync = now_iso()
-        self.indexer.state.put("last_sync", self.last_sync)
         if self.unhealthy.startswith("store"):
             log.info("store reachable again")
         self.unhealthy = ""
@@ -423,12 +381,22 @@ class Daemon:
             self.notify.watchdog()
 
     def update_gauges(self) -> None:
+        """What the HTTP thread reads, refreshed on the main thread (which owns the state)."""
         assert self.indexer is not None
-        self.points, _ = self.indexer.state.point_counts()
-        self.documents = self.indexer.state.doc_count()
+        self.documents, self.points = self.indexer.counts()
+        self.failed = self.indexer.failures()
+        self.last_sync = self.indexer.last_sync()
         self.metrics.documents.set(self.documents)
         self.metrics.points.set(self.points)
         self.metrics.healthy.set(1 if not self.unhealthy else 0)
+
+    @property
+    def phase(self) -> str:
+        if self.unhealthy:
+            return "degraded"
+        if self.reconciling:
+            return "reconciling"
+        return "watching" if self.started else "starting"
 
     def status_line(self, phase: str) -> str:
         t = self.totals
@@ -447,25 +415,36 @@ class Daemon:
 
     def search(self, query: str, k: int) -> list[dict[str, Any]]:
         assert self.indexer is not None
-        vector = self.indexer.embedder.embed([query])[0]
-        hits = self.indexer.sink.search([float(x) for x in vector], k)
-        return [{"score": h.score, **public(h.payload)} for h in hits]
+        return self.indexer.search(query, k)
 
-    def status(self) -> dict[str, Any]:
+    def status(self, wait: float | None = None) -> dict[str, Any]:
+        """The status fields (HTTP thread). With ``wait``, first wait up to that
+        many seconds for every change made before the call to be searchable."""
         assert self.indexer is not None
-        return {
-            "collection": self.settings.collection,
-            "store": self.indexer.sink.where,
-            **self.indexer.sink.describe(),
-            "model": self.settings.model,
-            "strategy": self.settings.strategy,
-            "documents": self.documents,
-            "points": self.points,
-            "last_sync": self.last_sync,
+        caught_up = None
+        if wait is not None:
+            caught_up = bool(self.request_reconcile(timeout=wait))
+        waiting, oldest = self.queue
+        data = fields(
+            self.settings,
+            # the engine's own report never waits for a busy store
+            self.indexer.store_status(self.points),
+            documents=self.documents,
+            files_seen=self.files_seen,
+            failed=self.failed,
+            last_sync=self.last_sync,
+            phase=self.phase,
+            reason=self.unhealthy,
+        ) | {
             "daemon": True,
             "healthy": not self.unhealthy,
-            "queue_depth": len(self.debouncer),
+            "queue_paths": waiting,
+            "oldest_wait_s": None if oldest is None else round(time.monotonic() - oldest, 3),
+            "queue_depth": waiting,
         }
+        if caught_up is not None:
+            data["caught_up"] = caught_up
+        return data
 
 
 def run_daemon(settings: Settings) -> int:

@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers.api import BaseObserver
@@ -38,7 +37,6 @@ class Change:
 class Batch:
     files: list[str] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
-    first_event: float = 0.0  # monotonic time of the oldest event in the batch
 
     def __bool__(self) -> bool:
         return bool(self.files or self.dirs)
@@ -170,6 +168,10 @@ class Debouncer:
     def __len__(self) -> int:
         return len(self.pending)
 
+    def oldest(self) -> float | None:
+        """Clock time of the first event of the path waiting longest; None when none waits."""
+        return min((first for _, _, _, first in self.pending.values()), default=None)
+
     def next_deadline(self) -> float | None:
         if not self.pending:
             return None
@@ -182,7 +184,7 @@ class Debouncer:
         """Pop the paths that may go now; restart the clock of files still being written."""
         now = self.clock()
         all_quiet = now - self.latest >= self.quiet
-        batch = Batch(first_event=now)
+        batch = Batch()
         for path, (is_dir, last, seen, first) in list(self.pending.items()):
             if now - last < self.quiet or not (all_quiet or now - first >= self.max_wait):
                 continue
@@ -193,22 +195,6 @@ class Debouncer:
                 continue
             del self.pending[path]
             (batch.dirs if is_dir else batch.files).append(path)
-            batch.first_event = min(batch.first_event, first)
             if len(batch.files) + len(batch.dirs) >= limit:
                 break
         return batch
-
-
-def locate(roots: Sequence[Root], path: str) -> tuple[Root, str] | None:
-    """The root holding an absolute path, and the path relative to it."""
-    p = Path(path)
-    for root in roots:
-        try:
-            rel = p.relative_to(root.path)
-        except ValueError:
-            try:
-                rel = p.relative_to(root.path.resolve())
-            except ValueError:
-                continue
-        return root, rel.as_posix() if str(rel) != "." else ""
-    return None

@@ -1,4 +1,4 @@
-"""One contract, both embedded sinks: what the sync core relies on from a store."""
+"""One contract, both embedded stores: what the sync core relies on from a store."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 
 from mdindex.errors import LockError, StoreMismatch
-from mdindex.sinks import EdgeSink, Point, QdrantSink, Sink
+from mdindex.stores import EdgeStore, Point, QdrantStore, Store
 
 DIM = 8
 
 
-def make(kind: str, folder: Path, **kw: Any) -> Sink:
+def make(kind: str, folder: Path, **kw: Any) -> Store:
     if kind == "edge":
-        return EdgeSink("c", path=folder / "edge" / "c", retry_budget_s=0.5, **kw)
-    return QdrantSink("c", path=folder / "client", retry_budget_s=0.5, **kw)
+        return EdgeStore("c", path=folder / "edge" / "c", retry_budget_s=0.5, **kw)
+    return QdrantStore("c", path=folder / "client", retry_budget_s=0.5, **kw)
 
 
 @pytest.fixture(params=["client", "edge"])
@@ -29,7 +29,7 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def sink(kind: str, tmp_path: Path) -> Iterator[Sink]:
+def store(kind: str, tmp_path: Path) -> Iterator[Store]:
     s = make(kind, tmp_path)
     s.open()
     s.ensure_collection(DIM)
@@ -72,57 +72,57 @@ def test_empty_store(kind: str, tmp_path: Path) -> None:
     s.close()
 
 
-def test_points_round_trip(sink: Sink) -> None:
+def test_points_round_trip(store: Store) -> None:
     pts = points(10)
-    assert sink.upsert(pts) == 10
-    assert sink.count() == 10
-    stored = {pid: (payload, v) for pid, payload, v in sink.scroll(with_vectors=True)}
+    assert store.upsert(pts) == 10
+    assert store.count() == 10
+    stored = {pid: (payload, v) for pid, payload, v in store.scroll(with_vectors=True)}
     assert set(stored) == {p.id for p in pts}
     for p in pts:
         payload, v = stored[p.id]
         assert payload == p.payload
         assert v is not None and np.allclose(v, p.vector, atol=1e-6)
     # only the payload keys asked for
-    slim = {pid: payload for pid, payload, _ in sink.scroll(payload=["doc_path"])}
+    slim = {pid: payload for pid, payload, _ in store.scroll(payload=["doc_path"])}
     assert all(set(payload) == {"doc_path"} for payload in slim.values())
 
 
-def test_upsert_is_idempotent_and_overwrites(sink: Sink) -> None:
+def test_upsert_is_idempotent_and_overwrites(store: Store) -> None:
     pts = points(5)
-    sink.upsert(pts)
-    sink.upsert(pts)
-    assert sink.count() == 5
+    store.upsert(pts)
+    store.upsert(pts)
+    assert store.count() == 5
     changed = Point(pts[0].id, vec(99), {**pts[0].payload, "text": "new"})
-    sink.upsert([changed])
-    payloads = {pid: payload for pid, payload, _ in sink.scroll()}
+    store.upsert([changed])
+    payloads = {pid: payload for pid, payload, _ in store.scroll()}
     assert payloads[pts[0].id]["text"] == "new"
-    key, vector = sink.vectors([pts[0].id])[pts[0].id]
+    key, vector = store.vectors([pts[0].id])[pts[0].id]
     assert np.allclose(vector, vec(99), atol=1e-6)
     assert key == pts[0].payload["vector_key"]
 
 
-def test_vectors_skip_unknown_ids(sink: Sink) -> None:
+def test_vectors_skip_unknown_ids(store: Store) -> None:
     pts = points(3)
-    sink.upsert(pts)
+    store.upsert(pts)
     unknown = str(uuid.uuid4())
-    got = sink.vectors([pts[1].id, unknown])
+    got = store.vectors([pts[1].id, unknown])
     assert set(got) == {pts[1].id}
-    assert sink.vectors([]) == {}
+    assert store.vectors([]) == {}
 
 
-def test_delete(sink: Sink) -> None:
+def test_delete(store: Store) -> None:
     pts = points(6)
-    sink.upsert(pts)
-    assert sink.delete([pts[0].id, pts[1].id, str(uuid.uuid4())]) == 3
-    assert {pid for pid, _, _ in sink.scroll()} == {p.id for p in pts[2:]}
-    sink.delete([])
-    assert sink.count() == 4
+    store.upsert(pts)
+    assert store.delete([pts[0].id, pts[1].id, str(uuid.uuid4())]) == 3
+    assert {pid for pid, _, _ in store.scroll()} == {p.id for p in pts[2:]}
+    store.delete([])
+    assert store.count() == 4
 
 
-def test_search_orders_by_cosine(sink: Sink) -> None:
+def test_search_orders_by_cosine(store: Store) -> None:
     pts = points(20)
-    sink.upsert(pts)
-    hits = sink.search(pts[7].vector, 5)
+    store.upsert(pts)
+    hits = store.search(pts[7].vector, 5)
     assert hits[0].id == pts[7].id
     assert hits[0].score == pytest.approx(1.0, abs=1e-5)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
@@ -131,10 +131,10 @@ def test_search_orders_by_cosine(sink: Sink) -> None:
     assert [h.id for h in hits] == [p.id for p in want]
 
 
-def test_scroll_pages_through_everything(sink: Sink) -> None:
+def test_scroll_pages_through_everything(store: Store) -> None:
     pts = points(250)
-    sink.upsert(pts)
-    assert len({pid for pid, _, _ in sink.scroll(page=7)}) == 250
+    store.upsert(pts)
+    assert len({pid for pid, _, _ in store.scroll(page=7)}) == 250
 
 
 def test_many_points_in_small_batches(kind: str, tmp_path: Path) -> None:
@@ -213,7 +213,7 @@ def test_edge_has_keyword_indexes(tmp_path: Path) -> None:
     s.open()
     s.ensure_collection(DIM)
     s.upsert(points(3))
-    assert isinstance(s, EdgeSink)
+    assert isinstance(s, EdgeStore)
     schema = s.shard.info().payload_schema
     assert {"root", "doc_path", "content_hash"} <= set(schema)
     assert all(str(schema[k].data_type).endswith("Keyword") for k in ("root", "doc_path"))

@@ -12,8 +12,8 @@ import pytest
 
 from mdindex.config import load_settings
 from mdindex.errors import ConfigError
-from mdindex.runtime import cluster_spec, make_sink
-from mdindex.sinks.qdrant import ClusterSpec, QdrantSink
+from mdindex.runtime import cluster_spec, make_store
+from mdindex.stores.qdrant import ClusterSpec, QdrantStore
 
 URL = "http://127.0.0.1:9"
 
@@ -44,29 +44,29 @@ def test_settings_become_the_collection_parameters() -> None:
             "write_ordering": "strong",
         }
     )
-    sink = make_sink(s)
-    assert isinstance(sink, QdrantSink)
-    assert sink.cluster == cluster_spec(s)
-    params = sink.cluster.create_params(384)
+    store = make_store(s)
+    assert isinstance(store, QdrantStore)
+    assert store.cluster == cluster_spec(s)
+    params = store.cluster.create_params(384)
     assert params["vectors_config"] == qm.VectorParams(
         size=384, distance=qm.Distance.COSINE, on_disk=True
     )
     assert (params["shard_number"], params["replication_factor"]) == (6, 2)
     assert params["write_consistency_factor"] == 2 and params["on_disk_payload"] is True
     assert params["quantization_config"].scalar.type == qm.ScalarType.INT8
-    assert sink._ordering() == qm.WriteOrdering.STRONG
+    assert store._ordering() == qm.WriteOrdering.STRONG
 
 
 def test_defaults_ask_nothing_special(tmp_path: Path) -> None:
     params = ClusterSpec().create_params(8)
     assert set(params) == {"vectors_config"}
-    local = make_sink(load_settings({"state_dir": str(tmp_path)}))
-    assert isinstance(local, QdrantSink) and local._ordering() is None
+    local = make_store(load_settings({"state_dir": str(tmp_path)}))
+    assert isinstance(local, QdrantStore) and local._ordering() is None
     assert local.describe() == {"engine": "qdrant-client local mode"}
 
 
 def test_status_of_an_unreachable_server_still_answers() -> None:
-    sink = make_sink(load_settings({"qdrant_url": URL, "shard_number": 2, "retry_budget_s": 0}))
-    info = sink.describe()
+    store = make_store(load_settings({"qdrant_url": URL, "shard_number": 2, "retry_budget_s": 0}))
+    info = store.describe()
     assert info["engine"] == "qdrant server" and info["write_ordering"] == "weak"
     assert info["collection_status"].startswith("unknown")

@@ -1,4 +1,4 @@
-"""What every sink offers the sync core, and the retry loop they share."""
+"""What every store offers the sync core, and the retry loop they share."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ T = TypeVar("T")
 
 # Keyword payload indexes, so per-document lookups and deletes are indexed.
 INDEXED_KEYS = ("root", "doc_path", "content_hash")
-# Below this much free space a local store counts as full (see EdgeSink.upsert).
+# Below this much free space a local store counts as full (see EdgeStore.upsert).
 MIN_FREE_BYTES = 16 << 20
 
 
@@ -39,7 +39,7 @@ class Hit:
     payload: dict[str, Any]
 
 
-class Sink(Protocol):
+class Store(Protocol):
     """A Qdrant collection as the sync core sees it: IDs are UUID strings, vectors
     are cosine, and every call either succeeds or raises a StoreError."""
 
@@ -48,7 +48,7 @@ class Sink(Protocol):
     @property
     def where(self) -> str: ...
 
-    def open(self) -> Sink: ...
+    def open(self) -> Store: ...
 
     def close(self) -> None: ...
 
@@ -77,7 +77,7 @@ class Sink(Protocol):
 
     def search(self, vector: Sequence[float], k: int) -> list[Hit]: ...
 
-    def doc_points(self, root: str, doc_path: str) -> dict[str, str]:
+    def doc_points(self, root: str, rel: str) -> dict[str, str]:
         """Every point the store holds for one document: ID -> vector key
         (a filtered scroll, indexed on a server and on edge)."""
         ...
@@ -90,6 +90,36 @@ class Sink(Protocol):
         """Housekeeping between syncs (building an index); ``idle`` says whether
         it may go on, and is asked often. False when it gave way unfinished."""
         ...
+
+
+class Scrolling:
+    """What both stores build on their own scroll: every point, and one document's."""
+
+    def exists(self) -> bool:
+        raise NotImplementedError
+
+    def _records(
+        self, where: Any, payload: Sequence[str] | bool, with_vectors: bool, page: int
+    ) -> Iterator[Any]:
+        """Every record matching the engine's filter ``where`` (None: all), paged."""
+        raise NotImplementedError
+
+    def _doc_filter(self, root: str, rel: str) -> Any:
+        """The engine's filter for the points of one document."""
+        raise NotImplementedError
+
+    def scroll(
+        self, payload: Sequence[str] | bool = True, with_vectors: bool = False, page: int = 1024
+    ) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]:
+        if not self.exists():
+            return iter(())
+        return as_rows(self._records(None, payload, with_vectors, page))
+
+    def doc_points(self, root: str, rel: str) -> dict[str, str]:
+        if not self.exists():
+            return {}
+        records = self._records(self._doc_filter(root, rel), ["vector_key"], False, 1024)
+        return {str(r.id): str((r.payload or {}).get("vector_key", "")) for r in records}
 
 
 class Retrier:
@@ -159,7 +189,7 @@ def paged(fetch: Callable[[Any], tuple[Sequence[Any], Any]]) -> Iterator[Any]:
 
 
 def as_rows(records: Iterator[Any]) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]:
-    """A scroll's records as the (id, payload, vector) rows sinks return."""
+    """A scroll's records as the (id, payload, vector) rows stores return."""
     for rec in records:
         vec = rec.vector if isinstance(rec.vector, list) else None
         yield str(rec.id), dict(rec.payload or {}), vec

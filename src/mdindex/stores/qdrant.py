@@ -1,4 +1,4 @@
-"""The Qdrant sink: qdrant-client in embedded local mode or against a server.
+"""The Qdrant store: qdrant-client in embedded local mode or against a server.
 
 Every call goes through ``_call``, which retries transient failures with
 exponential backoff and jitter within the retry budget and translates
@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from mdindex.config import redact
 from mdindex.errors import LockError, StoreError, StoreMismatch
-from mdindex.sinks.base import INDEXED_KEYS, Hit, Point, Retrier, as_rows, paged, short
+from mdindex.stores.base import (
+    INDEXED_KEYS,
+    Hit,
+    Point,
+    Retrier,
+    Scrolling,
+    paged,
+    short,
+)
 
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient
@@ -79,7 +87,7 @@ class ClusterSpec:
         return params
 
 
-class QdrantSink:
+class QdrantStore(Scrolling):
     def __init__(
         self,
         collection: str,
@@ -121,7 +129,7 @@ class QdrantSink:
 
     # -- connection ------------------------------------------------------
 
-    def open(self) -> QdrantSink:
+    def open(self) -> QdrantStore:
         if self._client is not None:
             return self
         with warnings.catch_warnings(record=True) as caught:
@@ -348,13 +356,6 @@ class QdrantSink:
             )
         return len(ids)
 
-    def scroll(
-        self, payload: Sequence[str] | bool = True, with_vectors: bool = False, page: int = 1024
-    ) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]:
-        if not self.exists():
-            return iter(())
-        return as_rows(self._records(None, payload, with_vectors, page))
-
     def _records(
         self, where: Any, payload: Sequence[str] | bool, with_vectors: bool, page: int
     ) -> Iterator[Any]:
@@ -384,21 +385,15 @@ class QdrantSink:
         )
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points]
 
-    def doc_points(self, root: str, doc_path: str) -> dict[str, str]:
+    def _doc_filter(self, root: str, rel: str) -> Any:
         from qdrant_client import models as qm
 
-        if not self.exists():
-            return {}
-        match = qm.Filter(
+        return qm.Filter(
             must=[
                 qm.FieldCondition(key="root", match=qm.MatchValue(value=root)),
-                qm.FieldCondition(key="doc_path", match=qm.MatchValue(value=doc_path)),
+                qm.FieldCondition(key="doc_path", match=qm.MatchValue(value=rel)),
             ]
         )
-        return {
-            str(r.id): str((r.payload or {}).get("vector_key", ""))
-            for r in self._records(match, ["vector_key"], False, 1024)
-        }
 
     def describe(self) -> dict[str, Any]:
         if self.local:

@@ -1,4 +1,4 @@
-"""The qdrant-edge sink: Qdrant's own engine (segments, WAL, HNSW, payload
+"""The qdrant-edge store: Qdrant's own engine (segments, WAL, HNSW, payload
 indexes) embedded in this process, one shard folder per collection.
 
 Index building. Edge has no background optimizer, and ``optimize()`` holds
@@ -28,16 +28,16 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from mdindex.errors import LockError, StoreError, StoreMismatch
-from mdindex.sinks.base import (
+from mdindex.stores.base import (
     INDEXED_KEYS,
     MIN_FREE_BYTES,
     Hit,
     Point,
     Retrier,
-    as_rows,
+    Scrolling,
     files_signature,
     free_bytes,
     paged,
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     from qdrant_edge import EdgeShard
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 CONFIG_FILE = "edge_config.json"
 # Queries against the HNSW index look at this many candidates; measured on
@@ -74,7 +73,7 @@ def _transient(exc: BaseException) -> bool:
     )
 
 
-class EdgeSink:
+class EdgeStore(Scrolling):
     def __init__(
         self,
         collection: str,
@@ -108,7 +107,7 @@ class EdgeSink:
     def exists(self) -> bool:
         return (self.path / CONFIG_FILE).is_file()
 
-    def open(self) -> EdgeSink:
+    def open(self) -> EdgeStore:
         # Creation waits for ensure_collection, which knows the vector size.
         if self._shard is None and self.exists():
             self._shard = self._retry("open", self._load)
@@ -273,13 +272,6 @@ class EdgeSink:
             self._retry("delete", lambda op=op: self._update(op))  # type: ignore[misc]
         return len(ids)
 
-    def scroll(
-        self, payload: Sequence[str] | bool = True, with_vectors: bool = False, page: int = 1024
-    ) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]:
-        if not self.exists():
-            return iter(())
-        return as_rows(self._records(None, payload, with_vectors, page))
-
     def _records(
         self, where: Any, payload: Sequence[str] | bool, with_vectors: bool, page: int
     ) -> Iterator[Any]:
@@ -317,21 +309,15 @@ class EdgeSink:
             self._searches_waiting -= 1
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points]
 
-    def doc_points(self, root: str, doc_path: str) -> dict[str, str]:
+    def _doc_filter(self, root: str, rel: str) -> Any:
         from qdrant_edge import FieldCondition, Filter, MatchValue
 
-        if not self.exists():
-            return {}
-        match = Filter(
+        return Filter(
             must=[
                 FieldCondition(key="root", match=MatchValue(root)),
-                FieldCondition(key="doc_path", match=MatchValue(doc_path)),
+                FieldCondition(key="doc_path", match=MatchValue(rel)),
             ]
         )
-        return {
-            str(r.id): str((r.payload or {}).get("vector_key", ""))
-            for r in self._records(match, ["vector_key"], False, 1024)
-        }
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"engine": "qdrant-edge"}

@@ -9,8 +9,9 @@ import pytest
 
 from mdindex.errors import LockError, PruneRefused, StoreMismatch, StoreUnavailable
 from mdindex.lock import WriterLock
-from mdindex.runtime import make_sink, state_path
-from mdindex.sinks import Point
+from mdindex.runtime import make_store, state_path
+from mdindex.stores import Point
+from mdindex.verify import verify
 from tests.conftest import (
     TinyEmbedder,
     build_indexer,
@@ -217,31 +218,31 @@ def test_verify_detects_and_repairs_drift(docs_tree, make_settings, tiny) -> Non
     run_backfill(s, tiny)
     before = stored_points(s)
     victim = sorted(before)[0]
-    sink = make_sink(s).open()
-    sink.delete([victim])
-    from mdindex.sinks import Point
+    store = make_store(s).open()
+    store.delete([victim])
+    from mdindex.stores import Point
 
     ghost = {"root": "docs", "doc_path": "ghost.md", "chunk_index": 0}
-    sink.upsert([Point("00000000-0000-4000-8000-000000000001", [1.0] + [0.0] * 31, ghost)])
-    sink.close()
+    store.upsert([Point("00000000-0000-4000-8000-000000000001", [1.0] + [0.0] * 31, ghost)])
+    store.close()
     indexer = build_indexer(s, tiny)
-    report = indexer.verify()
-    indexer.finish()
+    report = verify(indexer)
+    indexer.close()
     assert [m["id"] for m in report.missing] == [victim]
     assert [e["id"] for e in report.stale] == ["00000000-0000-4000-8000-000000000001"]
     assert not report.in_sync
     repairing = TinyEmbedder()
     indexer = build_indexer(s, repairing)
-    report = indexer.verify(repair=True)
-    indexer.finish()
+    report = verify(indexer, repair=True)
+    indexer.close()
     assert report.repaired
     # verify checks a sample of stored vectors against their text (here all of
     # them); then only the deleted chunk lost its vector: every other one was reused
     assert [len(c) for c in repairing.calls] == [len(before) - 1, 1]
     assert stored_points(s) == before
     indexer = build_indexer(s, tiny)
-    assert indexer.verify().in_sync
-    indexer.finish()
+    assert verify(indexer).in_sync
+    indexer.close()
     assert run_backfill(s, tiny)["points_upserted"] == 0
 
 
@@ -280,14 +281,14 @@ def test_dry_run_writes_nothing(docs_tree, make_settings, tiny) -> None:
     result = run_backfill(s, tiny, dry_run=True)
     assert result["files_changed"] == 3 and result["chunks_embedded"] > 0
     assert tiny.texts_embedded == 0
-    assert not make_sink(s).open().exists()
+    assert not make_store(s).open().exists()
 
 
 def test_other_vector_size_is_refused(docs_tree, make_settings, tiny) -> None:
     s = make_settings(docs_tree)
-    sink = make_sink(s).open()
-    sink.ensure_collection(7)
-    sink.close()
+    store = make_store(s).open()
+    store.ensure_collection(7)
+    store.close()
     with pytest.raises(StoreMismatch, match="7-d"):
         run_backfill(s, tiny)
     assert stored_points(s) == {}
@@ -326,26 +327,26 @@ def test_end_to_end_with_the_real_model(docs_tree, make_settings, real_embedder)
     indexer = build_indexer(s, real_embedder)
     try:
         indexer.open_store()
-        hits = indexer.sink.search(real_embedder.embed(["who do I contact for support"])[0], 1)
+        hits = indexer.store.search(real_embedder.embed(["who do I contact for support"])[0], 1)
     finally:
-        indexer.finish()
+        indexer.close()
     assert hits[0].payload["section"] == "Support"
 
 
 def test_verify_lists_duplicates(docs_tree, make_settings, tiny) -> None:
-    from mdindex.sinks import Point
+    from mdindex.stores import Point
 
     s = make_settings(docs_tree)
     run_backfill(s, tiny)
     before = stored_points(s, vectors=True)
     _pid, payload = sorted(before.items())[0]
     copy = {k: v for k, v in payload.items() if k != "_vector"}
-    sink = make_sink(s).open()
-    sink.upsert([Point("00000000-0000-4000-8000-0000000000d2", payload["_vector"], copy)])
-    sink.close()
+    store = make_store(s).open()
+    store.upsert([Point("00000000-0000-4000-8000-0000000000d2", payload["_vector"], copy)])
+    store.close()
     indexer = build_indexer(s, tiny)
-    report = indexer.verify(repair=True)
-    indexer.finish()
+    report = verify(indexer, repair=True)
+    indexer.close()
     assert [d["id"] for d in report.duplicates] == ["00000000-0000-4000-8000-0000000000d2"]
     assert not report.missing and not report.stale
     assert stored_points(s, vectors=True) == before
@@ -359,14 +360,13 @@ def test_pipelined_and_inline_runs_store_the_same(
     (docs_tree / "guide" / "a2.md").write_text((docs_tree / "guide" / "a.md").read_text())
     s = make_settings(docs_tree)
     tiny = TinyEmbedder()
-    indexer = build_indexer(s, tiny)
+    # one group per document, so groups overlap in the pipeline
+    indexer = build_indexer(s, tiny, group_docs=1)
     indexer.pipelined = pipelined
-    indexer.group_docs = 1  # one group per document, so groups overlap in the pipeline
     try:
         result = indexer.backfill().as_dict()
     finally:
-        indexer.finish()
-        indexer.state.close()
+        indexer.close()
     assert result["chunks_embedded"] == tiny.texts_embedded
     unique = {p["vector_key"] for p in stored_points(s).values()}
     assert tiny.texts_embedded == len(unique)
@@ -401,8 +401,7 @@ def test_an_old_file_is_trusted_by_its_signature(docs_tree, make_settings) -> No
         rows = indexer.state.docs()
         assert {r.mtime_ns for r in rows.values()} == {old * 10**9}
     finally:
-        indexer.finish()
-        indexer.state.close()
+        indexer.close()
 
 
 @pytest.mark.model
@@ -432,10 +431,9 @@ def test_changed_title_re_embeds_exactly_its_chunks(tmp_path, make_settings, rea
         assert np.allclose(point["_vector"], want / np.linalg.norm(want), atol=1e-3)
     indexer = build_indexer(s, real_embedder)
     try:
-        assert indexer.verify().in_sync
+        assert verify(indexer).in_sync
     finally:
-        indexer.finish()
-        indexer.state.close()
+        indexer.close()
 
 
 def test_verify_finds_vectors_that_do_not_match_their_text(docs_tree, make_settings, tiny) -> None:
@@ -444,20 +442,19 @@ def test_verify_finds_vectors_that_do_not_match_their_text(docs_tree, make_setti
     run_backfill(s, tiny)
     before = stored_points(s, vectors=True)
     victim = sorted(before)[0]
-    sink = make_sink(s).open()
+    store = make_store(s).open()
     payload = {k: v for k, v in before[victim].items() if k != "_vector"}
-    sink.upsert([Point(victim, tiny.vector("something else entirely").tolist(), payload)])
-    sink.close()
+    store.upsert([Point(victim, tiny.vector("something else entirely").tolist(), payload)])
+    store.close()
     indexer = build_indexer(s, tiny)
     try:
-        report = indexer.verify()
+        report = verify(indexer)
         assert [(e["id"], e["reason"][:24]) for e in report.stale] == [
             (victim, "vector does not match it")
         ]
-        assert indexer.verify(repair=True).repaired
+        assert verify(indexer, repair=True).repaired
     finally:
-        indexer.finish()
-        indexer.state.close()
+        indexer.close()
     assert stored_points(s, vectors=True)[victim]["_vector"] == pytest.approx(
         before[victim]["_vector"], abs=1e-6
     )
@@ -481,15 +478,15 @@ def test_a_file_over_its_time_budget_is_reported_and_the_run_goes_on(
 
 
 def test_reusable_vectors_check_the_stored_key(docs_tree, make_settings, tiny) -> None:
-    from mdindex.pipeline import reusable_vectors
+    from mdindex.sync import reusable_vectors
 
     s = make_settings(docs_tree)
     run_backfill(s, tiny)
     pid, point = sorted(stored_points(s, vectors=True).items())[0]
-    sink = make_sink(s).open()
+    store = make_store(s).open()
     try:
-        assert reusable_vectors(sink, {pid: "another key"}) == {}
-        [(key, vector)] = reusable_vectors(sink, {pid: point["vector_key"]}).items()
+        assert reusable_vectors(store, {pid: "another key"}) == {}
+        [(key, vector)] = reusable_vectors(store, {pid: point["vector_key"]}).items()
         assert key == point["vector_key"] and vector == pytest.approx(point["_vector"], abs=1e-5)
     finally:
-        sink.close()
+        store.close()

@@ -1,0 +1,225 @@
+"""Planning: a file's text to the points it should be stored as. Pure: no state, no store.
+
+The sync core, `mdindex chunk` and the Ray workers all plan through ``Planner``,
+so the same file gives the same point IDs, payloads and vector keys wherever
+it is planned.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mdindex.budget import budget
+from mdindex.chunking import Chunker
+from mdindex.config import Settings
+from mdindex.document import decode, parse_document, read_bytes
+from mdindex.embedding import ModelInfo
+from mdindex.errors import FileTimeout, InputError, MdindexError
+from mdindex.files import Failure, FileRef
+from mdindex.models import Chunk, Document, digest
+from mdindex.stores import Point
+from mdindex.tokens import TokenCounter
+
+log = logging.getLogger(__name__)
+
+_ID_NAMESPACE = uuid.UUID("6f6d2a3e-5a1b-4c1e-9a7e-6d64696e6478")
+# Payload keys for our own bookkeeping, not part of the interface users see.
+INTERNAL_KEYS = ("vector_key",)
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def public(payload: dict[str, Any]) -> dict[str, Any]:
+    """A payload as users see it: the interface's keys, not our bookkeeping."""
+    return {k: v for k, v in payload.items() if k not in INTERNAL_KEYS}
+
+
+def point_id(root: str, rel: str, content_hash: str, occurrence: int, fingerprint: str) -> str:
+    key = "\x1f".join((root, rel, content_hash, str(occurrence), fingerprint))
+    return str(uuid.uuid5(_ID_NAMESPACE, key))
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """One point as planning wants it, before its vector is known."""
+
+    id: str
+    vector_key: str
+    embed_input: str
+    payload: dict[str, Any]
+    token_ids: list[int] | None = None  # of embed_input, when chunking had them
+
+    def point(self, vector: Sequence[float], stamp: str) -> Point:
+        """The point to store: this plan, its vector, and when it was indexed."""
+        return Point(self.id, vector, {**self.payload, "indexed_at": stamp})
+
+
+@dataclass
+class DocWork:
+    """One document's planned points, ready to be written."""
+
+    ref: FileRef
+    doc_hash: str
+    points: list[Planned]
+
+
+class Planner:
+    """Reads, parses and chunks documents, and plans their points: IDs, payloads, vector keys."""
+
+    def __init__(
+        self, settings: Settings, info: ModelInfo, counter: TokenCounter, chunker: Chunker
+    ) -> None:
+        self.settings = settings
+        self.info = info
+        self.counter = counter
+        self.chunker = chunker
+        id_params = {
+            "model": info.name,
+            "chunker": chunker.params(),
+            "prepend_context": settings.prepend_context,
+        }
+        self.id_fingerprint = _hash_json(id_params)[:16]
+        # Settings that change payloads but not IDs still force every document to be rewritten.
+        self.doc_fingerprint = _hash_json(
+            {
+                "id": self.id_fingerprint,
+                "base_url": settings.base_url,
+                "url_style": settings.url_style,
+            }
+        )[:16]
+
+    def read(self, ref: FileRef, known_hash: str = "") -> Document | Failure | None:
+        """Read and parse one file; None when its text still hashes to ``known_hash``
+        (touched, not changed)."""
+        settings = self.settings
+        try:
+            text = decode(read_bytes(ref.path, settings.max_file_bytes, ref))
+            if known_hash and known_hash == digest(text):
+                return None
+            with budget(settings.file_time_budget_s):
+                return self.parse(ref.rel, text)
+        except InputError as exc:
+            return Failure(ref.root, ref.rel, str(exc))
+        except Exception as exc:  # a parser bug must cost one file, not the run
+            log.debug("parsing %s failed", ref.rel, exc_info=True)
+            return Failure(ref.root, ref.rel, f"internal error while parsing: {_describe(exc)}")
+
+    def parse(self, rel: str, text: str) -> Document:
+        return parse_document(
+            text, rel, base_url=self.settings.base_url, url_style=self.settings.url_style
+        )
+
+    def plan(self, loaded: Sequence[tuple[FileRef, Document]]) -> list[DocWork | Failure]:
+        """Chunk documents in one batch and plan their points. A document the
+        chunker fails on, or that runs over its time budget, gets a Failure and
+        the others go on."""
+        out: list[DocWork | Failure] = []
+        for (ref, doc), chunks in zip(loaded, self._chunk_each(loaded), strict=True):
+            if isinstance(chunks, Failure):
+                out.append(chunks)
+            else:
+                out.append(
+                    DocWork(ref, doc.doc_hash, self.plan_points(ref.root, ref.rel, doc, chunks))
+                )
+        return out
+
+    def _chunk_each(
+        self, loaded: Sequence[tuple[FileRef, Document]]
+    ) -> list[list[Chunk] | Failure]:
+        budget_s = self.settings.file_time_budget_s
+        try:
+            with budget(budget_s * len(loaded)):
+                return list(self.chunker.chunk_many([doc for _, doc in loaded]))
+        except FileTimeout:
+            pass
+        except MdindexError:
+            raise
+        except Exception:
+            pass
+        # Chunk one by one to find the document at fault.
+        results: list[list[Chunk] | Failure] = []
+        for ref, doc in loaded:
+            try:
+                with budget(budget_s):
+                    results.append(self.chunker.chunk(doc))
+            except FileTimeout as exc:
+                results.append(Failure(ref.root, ref.rel, str(exc)))
+            except MdindexError:
+                raise
+            except Exception as exc:
+                log.debug("chunking failed", exc_info=True)
+                reason = f"internal error while chunking: {_describe(exc)}"
+                results.append(Failure(ref.root, ref.rel, reason))
+        return results
+
+    def plan_points(
+        self, root: str, rel: str, doc: Document, chunks: Sequence[Chunk]
+    ) -> list[Planned]:
+        seen: dict[str, int] = {}
+        out: list[Planned] = []
+        for index, chunk in enumerate(chunks):
+            content_hash = digest(chunk.text)
+            occurrence = seen.get(content_hash, 0)
+            seen[content_hash] = occurrence + 1
+            embed_input = self.embed_input(doc, chunk)
+            vector_key = digest(f"{self.info.name}\x00{embed_input}")[:32]
+            url = doc.url
+            if url and chunk.anchor:
+                url = f"{url}#{chunk.anchor}"
+            payload: dict[str, Any] = {
+                "text": chunk.text,
+                "root": root,
+                "doc_path": rel,
+                "title": doc.title,
+                "url": url,
+                "section": chunk.section,
+                "heading_path": list(chunk.heading_path),
+                "chunk_index": index,
+                "char_start": chunk.char_start,
+                "char_end": chunk.char_end,
+                "line_start": doc.line_of(chunk.char_start),
+                "line_end": doc.line_of(max(chunk.char_start, chunk.char_end - 1)),
+                "token_count": chunk.token_count,
+                "content_hash": content_hash,
+                "doc_hash": doc.doc_hash,
+                "strategy": self.chunker.strategy,
+                "model": self.info.name,
+                "meta": doc.meta,
+                "vector_key": vector_key,
+            }
+            pid = point_id(root, rel, content_hash, occurrence, self.id_fingerprint)
+            ids = chunk.token_ids if embed_input is chunk.text else None
+            out.append(Planned(pid, vector_key, embed_input, payload, ids))
+        return out
+
+    def embed_input(self, doc: Document, chunk: Chunk) -> str:
+        """The chunk text, optionally behind as much of title and heading path as still fits."""
+        if not self.settings.prepend_context:
+            return chunk.text
+        prefix = " > ".join([doc.title, *chunk.heading_path]) + "\n\n"
+        room = self.counter.model_limit - chunk.token_count
+        enc = self.counter.encode(prefix)
+        if len(enc.ids) > room:
+            prefix = prefix[: enc.offsets[room - 1][1]] + "\n\n" if room > 2 else ""
+        candidate = prefix + chunk.text
+        # Tokens of a concatenation can differ from the sum; the full count decides.
+        if prefix and self.counter.count(candidate) <= self.counter.model_limit:
+            return candidate
+        return chunk.text
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+
+
+def _hash_json(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,911 @@
+"""The sync core: what backfill, watch, verify and the Ray driver call.
+
+It owns the store and the local state, and does three jobs:
+
+- consistency: the state must describe the store it sits beside, or it is
+  rebuilt from it (``open_store``);
+- change detection: what differs between the files and the state, for a whole
+  tree or for the paths a watcher names, as one ``Changes`` (``changes``);
+- writing: for every document that changed, new points are written before old
+  ones are deleted, and the state is committed last; IDs about to be written
+  are recorded first as pending. A crash at any moment therefore leaves the
+  store with extra points the next run knows about and removes, never with a
+  document missing (``apply``).
+
+Planning (text to points) is ``planning.Planner``; verify and repair are in
+``verify``. An ``Indexer`` is a context manager: leaving it closes the store
+and the state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mdindex.config import Settings
+from mdindex.embedding import Embedder
+from mdindex.errors import PruneRefused
+from mdindex.files import (
+    Failure,
+    FileRef,
+    PathFilter,
+    locate,
+    printable,
+    scan,
+    stat_file,
+    trusted_mtime,
+    under_failed_folder,
+)
+from mdindex.models import Document
+from mdindex.planning import DocWork, Planned, Planner, now_iso, public
+from mdindex.state import DocRow, PointRow, State
+from mdindex.stores import Store
+
+log = logging.getLogger(__name__)
+
+CRASH_ENV = "MDINDEX_CRASH_POINT"
+CRASH_POINTS = ("after_chunk", "after_embed", "after_upsert", "after_delete", "after_commit")
+# Larger groups give the embedder longer runs to sort into batches of like
+# length: 256 documents made the corpus backfill 10 % faster than 64.
+GROUP_DOCS = 256
+GROUP_CHARS = 512_000  # about 500 chunks: one embedding call, one upsert round
+
+Key = tuple[str, str]  # (root label, path relative to the root)
+
+
+def crash_point(name: str) -> None:
+    """Die here, as a power cut would, when MDINDEX_CRASH_POINT names this point.
+
+    ``name@N`` dies at the N-th time the point is reached in this process.
+    """
+    wanted = os.environ.get(CRASH_ENV)
+    if not wanted:
+        return
+    target, _, nth = wanted.partition("@")
+    if target != name:
+        return
+    _crash_hits[name] = _crash_hits.get(name, 0) + 1
+    if _crash_hits[name] >= int(nth or 1):
+        log.warning("crash point %s reached; exiting", name)
+        logging.shutdown()
+        os._exit(86)
+
+
+_crash_hits: dict[str, int] = {}
+
+
+def store_identity(store: Store) -> str:
+    """Which store a state describes: its place and collection."""
+    return f"{store.where}#{store.collection}"
+
+
+@dataclass
+class Summary:
+    files_seen: int = 0
+    files_changed: int = 0
+    files_unchanged: int = 0
+    files_deleted: int = 0
+    files_failed: int = 0
+    chunks_embedded: int = 0
+    points_upserted: int = 0
+    points_deleted: int = 0
+    seconds: float = 0.0
+    errors: list[dict[str, str]] = field(default_factory=list)
+    dry_run: bool = False
+    failures: list[Failure] = field(default_factory=list, repr=False)
+
+    def fail(self, failure: Failure) -> None:
+        self.files_failed += 1
+        self.failures.append(failure)
+        self.errors.append(
+            {"path": printable(failure.rel), "root": failure.root, "reason": failure.reason}
+        )
+        log.warning("skipped %s: %s", printable(f"{failure.root}:{failure.rel}"), failure.reason)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "files_seen": self.files_seen,
+            "files_changed": self.files_changed,
+            "files_unchanged": self.files_unchanged,
+            "files_deleted": self.files_deleted,
+            "files_failed": self.files_failed,
+            "chunks_embedded": self.chunks_embedded,
+            "points_upserted": self.points_upserted,
+            "points_deleted": self.points_deleted,
+            "seconds": round(self.seconds, 3),
+            "errors": self.errors,
+            "dry_run": self.dry_run,
+        }
+
+    def line(self) -> str:
+        verb = "would change" if self.dry_run else "changed"
+        return (
+            f"{self.files_seen} files: {self.files_changed} {verb}, "
+            f"{self.files_unchanged} unchanged, "
+            f"{self.files_deleted} deleted, {self.files_failed} failed; "
+            f"{self.chunks_embedded} chunks embedded, {self.points_upserted} points upserted, "
+            f"{self.points_deleted} deleted in {self.seconds:.2f}s"
+        )
+
+
+@dataclass
+class Changes:
+    """What change detection found, for a whole tree or for some paths: the one
+    result backfill, watch and status get back."""
+
+    files: list[FileRef] = field(default_factory=list)  # new, or changed in size, mtime or settings
+    deleted: list[Key] = field(default_factory=list)  # indexed, and gone from the files
+    failures: list[Failure] = field(default_factory=list)
+    seen: int = 0  # files looked at, failed ones included
+    unchanged: int = 0
+    new: int = 0  # files seen that the state does not know
+    missing_roots: list[str] = field(default_factory=list)  # a watched root that is gone
+    rows: dict[Key, DocRow] = field(default_factory=dict, repr=False)  # state rows of what was seen
+    # What was looked at: failures recorded before for these are cleared. None: everything.
+    scope: set[Key] | None = field(default=None, repr=False)
+
+    def __bool__(self) -> bool:
+        return bool(self.files or self.deleted)
+
+
+@dataclass
+class _Seen:
+    """The file-system half of change detection, before the state is asked."""
+
+    present: dict[Key, FileRef] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    seen: int = 0
+    missing_roots: list[str] = field(default_factory=list)
+    # Where deletions are looked for: (label, rel, is_folder); None for the whole tree.
+    scope: list[tuple[str, str, bool]] | None = None
+
+    @property
+    def unlisted(self) -> list[Key]:
+        return [f.key for f in self.failures if f.folder]
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What the daemon hears from the core while it works."""
+
+    on_progress: Callable[[int], None] | None = None  # files read so far in this sync
+    stop_requested: Callable[[], bool] | None = None  # checked between groups
+    on_indexed: Callable[[list[FileRef]], None] | None = None  # files just committed
+
+
+class _Inline:
+    """An executor that runs each task at once, for machines with no core to spare."""
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:
+            future.set_exception(exc)
+        return future
+
+    def __enter__(self) -> _Inline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+@dataclass
+class _Staged:
+    """A group whose vectors are being found or embedded, not yet written."""
+
+    works: list[DocWork]
+    planned: list[Planned]
+    by_key: dict[str, list[float]]
+    todo: list[str]  # vector keys being embedded, in the order of the future's rows
+    future: Future[Any] | None
+    lender: _Staged | None = None  # the previous group, embedding keys we also need
+    borrowed: list[str] = field(default_factory=list)
+
+
+# (changes, summary) -> None: the Ray backfill's own way of syncing what changed
+SyncRunner = Callable[[Changes, Summary], None]
+
+
+class Indexer:
+    """Makes the store equal to the files, touching only what changed."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        planner: Planner,
+        embedder: Embedder,
+        store: Store,
+        state: State,
+        hooks: Hooks | None = None,
+        group_docs: int = GROUP_DOCS,
+        group_chars: int = GROUP_CHARS,
+    ) -> None:
+        self.settings = settings
+        self.planner = planner
+        self.embedder = embedder
+        self.store = store
+        self.state = state
+        self.hooks = hooks or Hooks()
+        self.group_docs = group_docs
+        self.group_chars = group_chars
+        self.roots = settings.root_list()
+        self.accept = PathFilter(settings.include, settings.exclude)
+        self._store_checked = False
+        # With two cores or fewer, torch's threads already fill the machine and
+        # work beside them only slows them down (bench/backfill.py: overhead 1.19 with
+        # the worker thread, 0.98 without, in bf16), so embedding runs inline.
+        self.pipelined = (os.cpu_count() or 1) > 2
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def __enter__(self) -> Indexer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the store, remembering what it looked like (for the next fast
+        path), then the state."""
+        try:
+            self.store.close()
+            if self._store_checked:
+                self.state.put("store_signature", self.store.signature())
+            self._store_checked = False
+        finally:
+            self.state.close()
+
+    def load_model(self) -> None:
+        """Load the embedding model now, not on the first change (a daemon starts with it)."""
+        self.embedder.load()
+
+    def settle(self, idle: Callable[[], bool] | None = None) -> bool:
+        """The store's housekeeping after a sync (an edge store may build its
+        search index); False when it gave way to ``idle()`` turning False."""
+        if not self._store_checked:
+            return True
+        return self.store.settle(idle)
+
+    # -- store and state consistency ---------------------------------------
+
+    def open_store(self) -> None:
+        """Open the store and make sure the state describes it; rebuild the state if not."""
+        if self._store_checked:
+            return
+        self.store.open()
+        self.store.ensure_collection(self.embedder.dimension)
+        identity = store_identity(self.store)
+        reason = ""
+        if self.state.fresh:
+            reason = "no local state" if self.store.count() else ""
+        elif self.state.get("store") != identity:
+            reason = "state belongs to another store"
+        else:
+            self._recover_inflight()
+            interrupted = self.state.invalidate_pending_docs()
+            if interrupted:
+                log.info(
+                    "%d documents were interrupted mid-write; they will be re-synced", interrupted
+                )
+            committed, pending = self.state.point_counts()
+            # An interrupted write may have added its new points and deleted some old ones.
+            at_risk = self.state.committed_at_risk()
+            stored = self.store.count()
+            if not committed - at_risk <= stored <= committed + pending:
+                reason = f"state knows {committed} points, store holds {stored}"
+        if reason:
+            self.rebuild_state(reason)
+        self.state.put("store", identity)
+        self._store_checked = True
+
+    def _recover_inflight(self) -> None:
+        """Documents other processes were writing when a run stopped: whatever the
+        store holds for them becomes pending here, so the next sync of each
+        document deletes what its plan no longer has."""
+        docs = self.state.inflight()
+        if not docs:
+            return
+        log.info("%d documents were being written by workers; reading back their points", len(docs))
+        found = [
+            (
+                root,
+                path,
+                [PointRow(pid, key) for pid, key in self.store.doc_points(root, path).items()],
+            )
+            for root, path in docs
+        ]
+        self.state.mark_pending(found)
+        self.state.clear_inflight(docs)
+
+    def rebuild_state(self, reason: str, level: int = logging.WARNING) -> None:
+        log.log(level, "rebuilding local state from the store (%s)", reason)
+        records = (
+            (pid, str(p.get("root", "")), str(p.get("doc_path", "")), str(p.get("vector_key", "")))
+            for pid, p, _ in self.store.scroll(payload=["root", "doc_path", "vector_key"])
+        )
+        n = self.state.rebuild(records)
+        self.state.fresh = False
+        log.info("state rebuilt with %d points; files will be re-chunked and compared", n)
+
+    def store_unchanged_since_last_run(self) -> bool:
+        sig = self.store.signature()
+        return bool(sig) and sig != "absent" and self.state.get("store_signature") == sig
+
+    # -- change detection --------------------------------------------------
+
+    def changes(
+        self, paths: Iterable[str] | None = None, folders: Iterable[str] | None = None
+    ) -> Changes:
+        """What differs between the files and the state: under every root when
+        neither ``paths`` nor ``folders`` is given, else at those absolute paths
+        (files) and below those folders."""
+        whole = paths is None and folders is None
+        seen = self._look_at_tree() if whole else self._look_at(paths or (), folders or ())
+        return self._compare(seen, prune=True)
+
+    def _look_at_tree(self) -> _Seen:
+        seen = _Seen()
+        for root in self.roots:
+            if not root.path.is_dir():
+                seen.missing_roots.append(root.label)
+            self._scan_into(seen, root, "")
+        return seen
+
+    def _look_at(self, paths: Iterable[str], folders: Iterable[str]) -> _Seen:
+        seen = _Seen(scope=[])
+        assert seen.scope is not None
+        for path in paths:
+            loc = locate(self.roots, path)
+            if loc is None or not loc[1]:
+                continue
+            root, rel = loc
+            seen.scope.append((root.label, rel, False))
+            seen.seen += 1
+            found = stat_file(root, rel, self.accept, self.settings.follow_symlinks)
+            if isinstance(found, FileRef):
+                seen.present[found.key] = found
+            elif isinstance(found, Failure):
+                seen.failures.append(found)
+        for path in folders:
+            loc = locate(self.roots, path)
+            if loc is None:
+                continue
+            root, rel = loc
+            if not root.path.is_dir():
+                seen.missing_roots.append(root.label)
+                continue
+            seen.scope.append((root.label, rel, True))
+            self._scan_into(seen, root, rel)
+        return seen
+
+    def _scan_into(self, seen: _Seen, root: Any, under: str) -> None:
+        for item in scan(root, self.accept, self.settings.follow_symlinks, under=under):
+            seen.seen += 1
+            if isinstance(item, Failure):
+                seen.failures.append(item)
+            else:
+                seen.present[item.key] = item
+
+    def _compare(self, seen: _Seen, prune: bool) -> Changes:
+        """The state's half of change detection."""
+        if seen.scope is None:
+            known, rows = self.state.known_docs(), self.state.docs()
+            in_scope = known
+        else:
+            in_scope, rows = set(), {}
+            for label, rel, is_folder in seen.scope:
+                # A folder covers what lies below it; a file path only itself.
+                k, r = self.state.under(label, rel)
+                in_scope |= {key for key in k if is_folder or key[1] == rel}
+                rows.update(r)
+        failed = {f.key for f in seen.failures}
+        unlisted = seen.unlisted
+        deleted = (
+            sorted(
+                key
+                for key in in_scope
+                if key not in seen.present
+                and key not in failed
+                # A folder that could not be listed keeps everything below it.
+                and not under_failed_folder(key, unlisted)
+            )
+            if prune
+            else []
+        )
+        files = [f for f in seen.present.values() if not self.is_fresh(f, rows)]
+        scope = None
+        if seen.scope is not None:
+            scope = in_scope | seen.present.keys() | failed
+            scope |= {(label, rel) for label, rel, is_dir in seen.scope if not is_dir}
+        return Changes(
+            files=files,
+            deleted=deleted,
+            failures=list(seen.failures),
+            seen=seen.seen,
+            unchanged=len(seen.present) - len(files),
+            new=len((seen.present.keys() | failed) - in_scope),
+            missing_roots=list(seen.missing_roots),
+            rows=rows,
+            scope=scope,
+        )
+
+    def confirm(self, changes: Changes) -> tuple[list[FileRef], list[Failure]]:
+        """Of the files ``changes`` flags (by size, mtime or settings), those whose
+        text did change, and those that cannot be read now. Reads and parses each
+        one; writes nothing (for status)."""
+        changed: list[FileRef] = []
+        failed: list[Failure] = []
+        for ref in changes.files:
+            doc = self.planner.read(ref, self.known_hash(ref, changes.rows))
+            if isinstance(doc, Failure):
+                failed.append(doc)
+            elif doc is not None:
+                changed.append(ref)
+        return changed, failed
+
+    def is_fresh(self, ref: FileRef, rows: dict[Key, DocRow]) -> bool:
+        row = rows.get(ref.key)
+        return (
+            row is not None
+            and row.size == ref.size
+            and row.mtime_ns == ref.mtime_ns
+            and row.fingerprint == self.planner.doc_fingerprint
+        )
+
+    def known_hash(self, ref: FileRef, rows: dict[Key, DocRow]) -> str:
+        """The hash a file must still have to count as only touched; "" if none."""
+        row = rows.get(ref.key)
+        if row is None or row.fingerprint != self.planner.doc_fingerprint:
+            return ""
+        return row.doc_hash
+
+    # -- backfill ----------------------------------------------------------
+
+    def backfill(
+        self,
+        *,
+        dry_run: bool = False,
+        prune: bool = True,
+        force: bool = False,
+        runner: SyncRunner | None = None,
+    ) -> Summary:
+        """Make the store equal to the roots. ``runner`` does the syncing of what
+        changed (the Ray backfill hands its own); deciding what changed, the
+        prune guard and the state stay here."""
+        started = time.monotonic()
+        summary = Summary(dry_run=dry_run)
+        for root in self.roots:
+            if not root.path.is_dir() and not force:
+                raise PruneRefused(
+                    f"root {root.label!r}: {root.path} is not a folder; fix the path, "
+                    "or pass --force to prune its documents"
+                )
+        seen = self._look_at_tree()
+        changes = self._compare(seen, prune)
+        if prune and not force:
+            self._guard_prune(seen, changes)
+        must_open = bool(changes or self.state.fresh)
+        if not dry_run and (must_open or not self.store_unchanged_since_last_run()):
+            self.open_store()
+            changes = self._compare(seen, prune)  # the state may have been rebuilt from the store
+            if prune and not force:
+                self._guard_prune(seen, changes)
+        if runner is not None and not dry_run:
+            self._account(changes, summary)
+            runner(changes, summary)
+            self._finish(changes, summary)
+        else:
+            self.apply(changes, summary, dry_run=dry_run)
+        summary.seconds = time.monotonic() - started
+        return summary
+
+    def _guard_prune(self, seen: _Seen, changes: Changes) -> None:
+        known = len(self.state.known_docs())
+        for root in self.roots:
+            empty = not any(key[0] == root.label for key in seen.present)
+            # An empty root whose documents are indexed looks like an unmounted
+            # disk or a wrong path, not like a user deleting everything.
+            if empty and any(label == root.label for label, _ in changes.deleted):
+                raise PruneRefused(
+                    f"root {root.label!r} has no markdown files; refusing to prune its documents "
+                    "(pass --force if that is intended, or --no-prune)"
+                )
+        if known and len(changes.deleted) > known / 2:
+            raise PruneRefused(
+                f"{len(changes.deleted)} of {known} indexed documents would be deleted; "
+                "refusing to prune more than half (pass --force if that is intended)"
+            )
+
+    # -- writing -----------------------------------------------------------
+
+    def apply(
+        self, changes: Changes, summary: Summary | None = None, *, dry_run: bool = False
+    ) -> Summary:
+        """Index the changed files and remove the deleted documents.
+
+        Deletes run after all writes, so a file renamed within the same batch
+        finds its old vectors still in the store and reuses them.
+        """
+        summary = summary if summary is not None else Summary(dry_run=dry_run)
+        self._account(changes, summary)
+        # Two stages: while the worker thread embeds one group, this thread
+        # writes the group before it and reads and chunks the group after it.
+        staged: _Staged | None = None
+        pool = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="mdindex-embed")
+            if self.pipelined
+            else _Inline()
+        )
+        with pool:
+            for loaded in self._groups(changes.files, changes.rows, summary, dry_run):
+                if self._stopping(loaded, staged):
+                    return summary
+                works = self._plan(loaded, summary)
+                if dry_run:
+                    self._count_dry(works, summary)
+                    continue
+                nxt = self._stage(works, pool, staged) if works else None
+                if staged is not None:
+                    self._write(staged, summary)
+                staged = nxt
+            if staged is not None:
+                self._write(staged, summary)
+        self._delete_docs(changes.deleted, summary, dry_run)
+        if not dry_run:
+            self._finish(changes, summary)
+        return summary
+
+    def _account(self, changes: Changes, summary: Summary) -> None:
+        summary.files_seen += changes.seen
+        summary.files_unchanged += changes.unchanged
+        for failure in changes.failures:
+            summary.fail(failure)
+
+    def _finish(self, changes: Changes, summary: Summary) -> None:
+        """Remember when the store last matched the files, and what failed."""
+        self.state.note_failures(changes.scope, summary.failures, now_iso())
+        self.state.put("last_sync", now_iso())
+
+    def _groups(
+        self,
+        files: Iterable[FileRef],
+        rows: dict[Key, DocRow],
+        summary: Summary,
+        dry_run: bool,
+    ) -> Iterator[list[tuple[FileRef, Document]]]:
+        """Read and parse candidates, in groups bounded by documents and characters."""
+        loaded: list[tuple[FileRef, Document]] = []
+        chars = 0
+        for done, ref in enumerate(files, 1):
+            item = self._load(ref, self.known_hash(ref, rows), summary, dry_run)
+            if item is not None:
+                loaded.append(item)
+                chars += len(item[1].text)
+            if self.hooks.on_progress is not None:
+                self.hooks.on_progress(done)
+            if len(loaded) >= self.group_docs or chars >= self.group_chars:
+                yield loaded
+                loaded, chars = [], 0
+        yield loaded
+
+    def _stopping(self, loaded: list[tuple[FileRef, Document]], staged: _Staged | None) -> bool:
+        stop = self.hooks.stop_requested
+        if stop is None or not stop():
+            return False
+        # Nothing of these documents was written yet (the staged group's points
+        # are not even marked pending): abandoning them is clean, and the next
+        # start or rescan picks them up.
+        waiting = len(loaded) + (len(staged.works) if staged is not None else 0)
+        log.info("stop requested; abandoning %d documents not yet written", waiting)
+        return True
+
+    def _load(
+        self, ref: FileRef, known_hash: str, summary: Summary, dry_run: bool
+    ) -> tuple[FileRef, Document] | None:
+        """Read and parse one candidate; None when it failed or only its mtime moved."""
+        doc = self.planner.read(ref, known_hash)
+        if isinstance(doc, Failure):
+            summary.fail(doc)
+            return None
+        if doc is None:
+            if not dry_run:
+                self.touch(ref)
+            summary.files_unchanged += 1
+            return None
+        for warning in doc.warnings:
+            log.warning("%s:%s: %s", ref.root, printable(ref.rel), warning)
+        return ref, doc
+
+    def touch(self, ref: FileRef) -> None:
+        """A file touched, not changed: only its fast-path stamp moves."""
+        self.state.touch(ref.root, ref.rel, ref.size, trusted_mtime(ref))
+
+    def _plan(self, loaded: list[tuple[FileRef, Document]], summary: Summary) -> list[DocWork]:
+        """Chunk a group of documents in one batch and plan their points."""
+        if not loaded:
+            return []
+        works = []
+        for item in self.planner.plan(loaded):
+            if isinstance(item, Failure):
+                summary.fail(item)
+            else:
+                works.append(item)
+        crash_point("after_chunk")
+        return works
+
+    def plan_all(self, summary: Summary) -> tuple[list[DocWork], set[Key]]:
+        """Every document under the roots, planned from its text, and the known
+        documents below folders that could not be listed (for verify). Failures
+        land in ``summary``; nothing is written."""
+        seen = self._look_at_tree()
+        for failure in seen.failures:
+            summary.fail(failure)
+        works = [
+            work
+            for loaded in self._groups(seen.present.values(), {}, summary, dry_run=True)
+            for work in self._plan(loaded, summary)
+        ]
+        kept = {k for k in self.state.known_docs() if under_failed_folder(k, seen.unlisted)}
+        return works, kept
+
+    def _count_dry(self, group: list[DocWork], summary: Summary) -> None:
+        """What writing this group would do, from the state alone."""
+        planned = [p for w in group for p in w.points]
+        known = self.state.has_vector_keys({p.vector_key for p in planned})
+        summary.chunks_embedded += len({p.vector_key for p in planned} - known)
+        summary.points_upserted += len(planned)
+        for w in group:
+            old = self.state.point_ids(w.ref.root, w.ref.rel) - {p.id for p in w.points}
+            summary.points_deleted += len(old)
+        summary.files_changed += len(group)
+
+    def _stage(
+        self, group: list[DocWork], pool: ThreadPoolExecutor | _Inline, previous: _Staged | None
+    ) -> _Staged:
+        """Find reusable vectors, and start embedding the rest on the worker thread.
+
+        Keys the previous group is still embedding are borrowed from it once it
+        is written, so a chunk repeated across neighbouring groups is embedded once.
+        """
+        self.open_store()
+        planned = [p for w in group for p in w.points]
+        by_key, todo = self._lookup(planned)
+        inflight = set(previous.todo) if previous is not None else set()
+        borrowed = [key for key in todo if key in inflight]
+        for key in borrowed:
+            del todo[key]
+        future = pool.submit(self.embed, list(todo.values())) if todo else None
+        return _Staged(group, planned, by_key, list(todo), future, previous, borrowed)
+
+    def _write(self, staged: _Staged, summary: Summary, prewritten: bool = False) -> None:
+        """Write one group: pending IDs, new points, deletes of old ones, then the state.
+
+        ``prewritten``: Ray workers already wrote the points to a server (their
+        documents are marked in flight); only deletes and the state remain.
+        """
+        group, planned, vectors = staged.works, staged.planned, staged.by_key
+        if staged.lender is not None:  # written before us, so its vectors are in
+            vectors.update((key, staged.lender.by_key[key]) for key in staged.borrowed)
+            staged.lender = None  # keep the chain of groups from growing in memory
+        if staged.future is not None:
+            vectors.update(zip(staged.todo, staged.future.result(), strict=True))
+            summary.chunks_embedded += len(staged.todo)
+        crash_point("after_embed")
+        stamp = now_iso()
+        if prewritten:
+            summary.points_upserted += len(planned)
+        else:
+            self.state.mark_pending(
+                [
+                    (w.ref.root, w.ref.rel, [PointRow(p.id, p.vector_key) for p in w.points])
+                    for w in group
+                ]
+            )
+            summary.points_upserted += self.store.upsert(
+                [p.point(vectors[p.vector_key], stamp) for p in planned]
+            )
+        crash_point("after_upsert")
+        stale: list[str] = []
+        for w in group:
+            stale.extend(self.state.point_ids(w.ref.root, w.ref.rel) - {p.id for p in w.points})
+        summary.points_deleted += self.store.delete(stale)
+        crash_point("after_delete")
+        self.state.commit_docs(self._rows(group), stamp)
+        summary.files_changed += len(group)
+        crash_point("after_commit")
+        if self.hooks.on_indexed is not None:
+            self.hooks.on_indexed([w.ref for w in group])
+
+    def _rows(self, group: Iterable[DocWork]) -> list[tuple[str, str, DocRow, list[PointRow]]]:
+        """The state rows that record these documents as written."""
+        fp = self.planner.doc_fingerprint
+        return [
+            (
+                w.ref.root,
+                w.ref.rel,
+                DocRow(w.ref.size, trusted_mtime(w.ref), w.doc_hash, fp),
+                [PointRow(p.id, p.vector_key) for p in w.points],
+            )
+            for w in group
+        ]
+
+    # -- vectors -----------------------------------------------------------
+
+    def embed(self, planned: Sequence[Planned]) -> list[list[float]]:
+        """Vectors for planned points, from the model, as stored (float32 lists).
+        Chunking already tokenized most texts; the embedder reuses those ids."""
+        matrix = self.embedder.embed(
+            [p.embed_input for p in planned], token_ids=[p.token_ids for p in planned]
+        )
+        return np.asarray(matrix, dtype=np.float32).tolist()  # type: ignore[no-any-return]
+
+    def _lookup(
+        self, planned: Sequence[Planned]
+    ) -> tuple[dict[str, list[float]], dict[str, Planned]]:
+        """Vectors the store already has (same point, or any point with the same key),
+        and a point for each vector still missing, both by vector key."""
+        by_key = reusable_vectors(self.store, {p.id: p.vector_key for p in planned})
+        wanted = {p.vector_key for p in planned} - by_key.keys()
+        if wanted:
+            donors = self.state.ids_for_vector_keys(wanted)
+            by_key |= reusable_vectors(self.store, {pid: key for key, pid in donors.items()})
+        todo: dict[str, Planned] = {}
+        for p in planned:
+            if p.vector_key not in by_key:
+                todo.setdefault(p.vector_key, p)
+        return by_key, todo
+
+    def vectors_for(
+        self,
+        planned: Sequence[Planned],
+        summary: Summary,
+        have: dict[str, list[float]] | None = None,
+        distrust: Collection[str] = (),
+    ) -> dict[str, list[float]]:
+        """Vectors by vector key: from ``have``, from the same point, from any point
+        with that key, or embedded; keys in ``distrust`` (stored vectors known to
+        be wrong) are always embedded."""
+        have = have or {}
+        by_key, todo = self._lookup(
+            [p for p in planned if p.vector_key not in distrust and p.vector_key not in have]
+        )
+        by_key |= {k: v for k, v in have.items() if k not in distrust}
+        todo |= {p.vector_key: p for p in planned if p.vector_key in distrust}
+        if todo:
+            by_key.update(zip(todo, self.embed(list(todo.values())), strict=True))
+            summary.chunks_embedded += len(todo)
+        return by_key
+
+    def stored_vectors(self, ids: Sequence[str]) -> dict[str, tuple[str, list[float]]]:
+        return self.store.vectors(ids)
+
+    def stored_payloads(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        self.open_store()
+        for pid, payload, _ in self.store.scroll(payload=True):
+            yield pid, payload
+
+    # -- what the Ray driver and verify write through --------------------
+
+    def write_docs(
+        self,
+        works: list[DocWork],
+        vectors: dict[str, list[float]],
+        summary: Summary,
+        *,
+        prewritten: bool = False,
+    ) -> None:
+        """Write documents whose points were planned elsewhere (Ray workers), with
+        the vectors they brought; the rest are found in the store or embedded
+        here (the store lost them meanwhile: embed rather than fail).
+        ``prewritten``: the workers wrote them to the server already."""
+        if not works:
+            return
+        self.open_store()
+        planned = [p for w in works for p in w.points]
+        if not prewritten:
+            vectors = self.vectors_for(planned, summary, have=vectors)
+        self._write(_Staged(works, planned, vectors, [], None), summary, prewritten=prewritten)
+
+    def delete_docs(self, docs: list[Key], summary: Summary) -> None:
+        self._delete_docs(docs, summary, False)
+
+    def _delete_docs(self, docs: list[Key], summary: Summary, dry_run: bool) -> None:
+        if not docs:
+            return
+        ids = [pid for root, rel in docs for pid in self.state.point_ids(root, rel)]
+        summary.files_deleted += len(docs)
+        if dry_run:
+            summary.points_deleted += len(ids)
+            return
+        self.open_store()
+        summary.points_deleted += self.store.delete(ids)
+        self.state.remove_docs(docs)
+        for root, rel in docs:
+            log.info("removed %s:%s", root, printable(rel))
+
+    def vector_donors(self) -> dict[str, str]:
+        """A stored point for every vector key the state knows."""
+        return self.state.vector_donors()
+
+    def mark_inflight(self, docs: Iterable[Key]) -> None:
+        """Documents workers are about to write: their points are known only to the store."""
+        self.state.mark_inflight(docs)
+
+    def clear_inflight(self, docs: Iterable[Key]) -> None:
+        self.state.clear_inflight(docs)
+
+    def rewrite(
+        self,
+        works: Sequence[DocWork],
+        drop: Sequence[str],
+        distrust: Collection[str],
+        committed: Iterable[DocWork],
+        summary: Summary,
+    ) -> None:
+        """Repair: write ``works`` again (keys in ``distrust`` re-embedded), delete
+        the points ``drop``, and start the state over from the store, with
+        ``committed`` recorded as written."""
+        planned = [p for w in works for p in w.points]
+        if planned:
+            vectors = self.vectors_for(planned, summary, distrust=distrust)
+            stamp = now_iso()
+            self.store.upsert([p.point(vectors[p.vector_key], stamp) for p in planned])
+            summary.points_upserted += len(planned)
+        summary.points_deleted += self.store.delete(drop)
+        self.rebuild_state("after repair", logging.INFO)
+        self.state.commit_docs(self._rows(committed), now_iso())
+
+    # -- what status and search read ---------------------------------------
+
+    def search(self, query: str, k: int) -> list[dict[str, Any]]:
+        """The ``k`` nearest chunks to ``query``, as users see them."""
+        return search(self.embedder, self.store, query, k)
+
+    def store_status(self, points: int | None = None) -> dict[str, Any]:
+        """Where the store is, how many points it holds, and what its engine says
+        about itself. ``points`` when the caller knows them (a daemon must not
+        wait behind a long write to count); else counted, without any write."""
+        if points is None:
+            points = self.store.open().count()
+        return {"store": self.store.where, "points": points, **self.store.describe()}
+
+    def counts(self) -> tuple[int, int]:
+        """Documents and points the state records as indexed."""
+        return self.state.doc_count(), self.state.point_counts()[0]
+
+    def last_sync(self) -> str | None:
+        return self.state.get("last_sync")
+
+    def failures(self) -> list[dict[str, str]]:
+        """Files the last syncs could not index, with why."""
+        return self.state.failures()
+
+
+def search(embedder: Embedder, store: Store, query: str, k: int) -> list[dict[str, Any]]:
+    """The ``k`` nearest chunks to ``query``: what the CLI and the daemon answer."""
+    if not store.exists():
+        return []
+    vector = embedder.embed([query])[0]
+    return [{"score": h.score, **public(h.payload)} for h in store.search(vector.tolist(), k)]
+
+
+def reusable_vectors(store: Store, wanted: dict[str, str]) -> dict[str, list[float]]:
+    """Vectors by vector key, from the stored points named in ``wanted`` (point ID
+    -> the vector key needed). A point's vector is taken only when the key
+    stored with it is the one needed: a point ID leaves out what the context
+    prefix adds, so the same ID can carry the vector of another embedded text."""
+    found: dict[str, list[float]] = {}
+    for pid, (key, vector) in store.vectors(list(wanted)).items():
+        if key == wanted[pid]:
+            found.setdefault(key, vector)
+    return found

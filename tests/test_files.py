@@ -1,0 +1,49 @@
+"""Which paths are documents: include and exclude globs, hidden files, the scan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mdindex.config import Root
+from mdindex.files import FileRef, PathFilter, glob_regex, scan
+
+DEFAULT = ["**/*.md", "**/*.markdown"]
+
+
+def test_double_star_spans_folders_and_star_stays_in_one() -> None:
+    assert glob_regex("**/*.md").match("a.md") and glob_regex("**/*.md").match("a/b/c.md")
+    assert glob_regex("*.md").match("a.md") and not glob_regex("*.md").match("a/b.md")
+    assert glob_regex("docs/**").match("docs/x/y.md") and not glob_regex("docs/**").match("d/x")
+    assert glob_regex("a?.md").match("ab.md") and not glob_regex("a?.md").match("a/.md")
+    assert not glob_regex("*.md").match("a.md\n")  # whole path, not a prefix
+
+
+def test_include_and_exclude() -> None:
+    accept = PathFilter(DEFAULT, ["drafts/**", "**/*.tmp.md"])
+    assert accept("index.md") and accept("guide/a.markdown") and accept("deep/er/x.md")
+    assert not accept("drafts/x.md") and not accept("drafts/deep/x.md")
+    assert not accept("guide/x.tmp.md")
+    assert not accept("notes.txt") and not accept("notes.md~") and not accept("4913")
+    only = PathFilter(["guide/*.md"])
+    assert only("guide/a.md") and not only("guide/sub/a.md") and not only("a.md")
+
+
+def test_hidden_files_and_folders_are_never_documents() -> None:
+    accept = PathFilter(["**"])
+    for rel in (".git/x.md", "a/.obsidian/y.md", ".#notes.md", ".notes.md.swp", "a//b.md"):
+        assert not accept(rel), rel
+    assert accept("a/b.md")
+    assert not accept.may_contain(".git") and not accept.may_contain("a/.trash")
+    assert accept.may_contain("a/b") and accept.may_contain("")
+
+
+def test_scan_yields_documents_in_order_and_skips_hidden_folders(tmp_path: Path) -> None:
+    for rel in ("b.md", "a/z.md", "a/y.md", ".git/x.md", "a/.hidden/h.md", "c.txt", "drafts/d.md"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("# x\n")
+    found = list(scan(Root("r", tmp_path), PathFilter(DEFAULT, ["drafts/**"])))
+    assert all(isinstance(f, FileRef) for f in found)
+    # a folder's files by name, then its subfolders by name
+    assert [f.rel for f in found if isinstance(f, FileRef)] == ["b.md", "a/y.md", "a/z.md"]
+    under = list(scan(Root("r", tmp_path), PathFilter(DEFAULT), under="a"))
+    assert [f.rel for f in under if isinstance(f, FileRef)] == ["a/y.md", "a/z.md"]

@@ -1,0 +1,94 @@
+"""`mdindex status`: freshness with and without a daemon, and read-your-writes
+with `--wait` against a real `mdindex watch` and the real model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mdindex.status import offline_status
+from tests.conftest import TinyEmbedder, run_backfill, settings_for
+from tests.daemon.test_process import ENV, start, stop
+
+pytestmark = pytest.mark.model
+
+
+def test_without_a_daemon_status_scans_and_reads_the_state(docs_tree: Path, tmp_path: Path) -> None:
+    s = settings_for(tmp_path, [str(docs_tree)])
+    (docs_tree / "bad.md").write_bytes(b"# Bad\n\xff\xfe\n")
+    run_backfill(s, TinyEmbedder())
+    status = offline_status(s)
+    assert status["daemon"] is False and status["phase"] == "stopped"
+    assert status["documents"] == 3 and status["files_seen"] == 4
+    assert status["coverage"] == "3 of 4" and status["points"] > 0
+    assert [(f["path"], "UTF-8" in f["reason"]) for f in status["failed"]] == [("bad.md", True)]
+    assert status["pending"] == {"changed": 0, "deleted": 0} and status["caught_up"] is True
+
+    (docs_tree / "new.md").write_text("# New\n\nNot indexed yet.\n")
+    (docs_tree / "guide" / "b.md").unlink()
+    status = offline_status(s)
+    assert status["pending"] == {"changed": 1, "deleted": 1} and status["caught_up"] is False
+    assert status["files_seen"] == 4 and status["documents"] == 3
+    # a later sync that can read the file forgets its failure
+    (docs_tree / "bad.md").write_text("# Fixed\n\nReadable now.\n")
+    run_backfill(s, TinyEmbedder())
+    status = offline_status(s)
+    assert status["failed"] == [] and status["coverage"] == "4 of 4" and status["caught_up"]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mdindex", *args], capture_output=True, text=True, env=ENV
+    )
+
+
+def test_a_write_then_status_wait_then_search_finds_it_every_time(tmp_path: Path) -> None:
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "start.md").write_text("# Start\n\nThe first note.\n")
+    (root / "broken.md").write_bytes(b"\xff\xfe broken")
+    state = tmp_path / "state"
+    proc, daemon = start(root, state)
+    try:
+        status = daemon.ask("/status?wait=1&timeout=120")
+        assert status["caught_up"] is True and status["phase"] == "watching", status
+        assert status["coverage"] == "1 of 2" and status["queue_paths"] == 0
+        assert [f["path"] for f in status["failed"]] == ["broken.md"]
+        animals = ["otter", "heron", "badger", "lynx", "walrus", "gecko", "bison", "crane"]
+        for i in range(20):
+            animal = animals[i % len(animals)]
+            note = root / f"note{i:02}.md"
+            # no sleep: the next call must cover a write whose event may not have arrived
+            note.write_text(
+                f"# Field note {i}\n\nToday the {animal} number {i} crossed the river.\n"
+            )
+            if i % 5 == 0:  # the CLI, as a script would call it
+                r = cli("status", "--wait", "--timeout", "120", "--state-dir", str(state), "--json")
+                assert r.returncode == 0, r.stderr
+                assert json.loads(r.stdout)["caught_up"] is True
+            else:  # the same over HTTP
+                assert daemon.ask("/status?wait=1&timeout=120")["caught_up"] is True
+            hits = daemon.ask(f"/search?q=the+{animal}+number+{i}+crossed+the+river&k=3")
+            assert hits[0]["doc_path"] == f"note{i:02}.md", (i, [h["doc_path"] for h in hits])
+            assert f"number {i} crossed" in hits[0]["text"]
+        status = daemon.ask("/status")
+        assert status["documents"] == 21 and status["coverage"] == "21 of 22"
+
+        # at the timeout: exit 4, with what is still waiting
+        for j in range(40):
+            (root / f"late{j:02}.md").write_text(f"# Late {j}\n\n" + "More words here. " * 200)
+        r = cli("status", "--wait", "--timeout", "0", "--state-dir", str(state), "--json")
+        assert r.returncode == 4, r.stderr
+        late = json.loads(r.stdout)
+        assert late["caught_up"] is False and "queue_paths" in late and "oldest_wait_s" in late
+        r = cli("status", "--wait", "--timeout", "300", "--state-dir", str(state), "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)["documents"] == 61
+        r = cli("status", "--wait", "--timeout", "nan", "--state-dir", str(state))
+        assert r.returncode == 2 and "--timeout" in r.stderr
+    finally:
+        code, _ = stop(proc)
+    assert code == 0
