@@ -30,12 +30,13 @@ from typing import Any
 
 import numpy as np
 
+from mdindex.changes import Changes
 from mdindex.config import Settings
 from mdindex.errors import ConfigError
 from mdindex.files import Failure, FileRef
 from mdindex.models import Document
 from mdindex.planning import DocWork, Planned, now_iso
-from mdindex.sync import Changes, Indexer, Summary, reusable_vectors
+from mdindex.sync import Indexer, Summary, reusable_vectors
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,8 @@ It owns the store and the local state, and does three jobs:
 - consistency: the state must describe the store it sits beside, or it is
   rebuilt from it (``open_store``);
 - change detection: what differs between the files and the state, for a whole
-  tree or for the paths a watcher names, as one ``Changes`` (``changes``);
+  tree or for the paths a watcher names, as one ``Changes`` (``changes``,
+  through ``changes.Detector``);
 - writing: for every document that changed, new points are written before old
   ones are deleted, and the state is committed last; IDs about to be written
   are recorded first as pending. A crash at any moment therefore leaves the
@@ -29,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from mdindex.changes import Changes, Detector, Key, Seen
 from mdindex.config import Settings
 from mdindex.embedding import Embedder
 from mdindex.errors import PruneRefused
@@ -36,10 +38,7 @@ from mdindex.files import (
     Failure,
     FileRef,
     PathFilter,
-    locate,
     printable,
-    scan,
-    stat_file,
     trusted_mtime,
     under_failed_folder,
 )
@@ -56,8 +55,6 @@ CRASH_POINTS = ("after_chunk", "after_embed", "after_upsert", "after_delete", "a
 # length: 256 documents made the corpus backfill 10 % faster than 64.
 GROUP_DOCS = 256
 GROUP_CHARS = 512_000  # about 500 chunks: one embedding call, one upsert round
-
-Key = tuple[str, str]  # (root label, path relative to the root)
 
 
 def crash_point(name: str) -> None:
@@ -135,42 +132,6 @@ class Summary:
         )
 
 
-@dataclass
-class Changes:
-    """What change detection found, for a whole tree or for some paths: the one
-    result backfill, watch and status get back."""
-
-    files: list[FileRef] = field(default_factory=list)  # new, or changed in size, mtime or settings
-    deleted: list[Key] = field(default_factory=list)  # indexed, and gone from the files
-    failures: list[Failure] = field(default_factory=list)
-    seen: int = 0  # files looked at, failed ones included
-    unchanged: int = 0
-    new: int = 0  # files seen that the state does not know
-    missing_roots: list[str] = field(default_factory=list)  # a watched root that is gone
-    rows: dict[Key, DocRow] = field(default_factory=dict, repr=False)  # state rows of what was seen
-    # What was looked at: failures recorded before for these are cleared. None: everything.
-    scope: set[Key] | None = field(default=None, repr=False)
-
-    def __bool__(self) -> bool:
-        return bool(self.files or self.deleted)
-
-
-@dataclass
-class _Seen:
-    """The file-system half of change detection, before the state is asked."""
-
-    present: dict[Key, FileRef] = field(default_factory=dict)
-    failures: list[Failure] = field(default_factory=list)
-    seen: int = 0
-    missing_roots: list[str] = field(default_factory=list)
-    # Where deletions are looked for: (label, rel, is_folder); None for the whole tree.
-    scope: list[tuple[str, str, bool]] | None = None
-
-    @property
-    def unlisted(self) -> list[Key]:
-        return [f.key for f in self.failures if f.folder]
-
-
 @dataclass(frozen=True)
 class Hooks:
     """What the daemon hears from the core while it works."""
@@ -239,7 +200,12 @@ class Indexer:
         self.group_docs = group_docs
         self.group_chars = group_chars
         self.roots = settings.root_list()
-        self.accept = PathFilter(settings.include, settings.exclude)
+        self.detector = Detector(
+            self.roots,
+            PathFilter(settings.include, settings.exclude),
+            settings.follow_symlinks,
+            planner.doc_fingerprint,
+        )
         self._store_checked = False
         # With two cores or fewer, torch's threads already fill the machine and
         # work beside them only slows them down (bench/backfill.py: overhead 1.19 with
@@ -350,94 +316,8 @@ class Indexer:
         neither ``paths`` nor ``folders`` is given, else at those absolute paths
         (files) and below those folders."""
         whole = paths is None and folders is None
-        seen = self._look_at_tree() if whole else self._look_at(paths or (), folders or ())
-        return self._compare(seen, prune=True)
-
-    def _look_at_tree(self) -> _Seen:
-        seen = _Seen()
-        for root in self.roots:
-            if not root.path.is_dir():
-                seen.missing_roots.append(root.label)
-            self._scan_into(seen, root, "")
-        return seen
-
-    def _look_at(self, paths: Iterable[str], folders: Iterable[str]) -> _Seen:
-        seen = _Seen(scope=[])
-        assert seen.scope is not None
-        for path in paths:
-            loc = locate(self.roots, path)
-            if loc is None or not loc[1]:
-                continue
-            root, rel = loc
-            seen.scope.append((root.label, rel, False))
-            seen.seen += 1
-            found = stat_file(root, rel, self.accept, self.settings.follow_symlinks)
-            if isinstance(found, FileRef):
-                seen.present[found.key] = found
-            elif isinstance(found, Failure):
-                seen.failures.append(found)
-        for path in folders:
-            loc = locate(self.roots, path)
-            if loc is None:
-                continue
-            root, rel = loc
-            if not root.path.is_dir():
-                seen.missing_roots.append(root.label)
-                continue
-            seen.scope.append((root.label, rel, True))
-            self._scan_into(seen, root, rel)
-        return seen
-
-    def _scan_into(self, seen: _Seen, root: Any, under: str) -> None:
-        for item in scan(root, self.accept, self.settings.follow_symlinks, under=under):
-            seen.seen += 1
-            if isinstance(item, Failure):
-                seen.failures.append(item)
-            else:
-                seen.present[item.key] = item
-
-    def _compare(self, seen: _Seen, prune: bool) -> Changes:
-        """The state's half of change detection."""
-        if seen.scope is None:
-            known, rows = self.state.known_docs(), self.state.docs()
-            in_scope = known
-        else:
-            in_scope, rows = set(), {}
-            for label, rel, is_folder in seen.scope:
-                # A folder covers what lies below it; a file path only itself.
-                k, r = self.state.under(label, rel)
-                in_scope |= {key for key in k if is_folder or key[1] == rel}
-                rows.update(r)
-        failed = {f.key for f in seen.failures}
-        unlisted = seen.unlisted
-        deleted = (
-            sorted(
-                key
-                for key in in_scope
-                if key not in seen.present
-                and key not in failed
-                # A folder that could not be listed keeps everything below it.
-                and not under_failed_folder(key, unlisted)
-            )
-            if prune
-            else []
-        )
-        files = [f for f in seen.present.values() if not self.is_fresh(f, rows)]
-        scope = None
-        if seen.scope is not None:
-            scope = in_scope | seen.present.keys() | failed
-            scope |= {(label, rel) for label, rel, is_dir in seen.scope if not is_dir}
-        return Changes(
-            files=files,
-            deleted=deleted,
-            failures=list(seen.failures),
-            seen=seen.seen,
-            unchanged=len(seen.present) - len(files),
-            new=len((seen.present.keys() | failed) - in_scope),
-            missing_roots=list(seen.missing_roots),
-            rows=rows,
-            scope=scope,
-        )
+        seen = self.detector.tree() if whole else self.detector.paths(paths or (), folders or ())
+        return self.detector.compare(seen, self.state)
 
     def confirm(self, changes: Changes) -> tuple[list[FileRef], list[Failure]]:
         """Of the files ``changes`` flags (by size, mtime or settings), those whose
@@ -453,21 +333,9 @@ class Indexer:
                 changed.append(ref)
         return changed, failed
 
-    def is_fresh(self, ref: FileRef, rows: dict[Key, DocRow]) -> bool:
-        row = rows.get(ref.key)
-        return (
-            row is not None
-            and row.size == ref.size
-            and row.mtime_ns == ref.mtime_ns
-            and row.fingerprint == self.planner.doc_fingerprint
-        )
-
     def known_hash(self, ref: FileRef, rows: dict[Key, DocRow]) -> str:
         """The hash a file must still have to count as only touched; "" if none."""
-        row = rows.get(ref.key)
-        if row is None or row.fingerprint != self.planner.doc_fingerprint:
-            return ""
-        return row.doc_hash
+        return self.detector.known_hash(ref, rows)
 
     # -- backfill ----------------------------------------------------------
 
@@ -490,14 +358,15 @@ class Indexer:
                     f"root {root.label!r}: {root.path} is not a folder; fix the path, "
                     "or pass --force to prune its documents"
                 )
-        seen = self._look_at_tree()
-        changes = self._compare(seen, prune)
+        seen = self.detector.tree()
+        changes = self.detector.compare(seen, self.state, prune)
         if prune and not force:
             self._guard_prune(seen, changes)
         must_open = bool(changes or self.state.fresh)
         if not dry_run and (must_open or not self.store_unchanged_since_last_run()):
             self.open_store()
-            changes = self._compare(seen, prune)  # the state may have been rebuilt from the store
+            # the state may have been rebuilt from the store
+            changes = self.detector.compare(seen, self.state, prune)
             if prune and not force:
                 self._guard_prune(seen, changes)
         if runner is not None and not dry_run:
@@ -509,7 +378,7 @@ class Indexer:
         summary.seconds = time.monotonic() - started
         return summary
 
-    def _guard_prune(self, seen: _Seen, changes: Changes) -> None:
+    def _guard_prune(self, seen: Seen, changes: Changes) -> None:
         known = len(self.state.known_docs())
         for root in self.roots:
             empty = not any(key[0] == root.label for key in seen.present)
@@ -647,7 +516,7 @@ class Indexer:
         """Every document under the roots, planned from its text, and the known
         documents below folders that could not be listed (for verify). Failures
         land in ``summary``; nothing is written."""
-        seen = self._look_at_tree()
+        seen = self.detector.tree()
         for failure in seen.failures:
             summary.fail(failure)
         works = [

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from mdindex.changes import Key
 from mdindex.planning import DocWork, Planned
-from mdindex.sync import Indexer, Key, Summary
+from mdindex.sync import Indexer, Summary
 
 log = logging.getLogger(__name__)
 

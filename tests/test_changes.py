@@ -1,0 +1,67 @@
+"""Change detection: a whole-tree scan and the paths a watcher names find the same changes."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for
+
+
+def keys(refs: list) -> list[tuple[str, str]]:  # type: ignore[type-arg]
+    return sorted(r.key for r in refs)
+
+
+def age(root: Path) -> None:
+    """Files saved long ago: their size and mtime vouch for them (see FileRef.racy)."""
+    old = time.time() - 100
+    for path in root.rglob("*.md"):
+        os.utime(path, (old, old))
+
+
+def test_tree_and_paths_agree(docs_tree: Path, tmp_path: Path) -> None:
+    s = settings_for(tmp_path, [str(docs_tree)])
+    age(docs_tree)
+    run_backfill(s, TinyEmbedder())
+    (docs_tree / "index.md").write_text("# Welcome\n\nEdited.\n")  # changed
+    (docs_tree / "guide" / "b.md").rename(docs_tree / "guide" / "c.md")  # renamed
+    (docs_tree / "new").mkdir()
+    (docs_tree / "new" / "n.md").write_text("# N\n\nNew.\n")  # a new folder
+    (docs_tree / "bad.md").write_bytes(b"\xff")  # a candidate: it fails only when read
+    (docs_tree / "loop.md").symlink_to(docs_tree / "loop.md")  # skipped (links not followed)
+    with build_indexer(s, TinyEmbedder()) as indexer:
+        tree = indexer.changes()
+        events = indexer.changes(
+            paths=[str(docs_tree / p) for p in ("index.md", "guide/b.md", "guide/c.md", "bad.md")],
+            folders=[str(docs_tree / "new")],
+        )
+        folder = indexer.changes(folders=[str(docs_tree)])
+    label = docs_tree.name
+    want_files = [
+        (label, "bad.md"),
+        (label, "guide/c.md"),
+        (label, "index.md"),
+        (label, "new/n.md"),
+    ]
+    for found in (tree, events, folder):
+        assert keys(found.files) == want_files
+        assert found.deleted == [(label, "guide/b.md")]
+        assert found.failures == []
+    assert tree.scope is None and events.scope is not None
+    assert (label, "guide/b.md") in events.scope and (label, "guide/a.md") not in events.scope
+    assert tree.new == 3 and events.new == 3 and tree.seen == 5
+    assert tree.unchanged == 1 and events.unchanged == 0  # guide/a.md was not named
+
+
+def test_a_path_outside_every_root_or_a_missing_root_is_no_change(
+    docs_tree: Path, tmp_path: Path
+) -> None:
+    s = settings_for(tmp_path, [str(docs_tree)])
+    run_backfill(s, TinyEmbedder())
+    with build_indexer(s, TinyEmbedder()) as indexer:
+        outside = indexer.changes(paths=[str(tmp_path / "elsewhere.md")], folders=[str(tmp_path)])
+        assert not outside and outside.seen == 0
+        (docs_tree / "guide").rename(tmp_path / "moved-away")
+        gone = indexer.changes(folders=[str(docs_tree / "guide")])
+        assert gone.deleted == [(docs_tree.name, "guide/a.md"), (docs_tree.name, "guide/b.md")]
