@@ -70,7 +70,7 @@ class Timed:
 def worker(store: str, work: Path, op: str, edits: int, queries: int) -> dict[str, Any]:
     offline()
     from mdindex.config import load_settings
-    from mdindex.runtime import make_indexer
+    from mdindex.runtime import make_indexer, make_store
     from mdindex.sync import Indexer
     from mdindex.verify import verify
 
@@ -81,10 +81,8 @@ def worker(store: str, work: Path, op: str, edits: int, queries: int) -> dict[st
     if op == "edit":
         edit_files(root, edits)
     t = time.perf_counter()
-    indexer: Indexer = make_indexer(settings)
-    indexer.embedder = HashEmbedder()
-    timed = Timed(indexer.store)
-    indexer.store = timed  # type: ignore[assignment]
+    timed = Timed(make_store(settings))
+    indexer: Indexer = make_indexer(settings, store=timed, embedder=HashEmbedder())  # type: ignore[arg-type]
     out: dict[str, Any] = {}
     try:
         if op in ("cold", "noop", "edit"):

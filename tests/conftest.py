@@ -105,7 +105,7 @@ def build_indexer(settings: Settings, embedder: Any, **options: Any) -> Indexer:
         settings,
         planner=models.planner,
         embedder=embedder,
-        store=make_store(settings),
+        store=options.pop("store", None) or make_store(settings),
         state=State(state_path(settings)),
         **options,
     )

@@ -154,7 +154,7 @@ def stages_in_process(settings, embedder, *, crash_after_workers: bool):  # type
         if crash_after_workers:
             raise KeyboardInterrupt  # the driver dies before committing anything
         write_batch(indexer, batch, {f.key: f for f in candidates}, summary)
-        indexer.delete_docs(changes.deleted, summary)
+        indexer.writer.delete_docs(changes.deleted, summary)
 
     try:
         return indexer.backfill(runner=runner).as_dict()

@@ -362,7 +362,7 @@ def test_pipelined_and_inline_runs_store_the_same(
     tiny = TinyEmbedder()
     # one group per document, so groups overlap in the pipeline
     indexer = build_indexer(s, tiny, group_docs=1)
-    indexer.pipelined = pipelined
+    indexer.writer.pipelined = pipelined
     try:
         result = indexer.backfill().as_dict()
     finally:
@@ -478,7 +478,7 @@ def test_a_file_over_its_time_budget_is_reported_and_the_run_goes_on(
 
 
 def test_reusable_vectors_check_the_stored_key(docs_tree, make_settings, tiny) -> None:
-    from mdindex.sync import reusable_vectors
+    from mdindex.writer import reusable_vectors
 
     s = make_settings(docs_tree)
     run_backfill(s, tiny)

@@ -34,11 +34,11 @@ from mdindex.errors import (
 )
 from mdindex.files import Failure, stat_file
 from mdindex.lock import WriterLock, lock_path, read_holder
-from mdindex.models import Document
+from mdindex.models import Document, Summary
 from mdindex.planning import DocWork, public
 from mdindex.runtime import make_indexer, make_models, make_store, setup_logging
 from mdindex.status import offline_status
-from mdindex.sync import Hooks, Summary, search
+from mdindex.sync import Hooks, search
 from mdindex.verify import verify
 
 log = logging.getLogger("mdindex")

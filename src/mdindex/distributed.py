@@ -34,9 +34,10 @@ from mdindex.changes import Changes
 from mdindex.config import Settings
 from mdindex.errors import ConfigError
 from mdindex.files import Failure, FileRef
-from mdindex.models import Document
+from mdindex.models import Document, Summary
 from mdindex.planning import DocWork, Planned, now_iso
-from mdindex.sync import Indexer, Summary, reusable_vectors
+from mdindex.sync import Indexer
+from mdindex.writer import reusable_vectors
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +260,7 @@ def ray_runner(
             refs = {f.key: f for f in candidates}
             for batch in ds.iter_batches(batch_size=EMBED_BATCH, batch_format="numpy"):
                 write_batch(indexer, batch, refs, summary)
-        indexer.delete_docs(changes.deleted, summary)
+        indexer.writer.delete_docs(changes.deleted, summary)
 
     return run
 
@@ -289,7 +290,7 @@ def write_batch(
             summary.fail(Failure(ref.root, ref.rel, str(batch["reason"][i])))
             continue
         if batch["unchanged"][i]:  # touched, not changed
-            indexer.touch(ref)
+            indexer.writer.touch(ref)
             summary.files_unchanged += 1
             continue
         work = DocWork(
@@ -300,8 +301,8 @@ def write_batch(
         else:
             todo.append(work)
             vectors.update(_row_vectors(batch, i))
-    indexer.write_docs(done, {}, summary, prewritten=True)
-    indexer.write_docs(todo, vectors, summary)
+    indexer.writer.write_docs(done, {}, summary, prewritten=True)
+    indexer.writer.write_docs(todo, vectors, summary)
     indexer.clear_inflight(
         (str(r), str(p)) for r, p in zip(batch["root"], batch["rel"], strict=True)
     )

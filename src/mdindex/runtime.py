@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mdindex.chunking import Chunker
 from mdindex.config import Settings
-from mdindex.embedding import ModelEmbedder, ModelInfo, load_counter, resolve_model
+from mdindex.embedding import Embedder, ModelEmbedder, ModelInfo, load_counter, resolve_model
 from mdindex.planning import Planner
 from mdindex.state import State
 from mdindex.stores import EdgeStore, QdrantStore, Store
@@ -111,15 +111,19 @@ def make_indexer(
     settings: Settings,
     models: Models | None = None,
     *,
+    store: Store | None = None,
+    embedder: Embedder | None = None,
     hooks: Hooks | None = None,
     group_chars: int = GROUP_CHARS,
 ) -> Indexer:
+    """The sync core on the settings' store and state; ``store`` and ``embedder``
+    stand in for the settings' own (benchmarks measure through them)."""
     m = models or make_models(settings)
     return Indexer(
         settings,
         planner=m.planner,
-        embedder=m.embedder,
-        store=make_store(settings),
+        embedder=embedder or m.embedder,
+        store=store or make_store(settings),
         state=State(state_path(settings)),
         hooks=hooks,
         group_chars=group_chars,

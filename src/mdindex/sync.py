@@ -7,11 +7,8 @@ It owns the store and the local state, and does three jobs:
 - change detection: what differs between the files and the state, for a whole
   tree or for the paths a watcher names, as one ``Changes`` (``changes``,
   through ``changes.Detector``);
-- writing: for every document that changed, new points are written before old
-  ones are deleted, and the state is committed last; IDs about to be written
-  are recorded first as pending. A crash at any moment therefore leaves the
-  store with extra points the next run knows about and removes, never with a
-  document missing (``apply``).
+- writing: reading and planning what changed in groups, which ``writer.Writer``
+  writes: new points before deletes of old ones, the state last (``apply``).
 
 Planning (text to points) is ``planning.Planner``; verify and repair are in
 ``verify``. An ``Indexer`` is a context manager: leaving it closes the store
@@ -21,14 +18,10 @@ and the state.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from mdindex.changes import Changes, Detector, Key, Seen
 from mdindex.config import Settings
@@ -39,97 +32,25 @@ from mdindex.files import (
     FileRef,
     PathFilter,
     printable,
-    trusted_mtime,
     under_failed_folder,
 )
-from mdindex.models import Document
-from mdindex.planning import DocWork, Planned, Planner, now_iso, public
+from mdindex.models import Document, Summary
+from mdindex.planning import DocWork, Planner, now_iso, public
 from mdindex.state import DocRow, PointRow, State
 from mdindex.stores import Store
+from mdindex.writer import Writer, _Staged, crash_point
 
 log = logging.getLogger(__name__)
 
-CRASH_ENV = "MDINDEX_CRASH_POINT"
-CRASH_POINTS = ("after_chunk", "after_embed", "after_upsert", "after_delete", "after_commit")
 # Larger groups give the embedder longer runs to sort into batches of like
 # length: 256 documents made the corpus backfill 10 % faster than 64.
 GROUP_DOCS = 256
 GROUP_CHARS = 512_000  # about 500 chunks: one embedding call, one upsert round
 
 
-def crash_point(name: str) -> None:
-    """Die here, as a power cut would, when MDINDEX_CRASH_POINT names this point.
-
-    ``name@N`` dies at the N-th time the point is reached in this process.
-    """
-    wanted = os.environ.get(CRASH_ENV)
-    if not wanted:
-        return
-    target, _, nth = wanted.partition("@")
-    if target != name:
-        return
-    _crash_hits[name] = _crash_hits.get(name, 0) + 1
-    if _crash_hits[name] >= int(nth or 1):
-        log.warning("crash point %s reached; exiting", name)
-        logging.shutdown()
-        os._exit(86)
-
-
-_crash_hits: dict[str, int] = {}
-
-
 def store_identity(store: Store) -> str:
     """Which store a state describes: its place and collection."""
     return f"{store.where}#{store.collection}"
-
-
-@dataclass
-class Summary:
-    files_seen: int = 0
-    files_changed: int = 0
-    files_unchanged: int = 0
-    files_deleted: int = 0
-    files_failed: int = 0
-    chunks_embedded: int = 0
-    points_upserted: int = 0
-    points_deleted: int = 0
-    seconds: float = 0.0
-    errors: list[dict[str, str]] = field(default_factory=list)
-    dry_run: bool = False
-    failures: list[Failure] = field(default_factory=list, repr=False)
-
-    def fail(self, failure: Failure) -> None:
-        self.files_failed += 1
-        self.failures.append(failure)
-        self.errors.append(
-            {"path": printable(failure.rel), "root": failure.root, "reason": failure.reason}
-        )
-        log.warning("skipped %s: %s", printable(f"{failure.root}:{failure.rel}"), failure.reason)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "files_seen": self.files_seen,
-            "files_changed": self.files_changed,
-            "files_unchanged": self.files_unchanged,
-            "files_deleted": self.files_deleted,
-            "files_failed": self.files_failed,
-            "chunks_embedded": self.chunks_embedded,
-            "points_upserted": self.points_upserted,
-            "points_deleted": self.points_deleted,
-            "seconds": round(self.seconds, 3),
-            "errors": self.errors,
-            "dry_run": self.dry_run,
-        }
-
-    def line(self) -> str:
-        verb = "would change" if self.dry_run else "changed"
-        return (
-            f"{self.files_seen} files: {self.files_changed} {verb}, "
-            f"{self.files_unchanged} unchanged, "
-            f"{self.files_deleted} deleted, {self.files_failed} failed; "
-            f"{self.chunks_embedded} chunks embedded, {self.points_upserted} points upserted, "
-            f"{self.points_deleted} deleted in {self.seconds:.2f}s"
-        )
 
 
 @dataclass(frozen=True)
@@ -139,37 +60,6 @@ class Hooks:
     on_progress: Callable[[int], None] | None = None  # files read so far in this sync
     stop_requested: Callable[[], bool] | None = None  # checked between groups
     on_indexed: Callable[[list[FileRef]], None] | None = None  # files just committed
-
-
-class _Inline:
-    """An executor that runs each task at once, for machines with no core to spare."""
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        try:
-            future.set_result(fn(*args))
-        except BaseException as exc:
-            future.set_exception(exc)
-        return future
-
-    def __enter__(self) -> _Inline:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-@dataclass
-class _Staged:
-    """A group whose vectors are being found or embedded, not yet written."""
-
-    works: list[DocWork]
-    planned: list[Planned]
-    by_key: dict[str, list[float]]
-    todo: list[str]  # vector keys being embedded, in the order of the future's rows
-    future: Future[Any] | None
-    lender: _Staged | None = None  # the previous group, embedding keys we also need
-    borrowed: list[str] = field(default_factory=list)
 
 
 # (changes, summary) -> None: the Ray backfill's own way of syncing what changed
@@ -207,10 +97,14 @@ class Indexer:
             planner.doc_fingerprint,
         )
         self._store_checked = False
-        # With two cores or fewer, torch's threads already fill the machine and
-        # work beside them only slows them down (bench/backfill.py: overhead 1.19 with
-        # the worker thread, 0.98 without, in bf16), so embedding runs inline.
-        self.pipelined = (os.cpu_count() or 1) > 2
+        self.writer = Writer(
+            store,
+            state,
+            embedder,
+            planner.doc_fingerprint,
+            ensure_open=self.open_store,
+            on_indexed=self.hooks.on_indexed,
+        )
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -409,27 +303,23 @@ class Indexer:
         self._account(changes, summary)
         # Two stages: while the worker thread embeds one group, this thread
         # writes the group before it and reads and chunks the group after it.
+        writer = self.writer
         staged: _Staged | None = None
-        pool = (
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="mdindex-embed")
-            if self.pipelined
-            else _Inline()
-        )
-        with pool:
+        with writer.pool() as pool:
             for loaded in self._groups(changes.files, changes.rows, summary, dry_run):
                 if self._stopping(loaded, staged):
                     return summary
                 works = self._plan(loaded, summary)
                 if dry_run:
-                    self._count_dry(works, summary)
+                    writer.count_dry(works, summary)
                     continue
-                nxt = self._stage(works, pool, staged) if works else None
+                nxt = writer.stage(works, pool, staged) if works else None
                 if staged is not None:
-                    self._write(staged, summary)
+                    writer.write(staged, summary)
                 staged = nxt
             if staged is not None:
-                self._write(staged, summary)
-        self._delete_docs(changes.deleted, summary, dry_run)
+                writer.write(staged, summary)
+        writer.delete_docs(changes.deleted, summary, dry_run=dry_run)
         if not dry_run:
             self._finish(changes, summary)
         return summary
@@ -488,16 +378,12 @@ class Indexer:
             return None
         if doc is None:
             if not dry_run:
-                self.touch(ref)
+                self.writer.touch(ref)
             summary.files_unchanged += 1
             return None
         for warning in doc.warnings:
             log.warning("%s:%s: %s", ref.root, printable(ref.rel), warning)
         return ref, doc
-
-    def touch(self, ref: FileRef) -> None:
-        """A file touched, not changed: only its fast-path stamp moves."""
-        self.state.touch(ref.root, ref.rel, ref.size, trusted_mtime(ref))
 
     def _plan(self, loaded: list[tuple[FileRef, Document]], summary: Summary) -> list[DocWork]:
         """Chunk a group of documents in one batch and plan their points."""
@@ -527,133 +413,7 @@ class Indexer:
         kept = {k for k in self.state.known_docs() if under_failed_folder(k, seen.unlisted)}
         return works, kept
 
-    def _count_dry(self, group: list[DocWork], summary: Summary) -> None:
-        """What writing this group would do, from the state alone."""
-        planned = [p for w in group for p in w.points]
-        known = self.state.has_vector_keys({p.vector_key for p in planned})
-        summary.chunks_embedded += len({p.vector_key for p in planned} - known)
-        summary.points_upserted += len(planned)
-        for w in group:
-            old = self.state.point_ids(w.ref.root, w.ref.rel) - {p.id for p in w.points}
-            summary.points_deleted += len(old)
-        summary.files_changed += len(group)
-
-    def _stage(
-        self, group: list[DocWork], pool: ThreadPoolExecutor | _Inline, previous: _Staged | None
-    ) -> _Staged:
-        """Find reusable vectors, and start embedding the rest on the worker thread.
-
-        Keys the previous group is still embedding are borrowed from it once it
-        is written, so a chunk repeated across neighbouring groups is embedded once.
-        """
-        self.open_store()
-        planned = [p for w in group for p in w.points]
-        by_key, todo = self._lookup(planned)
-        inflight = set(previous.todo) if previous is not None else set()
-        borrowed = [key for key in todo if key in inflight]
-        for key in borrowed:
-            del todo[key]
-        future = pool.submit(self.embed, list(todo.values())) if todo else None
-        return _Staged(group, planned, by_key, list(todo), future, previous, borrowed)
-
-    def _write(self, staged: _Staged, summary: Summary, prewritten: bool = False) -> None:
-        """Write one group: pending IDs, new points, deletes of old ones, then the state.
-
-        ``prewritten``: Ray workers already wrote the points to a server (their
-        documents are marked in flight); only deletes and the state remain.
-        """
-        group, planned, vectors = staged.works, staged.planned, staged.by_key
-        if staged.lender is not None:  # written before us, so its vectors are in
-            vectors.update((key, staged.lender.by_key[key]) for key in staged.borrowed)
-            staged.lender = None  # keep the chain of groups from growing in memory
-        if staged.future is not None:
-            vectors.update(zip(staged.todo, staged.future.result(), strict=True))
-            summary.chunks_embedded += len(staged.todo)
-        crash_point("after_embed")
-        stamp = now_iso()
-        if prewritten:
-            summary.points_upserted += len(planned)
-        else:
-            self.state.mark_pending(
-                [
-                    (w.ref.root, w.ref.rel, [PointRow(p.id, p.vector_key) for p in w.points])
-                    for w in group
-                ]
-            )
-            summary.points_upserted += self.store.upsert(
-                [p.point(vectors[p.vector_key], stamp) for p in planned]
-            )
-        crash_point("after_upsert")
-        stale: list[str] = []
-        for w in group:
-            stale.extend(self.state.point_ids(w.ref.root, w.ref.rel) - {p.id for p in w.points})
-        summary.points_deleted += self.store.delete(stale)
-        crash_point("after_delete")
-        self.state.commit_docs(self._rows(group), stamp)
-        summary.files_changed += len(group)
-        crash_point("after_commit")
-        if self.hooks.on_indexed is not None:
-            self.hooks.on_indexed([w.ref for w in group])
-
-    def _rows(self, group: Iterable[DocWork]) -> list[tuple[str, str, DocRow, list[PointRow]]]:
-        """The state rows that record these documents as written."""
-        fp = self.planner.doc_fingerprint
-        return [
-            (
-                w.ref.root,
-                w.ref.rel,
-                DocRow(w.ref.size, trusted_mtime(w.ref), w.doc_hash, fp),
-                [PointRow(p.id, p.vector_key) for p in w.points],
-            )
-            for w in group
-        ]
-
     # -- vectors -----------------------------------------------------------
-
-    def embed(self, planned: Sequence[Planned]) -> list[list[float]]:
-        """Vectors for planned points, from the model, as stored (float32 lists).
-        Chunking already tokenized most texts; the embedder reuses those ids."""
-        matrix = self.embedder.embed(
-            [p.embed_input for p in planned], token_ids=[p.token_ids for p in planned]
-        )
-        return np.asarray(matrix, dtype=np.float32).tolist()  # type: ignore[no-any-return]
-
-    def _lookup(
-        self, planned: Sequence[Planned]
-    ) -> tuple[dict[str, list[float]], dict[str, Planned]]:
-        """Vectors the store already has (same point, or any point with the same key),
-        and a point for each vector still missing, both by vector key."""
-        by_key = reusable_vectors(self.store, {p.id: p.vector_key for p in planned})
-        wanted = {p.vector_key for p in planned} - by_key.keys()
-        if wanted:
-            donors = self.state.ids_for_vector_keys(wanted)
-            by_key |= reusable_vectors(self.store, {pid: key for key, pid in donors.items()})
-        todo: dict[str, Planned] = {}
-        for p in planned:
-            if p.vector_key not in by_key:
-                todo.setdefault(p.vector_key, p)
-        return by_key, todo
-
-    def vectors_for(
-        self,
-        planned: Sequence[Planned],
-        summary: Summary,
-        have: dict[str, list[float]] | None = None,
-        distrust: Collection[str] = (),
-    ) -> dict[str, list[float]]:
-        """Vectors by vector key: from ``have``, from the same point, from any point
-        with that key, or embedded; keys in ``distrust`` (stored vectors known to
-        be wrong) are always embedded."""
-        have = have or {}
-        by_key, todo = self._lookup(
-            [p for p in planned if p.vector_key not in distrust and p.vector_key not in have]
-        )
-        by_key |= {k: v for k, v in have.items() if k not in distrust}
-        todo |= {p.vector_key: p for p in planned if p.vector_key in distrust}
-        if todo:
-            by_key.update(zip(todo, self.embed(list(todo.values())), strict=True))
-            summary.chunks_embedded += len(todo)
-        return by_key
 
     def stored_vectors(self, ids: Sequence[str]) -> dict[str, tuple[str, list[float]]]:
         return self.store.vectors(ids)
@@ -663,44 +423,7 @@ class Indexer:
         for pid, payload, _ in self.store.scroll(payload=True):
             yield pid, payload
 
-    # -- what the Ray driver and verify write through --------------------
-
-    def write_docs(
-        self,
-        works: list[DocWork],
-        vectors: dict[str, list[float]],
-        summary: Summary,
-        *,
-        prewritten: bool = False,
-    ) -> None:
-        """Write documents whose points were planned elsewhere (Ray workers), with
-        the vectors they brought; the rest are found in the store or embedded
-        here (the store lost them meanwhile: embed rather than fail).
-        ``prewritten``: the workers wrote them to the server already."""
-        if not works:
-            return
-        self.open_store()
-        planned = [p for w in works for p in w.points]
-        if not prewritten:
-            vectors = self.vectors_for(planned, summary, have=vectors)
-        self._write(_Staged(works, planned, vectors, [], None), summary, prewritten=prewritten)
-
-    def delete_docs(self, docs: list[Key], summary: Summary) -> None:
-        self._delete_docs(docs, summary, False)
-
-    def _delete_docs(self, docs: list[Key], summary: Summary, dry_run: bool) -> None:
-        if not docs:
-            return
-        ids = [pid for root, rel in docs for pid in self.state.point_ids(root, rel)]
-        summary.files_deleted += len(docs)
-        if dry_run:
-            summary.points_deleted += len(ids)
-            return
-        self.open_store()
-        summary.points_deleted += self.store.delete(ids)
-        self.state.remove_docs(docs)
-        for root, rel in docs:
-            log.info("removed %s:%s", root, printable(rel))
+    # -- what the Ray driver and verify write through (and ``writer``) -----
 
     def vector_donors(self) -> dict[str, str]:
         """A stored point for every vector key the state knows."""
@@ -726,13 +449,13 @@ class Indexer:
         ``committed`` recorded as written."""
         planned = [p for w in works for p in w.points]
         if planned:
-            vectors = self.vectors_for(planned, summary, distrust=distrust)
+            vectors = self.writer.vectors_for(planned, summary, distrust=distrust)
             stamp = now_iso()
             self.store.upsert([p.point(vectors[p.vector_key], stamp) for p in planned])
             summary.points_upserted += len(planned)
         summary.points_deleted += self.store.delete(drop)
         self.rebuild_state("after repair", logging.INFO)
-        self.state.commit_docs(self._rows(committed), now_iso())
+        self.state.commit_docs(self.writer.rows(committed), now_iso())
 
     # -- what status and search read ---------------------------------------
 
@@ -766,15 +489,3 @@ def search(embedder: Embedder, store: Store, query: str, k: int) -> list[dict[st
         return []
     vector = embedder.embed([query])[0]
     return [{"score": h.score, **public(h.payload)} for h in store.search(vector.tolist(), k)]
-
-
-def reusable_vectors(store: Store, wanted: dict[str, str]) -> dict[str, list[float]]:
-    """Vectors by vector key, from the stored points named in ``wanted`` (point ID
-    -> the vector key needed). A point's vector is taken only when the key
-    stored with it is the one needed: a point ID leaves out what the context
-    prefix adds, so the same ID can carry the vector of another embedded text."""
-    found: dict[str, list[float]] = {}
-    for pid, (key, vector) in store.vectors(list(wanted)).items():
-        if key == wanted[pid]:
-            found.setdefault(key, vector)
-    return found

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from mdindex.changes import Key
+from mdindex.models import Summary
 from mdindex.planning import DocWork, Planned
-from mdindex.sync import Indexer, Summary
+from mdindex.sync import Indexer
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ def _check_vectors(
     if not sample:
         return
     have = indexer.stored_vectors([pid for _, pid in sample])
-    fresh = np.asarray(indexer.embed([expected[pid] for _, pid in sample]), dtype=np.float32)
+    fresh = np.asarray(indexer.writer.embed([expected[pid] for _, pid in sample]), dtype=np.float32)
     for (key, pid), new in zip(sample, fresh, strict=True):
         if pid not in have:
             continue

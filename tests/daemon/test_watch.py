@@ -352,15 +352,14 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(
     d = Running(s, TinyEmbedder())
 
     def factory(settings: Any, **options: Any) -> Any:
-        indexer = build_indexer(settings, d.embedder, **options)
         # Tiny thresholds, so a store of a few dozen points gets an HNSW index.
-        indexer.store = EdgeStore(
+        store = EdgeStore(
             settings.collection,
             path=settings.store_path / settings.collection,
             index_min_points=10,
             indexing_threshold_kb=1,
         )
-        return indexer
+        return build_indexer(settings, d.embedder, store=store, **options)
 
     d.daemon.indexer_factory = factory
     d.start()

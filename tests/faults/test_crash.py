@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mdindex.runtime import state_path
-from mdindex.sync import CRASH_ENV, CRASH_POINTS
+from mdindex.writer import CRASH_ENV, CRASH_POINTS
 from tests.conftest import (
     CORPUS,
     TinyEmbedder,

@@ -37,9 +37,10 @@ from mdindex.daemon.watcher import Batch, Debouncer, Watcher
 from mdindex.errors import EXIT_OK, MdindexError, PruneRefused, StoreError, StoreMismatch
 from mdindex.files import FileRef
 from mdindex.lock import WriterLock
+from mdindex.models import Summary
 from mdindex.runtime import make_indexer
 from mdindex.status import fields
-from mdindex.sync import Hooks, Indexer, Summary
+from mdindex.sync import Hooks, Indexer
 
 log = logging.getLogger(__name__)
 
