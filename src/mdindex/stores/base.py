@@ -108,6 +108,22 @@ class Scrolling:
         """The engine's filter for the points of one document."""
         raise NotImplementedError
 
+    retrieve_batch = 512  # IDs per retrieve call
+
+    def _retrieve(self, ids: list[str]) -> Sequence[Any]:
+        """Records of these IDs with their vector and vector key (a store call)."""
+        raise NotImplementedError
+
+    def vectors(self, ids: Sequence[str]) -> dict[str, tuple[str, list[float]]]:
+        """Stored points by ID: the vector key their payload names, and their vector."""
+        out: dict[str, tuple[str, list[float]]] = {}
+        for i in range(0, len(ids), self.retrieve_batch):
+            for rec in self._retrieve(list(ids[i : i + self.retrieve_batch])):
+                if isinstance(rec.vector, list):
+                    key = str((rec.payload or {}).get("vector_key", ""))
+                    out[str(rec.id)] = (key, rec.vector)
+        return out
+
     def scroll(
         self, payload: Sequence[str] | bool = True, with_vectors: bool = False, page: int = 1024
     ) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]:

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from mdindex.errors import LockError, StoreError, StoreMismatch
 from mdindex.stores.base import (
@@ -52,7 +53,6 @@ CONFIG_FILE = "edge_config.json"
 # Queries against the HNSW index look at this many candidates; measured on
 # the corpus's real embeddings by bench/stores.py (recall >= 0.99 vs exact).
 HNSW_EF = 128
-_RETRIEVE_BATCH = 1024
 _OPTIMIZE = (
     "import sys\n"
     "from qdrant_edge import EdgeShard\n"
@@ -212,23 +212,16 @@ class EdgeStore(Scrolling):
 
     # -- points ----------------------------------------------------------
 
-    def vectors(self, ids: Sequence[str]) -> dict[str, tuple[str, list[float]]]:
-        out: dict[str, tuple[str, list[float]]] = {}
+    retrieve_batch = 1024
+
+    def _retrieve(self, ids: list[str]) -> Sequence[Any]:
         if not ids or not self.exists():
-            return out
-        for i in range(0, len(ids), _RETRIEVE_BATCH):
-            batch = list(ids[i : i + _RETRIEVE_BATCH])
-            records = self._retry(
-                "retrieve",
-                lambda batch=batch: self.shard.retrieve(  # type: ignore[misc]
-                    batch, with_payload=["vector_key"], with_vector=True
-                ),
-            )
-            for rec in records:
-                if isinstance(rec.vector, list):
-                    key = str((rec.payload or {}).get("vector_key", ""))
-                    out[str(rec.id)] = (key, rec.vector)  # type: ignore[assignment]
-        return out
+            return []
+        wanted: list[int | UUID | str] = list(ids)
+        return self._retry(
+            "retrieve",
+            lambda: self.shard.retrieve(wanted, with_payload=["vector_key"], with_vector=True),
+        )
 
     def upsert(self, points: Sequence[Point]) -> int:
         """Write points in batches; in-process, so bounded by count alone (the byte

@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_RETRIEVE_BATCH = 512
-
 
 def _transient(exc: BaseException) -> bool:
     from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
@@ -289,21 +287,15 @@ class QdrantStore(Scrolling):
 
     # -- points ----------------------------------------------------------
 
-    def vectors(self, ids: Sequence[str]) -> dict[str, tuple[str, list[float]]]:
-        out: dict[str, tuple[str, list[float]]] = {}
-        for i in range(0, len(ids), _RETRIEVE_BATCH):
-            batch = list(ids[i : i + _RETRIEVE_BATCH])
-            records = self._call(
-                "retrieve",
-                lambda batch=batch: self.client.retrieve(  # type: ignore[misc]
-                    self.collection, ids=batch, with_vectors=True, with_payload=["vector_key"]
-                ),
-            )
-            for rec in records:
-                if isinstance(rec.vector, list):
-                    key = str((rec.payload or {}).get("vector_key", ""))
-                    out[str(rec.id)] = (key, rec.vector)  # type: ignore[assignment]
-        return out
+    retrieve_batch = 512
+
+    def _retrieve(self, ids: list[str]) -> Sequence[Any]:
+        return self._call(
+            "retrieve",
+            lambda: self.client.retrieve(
+                self.collection, ids=ids, with_vectors=True, with_payload=["vector_key"]
+            ),
+        )
 
     def upsert(self, points: Sequence[Point]) -> int:
         """Write points in batches bounded by count and bytes; returns points written."""
