@@ -202,17 +202,27 @@ class State:
         return int(row[0])
 
     def ids_for_vector_keys(self, keys: Iterable[str]) -> dict[str, str]:
-        """One point ID per vector key that some committed point already has."""
+        """Points that may hold the vectors of these keys, point ID -> vector key:
+        one committed point per key, and for a key no committed point has, every
+        pending point with it (a write that stopped after its upsert left those
+        vectors in the store; a caller checks the key stored with the point)."""
         out: dict[str, str] = {}
+        covered: set[str] = set()
         keys = list(keys)
         for i in range(0, len(keys), 500):
             batch = keys[i : i + 500]
             marks = ",".join("?" * len(batch))
-            for key, pid in self.db.execute(
-                f"SELECT vector_key, id FROM points WHERE pending=0 AND vector_key IN ({marks})",
+            rows = self.db.execute(
+                f"SELECT vector_key, id, pending FROM points WHERE vector_key IN ({marks}) "
+                "ORDER BY pending",
                 batch,
-            ):
-                out.setdefault(key, pid)
+            )
+            for key, pid, pending in rows:
+                if key in covered:
+                    continue
+                if not pending:
+                    covered.add(key)
+                out[pid] = key
         return out
 
     def vector_donors(self) -> dict[str, str]:
@@ -224,7 +234,21 @@ class State:
         return {key: pid for key, pid in rows}
 
     def has_vector_keys(self, keys: Iterable[str]) -> set[str]:
-        return set(self.ids_for_vector_keys(keys))
+        """The keys some committed point has (vectors the store surely holds)."""
+        keys = list(keys)
+        out: set[str] = set()
+        for i in range(0, len(keys), 500):
+            batch = keys[i : i + 500]
+            marks = ",".join("?" * len(batch))
+            out.update(
+                key
+                for (key,) in self.db.execute(
+                    f"SELECT DISTINCT vector_key FROM points "
+                    f"WHERE pending=0 AND vector_key IN ({marks})",
+                    batch,
+                )
+            )
+        return out
 
     def mark_pending(self, docs: Sequence[tuple[str, str, Sequence[PointRow]]]) -> None:
         """Record IDs about to be written, so a crash cannot orphan them."""

@@ -213,8 +213,7 @@ class Writer:
         by_key = reusable_vectors(self.store, {p.id: p.vector_key for p in planned})
         wanted = {p.vector_key for p in planned} - by_key.keys()
         if wanted:
-            donors = self.state.ids_for_vector_keys(wanted)
-            by_key |= reusable_vectors(self.store, {pid: key for key, pid in donors.items()})
+            by_key |= reusable_vectors(self.store, self.state.ids_for_vector_keys(wanted))
         todo: dict[str, Planned] = {}
         for p in planned:
             if p.vector_key not in by_key:

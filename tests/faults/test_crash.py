@@ -53,6 +53,32 @@ def test_backfill_crash_then_rerun_converges(tmp_path: Path, point: str, nth: in
     assert run_backfill(s, TinyEmbedder())["points_upserted"] == 0
 
 
+def test_a_vector_only_a_crashed_write_stored_is_reused(tmp_path: Path) -> None:
+    """A write that died after its upsert left vectors only pending points hold;
+    another document with the same text, read before that write is redone,
+    takes them from the store instead of embedding them again."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    text = "# Same\n\nThe very same paragraph, in two files.\n"
+    (root / "a.md").write_text(text)
+    (root / "b.md").write_text(text)
+    s = settings_for(tmp_path, [str(root)])
+
+    def crashing_backfill() -> None:
+        os.environ[CRASH_ENV] = "after_upsert@1"  # a.md upserted, b.md not yet
+        build_indexer(s, TinyEmbedder(), group_docs=1).backfill()
+
+    assert wait(fork(crashing_backfill)) == CRASHED
+    held = {p["vector_key"] for p in stored_points(s).values()}
+    tiny = TinyEmbedder()
+    with build_indexer(s, tiny, group_docs=1) as indexer:
+        summary = indexer.backfill()
+    want = fresh_points(tmp_path, root)
+    assert_same(stored_points(s, vectors=True), want)
+    assert {p["vector_key"] for p in want.values()} == held
+    assert summary.chunks_embedded == 0 and tiny.texts_embedded == 0
+
+
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_watch_crash_then_restart_converges(tmp_path: Path, point: str) -> None:
     root = make_tree(tmp_path / "docs")
