@@ -71,6 +71,7 @@ def worker(store: str, work: Path, op: str, edits: int, queries: int) -> dict[st
     offline()
     from mdindex.config import load_settings
     from mdindex.runtime import make_indexer, make_store
+    from mdindex.stores.base import StoreQuery
     from mdindex.sync import Indexer
     from mdindex.verify import verify
 
@@ -107,7 +108,7 @@ def worker(store: str, work: Path, op: str, edits: int, queries: int) -> dict[st
             indexer.store.count()
             start = time.perf_counter()
             for v in vecs:
-                indexer.store.search(v.tolist(), 10)
+                indexer.store.search(StoreQuery(10, dense=v.tolist()))
             out["ms_per_query"] = (time.perf_counter() - start) / queries * 1000
     finally:
         indexer.close()

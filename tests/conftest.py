@@ -117,7 +117,8 @@ def run_backfill(settings: Settings, embedder: Any, **kwargs: Any) -> dict[str, 
 
 
 def stored_points(settings: Settings, vectors: bool = False) -> dict[str, dict[str, Any]]:
-    """Every point in the collection: id -> payload (indexed_at removed), optionally with vector."""
+    """Every point in the collection: id -> payload (indexed_at removed), optionally
+    with its dense vector and its sparse one (None where it has none)."""
     store = make_store(settings)
     try:
         store.open()
@@ -127,6 +128,10 @@ def stored_points(settings: Settings, vectors: bool = False) -> dict[str, dict[s
             if vectors:
                 payload["_vector"] = vec
             out[pid] = payload
+        if vectors:
+            sparse = store.sparse_vectors(list(out))
+            for pid, payload in out.items():
+                payload["_sparse"] = sparse.get(pid)
         return out
     finally:
         store.close()
@@ -140,9 +145,14 @@ def same_points(got: dict[str, dict[str, Any]], want: dict[str, dict[str, Any]])
     for pid, point in got.items():
         a, b = dict(point), dict(want[pid])
         va, vb = a.pop("_vector", None), b.pop("_vector", None)
-        if a != b or (va is None) != (vb is None):
+        sa, sb = a.pop("_sparse", None), b.pop("_sparse", None)
+        if a != b or (va is None) != (vb is None) or (sa is None) != (sb is None):
             return False
         if va is not None and not np.allclose(va, vb, atol=1e-5):
+            return False
+        if sa is not None and (
+            sa.indices != sb.indices or not np.allclose(sa.values, sb.values, atol=1e-6)
+        ):
             return False
     return True
 

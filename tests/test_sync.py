@@ -11,6 +11,7 @@ from mdindex.errors import LockError, PruneRefused, StoreMismatch, StoreUnavaila
 from mdindex.lock import WriterLock
 from mdindex.runtime import make_store, state_path
 from mdindex.stores import Point
+from mdindex.stores.base import StoreQuery
 from mdindex.verify import verify
 from tests.conftest import (
     TinyEmbedder,
@@ -327,7 +328,9 @@ def test_end_to_end_with_the_real_model(docs_tree, make_settings, real_embedder)
     indexer = build_indexer(s, real_embedder)
     try:
         indexer.open_store()
-        hits = indexer.store.search(real_embedder.embed(["who do I contact for support"])[0], 1)
+        hits = indexer.store.search(
+            StoreQuery(1, dense=real_embedder.embed(["who do I contact for support"])[0])
+        )
     finally:
         indexer.close()
     assert hits[0].payload["section"] == "Support"
@@ -340,7 +343,7 @@ def test_verify_lists_duplicates(docs_tree, make_settings, tiny) -> None:
     run_backfill(s, tiny)
     before = stored_points(s, vectors=True)
     _pid, payload = sorted(before.items())[0]
-    copy = {k: v for k, v in payload.items() if k != "_vector"}
+    copy = {k: v for k, v in payload.items() if not k.startswith("_")}
     store = make_store(s).open()
     store.upsert([Point("00000000-0000-4000-8000-0000000000d2", payload["_vector"], copy)])
     store.close()
@@ -443,7 +446,7 @@ def test_verify_finds_vectors_that_do_not_match_their_text(docs_tree, make_setti
     before = stored_points(s, vectors=True)
     victim = sorted(before)[0]
     store = make_store(s).open()
-    payload = {k: v for k, v in before[victim].items() if k != "_vector"}
+    payload = {k: v for k, v in before[victim].items() if not k.startswith("_")}
     store.upsert([Point(victim, tiny.vector("something else entirely").tolist(), payload)])
     store.close()
     indexer = build_indexer(s, tiny)

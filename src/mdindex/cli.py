@@ -37,20 +37,23 @@ from mdindex.lock import WriterLock, lock_path, read_holder
 from mdindex.models import Document, Summary
 from mdindex.planning import DocWork, public
 from mdindex.runtime import make_indexer, make_models, make_store, setup_logging
+from mdindex.search import Query, parse_where, search
 from mdindex.status import offline_status
-from mdindex.sync import Hooks, search
+from mdindex.sync import Hooks
 from mdindex.verify import verify
 
 log = logging.getLogger("mdindex")
 
 
-def _common(parser: argparse.ArgumentParser, roots: bool) -> None:
+def _common(parser: argparse.ArgumentParser, roots: bool | None) -> None:
+    """The options every command takes; ``roots``: positional folders (True), a
+    repeatable --root (False), or neither (None: search's --root filters)."""
     parser.add_argument("--config", type=Path, help="TOML config file (or MDINDEX_CONFIG)")
     if roots:
         parser.add_argument(
             "roots", nargs="*", metavar="ROOT", help="folders to index, optionally label=path"
         )
-    else:
+    elif roots is False:
         parser.add_argument(
             "--root",
             dest="roots",
@@ -104,10 +107,41 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, roots=True)
     p.set_defaults(func=cmd_watch)
 
-    p = command("search", "nearest chunks to a query")
-    _common(p, roots=False)
+    p = command("search", "the chunks that best answer a query")
+    _common(p, roots=None)
     p.add_argument("query", metavar="QUERY")
     p.add_argument("-k", type=int, default=5, help="number of hits (default 5)")
+    p.add_argument(
+        "--mode",
+        choices=["dense", "sparse", "hybrid"],
+        help="dense (the model), sparse (BM25) or hybrid (both, fused); default search_mode",
+    )
+    p.add_argument(
+        "--root",
+        dest="filter_roots",
+        action="append",
+        metavar="LABEL",
+        help="only chunks of this root (repeatable: any of them)",
+    )
+    p.add_argument(
+        "--path",
+        dest="filter_path",
+        metavar="PREFIX_OR_GLOB",
+        help="only documents whose path starts with PREFIX, or matches a glob (docs/**/api*.md)",
+    )
+    p.add_argument(
+        "--all-chunks",
+        action="store_true",
+        help="every matching chunk, even several windows of one section (default: the best "
+        "window of each section)",
+    )
+    p.add_argument(
+        "--where",
+        dest="filter_where",
+        action="append",
+        metavar="KEY=VALUE",
+        help="only documents whose frontmatter KEY is VALUE or lists it (repeatable: all hold)",
+    )
     p.set_defaults(func=cmd_search)
 
     p = command("chunk", "show the chunks of one file; embeds and writes nothing")
@@ -267,6 +301,8 @@ class DaemonClient:
             data = None
         if resp.status != 200:
             detail = data.get("error") if isinstance(data, dict) else body[:200]
+            if resp.status == 400:  # our request, not the daemon, is at fault
+                raise ConfigError(f"the daemon refused {path.split('?')[0]}: {detail}")
             raise StoreUnavailable(f"the daemon at {self.where} refused {path}: {detail}")
         return data
 
@@ -320,11 +356,34 @@ def find_daemon(settings: Settings, required: bool = True) -> DaemonClient | Non
 
 
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        query = Query(
+            text=args.query,
+            k=args.k,
+            mode=args.mode or settings.search_mode,
+            roots=tuple(args.filter_roots or ()),
+            path=args.filter_path or "",
+            where=parse_where(args.filter_where),
+            fusion=settings.fusion,
+            per_section=not args.all_chunks,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"search: {exc}") from None
     daemon = find_daemon(settings)
     if daemon is not None:
-        hits = daemon.ask("/search?" + urllib.parse.urlencode({"q": args.query, "k": args.k}))
+        params: list[tuple[str, Any]] = [
+            ("q", query.text),
+            ("k", query.k),
+            ("mode", query.mode),
+            ("path", query.path),
+            ("fusion", query.fusion),
+            ("per_section", "true" if query.per_section else "false"),
+        ]
+        params += [("root", r) for r in query.roots]
+        params += [("where", f"{key}={value}") for key, value in query.where]
+        hits = daemon.ask("/search?" + urllib.parse.urlencode(params))
     else:
-        hits = search_offline(settings, args.query, args.k)
+        hits = search_offline(settings, query)
     lines = []
     for hit in hits:
         where = f"{hit.get('doc_path')}:{hit.get('line_start')}-{hit.get('line_end')}"
@@ -337,13 +396,16 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-def search_offline(settings: Settings, query: str, k: int) -> list[dict[str, Any]]:
+def search_offline(settings: Settings, query: Query) -> list[dict[str, Any]]:
     """Search without a daemon: the model and the store, opened here."""
     models = make_models(settings)
     store = make_store(settings)
     try:
         store.open()
-        return search(models.embedder, store, query, k)
+        try:
+            return search(models.embedder, models.planner.sparse, store, query)
+        except ValueError as exc:
+            raise ConfigError(f"search: {exc}") from None
     finally:
         store.close()
 

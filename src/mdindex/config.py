@@ -118,6 +118,10 @@ class Settings(BaseSettings):
     semantic_threshold: float = Field(default=0.45, ge=-1.0, le=1.0)
     min_sentences: int = Field(default=2, ge=1)
     prepend_context: bool = False
+    # BM25 sparse vectors beside the dense ones, for sparse and hybrid search.
+    sparse_vectors: bool = True
+    search_mode: Literal["dense", "sparse", "hybrid"] = "hybrid"
+    fusion: Literal["rrf", "dbsf"] = "dbsf"
     noise_sections: StrList = Field(default_factory=list)
 
     include: StrList = Field(default_factory=lambda: ["**/*.md", "**/*.markdown"])

@@ -182,7 +182,7 @@ class _Write:
         return {**batch, "written": written, "vectors": vectors}
 
     def _write(self, batch: dict[str, np.ndarray], i: int, stamp: str) -> bool:
-        planned = [Planned(**p) for p in json.loads(batch["points"][i])]
+        planned = [Planned.from_dict(p) for p in json.loads(batch["points"][i])]
         vectors = _row_vectors(batch, i)
         missing = {p.vector_key for p in planned if p.vector_key not in vectors}
         if missing:
@@ -294,7 +294,9 @@ def write_batch(
             summary.files_unchanged += 1
             continue
         work = DocWork(
-            ref, str(batch["doc_hash"][i]), [Planned(**p) for p in json.loads(batch["points"][i])]
+            ref,
+            str(batch["doc_hash"][i]),
+            [Planned.from_dict(p) for p in json.loads(batch["points"][i])],
         )
         if written is not None and written[i]:
             done.append(work)

@@ -14,6 +14,7 @@ MdindexError
 ├── StateError             the local state refuses writes (disk full, read-only) (exit 3)
 └── StoreError             Qdrant refused an operation
     ├── StoreMismatch      existing collection has other vector settings  (exit 2)
+    │   └── LayoutMismatch the collection lacks the sparse vector asked for (rebuilt, see sync)
     └── StoreUnavailable   unreachable or refusing writes after retries   (exit 3)
 
 At the command line's boundary, an OSError from outside this tree (a state dir
@@ -89,6 +90,10 @@ class StoreError(MdindexError):
 
 class StoreMismatch(StoreError):
     exit_code = EXIT_USAGE
+
+
+class LayoutMismatch(StoreMismatch):
+    """An older collection without the sparse vector: the sync core rebuilds it."""
 
 
 class StoreUnavailable(StoreError):

@@ -1,6 +1,7 @@
 """`mdindex migrate`: copy a collection's points, vectors included, to another store.
 
-Nothing is embedded. The copy is streamed page by page, then points the
+Nothing is embedded (sparse vectors are computed from the payloads where the
+target keeps them). The copy is streamed page by page, then points the
 target holds beyond the source are deleted, so a migration that was
 interrupted, or repeated, ends with the target equal to the source. The
 source is left as it was. The local state is pointed at the target, so the
@@ -16,14 +17,12 @@ from typing import Any
 
 from mdindex.config import Settings
 from mdindex.errors import ConfigError, StoreError
+from mdindex.layout import copy_points
 from mdindex.runtime import make_store, state_path
 from mdindex.state import State
-from mdindex.stores import Point
 from mdindex.sync import store_identity
 
 log = logging.getLogger(__name__)
-
-PAGE = 512
 
 
 @dataclass
@@ -70,21 +69,9 @@ def migrate(settings: Settings, to: str) -> MigrateReport:
         if not source.exists() or not source.count():
             raise ConfigError(f"nothing to migrate: {source.where} holds no points")
         target.open()
-        copied = 0
-        seen: set[str] = set()
-        batch: list[Point] = []
-        for pid, payload, vector in source.scroll(payload=True, with_vectors=True, page=PAGE):
-            if vector is None:
-                continue
-            if not copied and not batch:
-                target.ensure_collection(len(vector))
-            batch.append(Point(pid, vector, payload))
-            seen.add(pid)
-            if len(batch) >= PAGE:
-                copied += target.upsert(batch)
-                batch = []
-        if batch:
-            copied += target.upsert(batch)
+        copied, seen = copy_points(
+            source, target, settings.prepend_context, sparse=settings.sparse_vectors
+        )
         extra = [pid for pid, _, _ in target.scroll(payload=False) if pid not in seen]
         deleted = target.delete(extra)
         held, wanted = target.count(), source.count()

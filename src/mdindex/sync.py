@@ -21,12 +21,13 @@ import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mdindex.changes import Changes, Detector, Key, Seen
 from mdindex.config import Settings
 from mdindex.embedding import Embedder
-from mdindex.errors import PruneRefused
+from mdindex.errors import LayoutMismatch, PruneRefused
 from mdindex.files import (
     Failure,
     FileRef,
@@ -34,8 +35,10 @@ from mdindex.files import (
     printable,
     under_failed_folder,
 )
+from mdindex.layout import recover, upgrade
 from mdindex.models import Document, Summary
-from mdindex.planning import DocWork, Planner, now_iso, public
+from mdindex.planning import DocWork, Planner, now_iso
+from mdindex.search import Query, search
 from mdindex.state import DocRow, PointRow, State
 from mdindex.stores import Store
 from mdindex.writer import Writer, _Staged, crash_point
@@ -142,8 +145,18 @@ class Indexer:
         """Open the store and make sure the state describes it; rebuild the state if not."""
         if self._store_checked:
             return
+        folder = getattr(self.store, "path", None)
+        if isinstance(folder, Path):
+            recover(folder)  # a layout switch a crash interrupted
         self.store.open()
-        self.store.ensure_collection(self.embedder.dimension)
+        dimension, sparse = self.embedder.dimension, self.settings.sparse_vectors
+        try:
+            self.store.ensure_collection(dimension, sparse=sparse)
+        except LayoutMismatch as exc:
+            log.info("%s; rebuilding it beside itself (nothing is embedded)", exc)
+            upgrade(self.store, exc, dimension, self.settings.prepend_context)
+            self.store.open()
+            self.store.ensure_collection(dimension, sparse=sparse)
         identity = store_identity(self.store)
         reason = ""
         if self.state.fresh:
@@ -459,9 +472,9 @@ class Indexer:
 
     # -- what status and search read ---------------------------------------
 
-    def search(self, query: str, k: int) -> list[dict[str, Any]]:
-        """The ``k`` nearest chunks to ``query``, as users see them."""
-        return search(self.embedder, self.store, query, k)
+    def search(self, query: Query) -> list[dict[str, Any]]:
+        """The chunks that best answer ``query``, as users see them."""
+        return search(self.embedder, self.planner.sparse, self.store, query)
 
     def store_status(self, points: int | None = None) -> dict[str, Any]:
         """Where the store is, how many points it holds, and what its engine says
@@ -481,11 +494,3 @@ class Indexer:
     def failures(self) -> list[dict[str, str]]:
         """Files the last syncs could not index, with why."""
         return self.state.failures()
-
-
-def search(embedder: Embedder, store: Store, query: str, k: int) -> list[dict[str, Any]]:
-    """The ``k`` nearest chunks to ``query``: what the CLI and the daemon answer."""
-    if not store.exists():
-        return []
-    vector = embedder.embed([query])[0]
-    return [{"score": h.score, **public(h.payload)} for h in store.search(vector.tolist(), k)]

@@ -18,6 +18,7 @@ import numpy as np
 from mdindex.changes import Key
 from mdindex.models import Summary
 from mdindex.planning import DocWork, Planned
+from mdindex.sparse import Sparse
 from mdindex.sync import Indexer
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,7 @@ def verify(indexer: Indexer, *, repair: bool = False) -> VerifyReport:
         else:
             report.stale.append({**entry, "reason": "no such chunk in the files"})
     _check_vectors(indexer, report, expected, stored)
+    _check_sparse(indexer, report, expected, stored)
     report.missing = [_entry(pid, p) for pid, p in expected.items() if pid not in stored]
     if repair and not report.in_sync:
         _repair(indexer, report, expected, works)
@@ -148,6 +150,37 @@ def _check_vectors(
                     "vector_key": key,
                 }
             )
+
+
+def _check_sparse(
+    indexer: Indexer,
+    report: VerifyReport,
+    expected: dict[str, Planned],
+    stored: dict[str, Any],
+) -> None:
+    """Every stored sparse vector against the one its text gives: computing them
+    is cheap (mdindex.sparse), so all are checked, not a sample."""
+    if not indexer.store.has_sparse:
+        return
+    flagged = {e["id"] for e in report.stale}
+    ids = sorted(
+        pid
+        for pid, p in expected.items()
+        if pid in stored and pid not in flagged and p.sparse is not None
+    )
+    for i in range(0, len(ids), 512):
+        batch = ids[i : i + 512]
+        have = indexer.store.sparse_vectors(batch)
+        for pid in batch:
+            want = expected[pid].sparse
+            got = have.get(pid)
+            if got is None or want is None or not _same_sparse(got, want):
+                reason = "sparse vector missing" if got is None else "sparse vector differs"
+                report.stale.append({**_entry(pid, expected[pid]), "reason": reason})
+
+
+def _same_sparse(a: Sparse, b: Sparse) -> bool:
+    return a.indices == b.indices and np.allclose(a.values, b.values, rtol=1e-5, atol=1e-6)
 
 
 def _repair(

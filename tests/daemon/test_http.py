@@ -169,3 +169,25 @@ def test_token_from_a_systemd_credential(tmp_path: Path, root: Path, monkeypatch
         assert request(port, "/status", {"Authorization": "Bearer from-the-credential"})[0] == 200
     finally:
         d.stop()
+
+
+def test_search_parameters_are_checked_and_filters_applied(daemon: Running, root: Path) -> None:
+    port, token = tcp_port(daemon), token_of(daemon)
+    auth = {"Authorization": f"Bearer {token}"}
+    (root / "b.md").write_text("---\ntags: [fruit]\n---\n# B\n\nBanana apples.\n")
+    assert daemon.daemon.status(30)["caught_up"] is True
+    code, hits = request(port, "/search?q=apples&k=10&mode=sparse&where=tags%3Dfruit", auth)
+    assert code == 200 and [h["doc_path"] for h in hits] == ["b.md"]
+    code, hits = request(port, "/search?q=apples&k=10&path=a&root=notes&mode=hybrid", auth)
+    assert code == 200 and [h["doc_path"] for h in hits] == ["a.md"]
+    for bad, reason in [
+        ("k=0", "k must be 1 to 100"),
+        ("k=x", "k must be an integer"),
+        ("mode=exact", "mode must be one of"),
+        ("where=tags", "must be key=value"),
+        ("where=%24x%3D1", "frontmatter field name"),
+        ("path=a%00b", "NUL"),
+    ]:
+        code, body = request(port, f"/search?q=apples&{bad}", auth)
+        assert code == 400 and reason in body["error"], (bad, body)
+    assert request(port, "/healthz")[0] == 200  # and the daemon goes on

@@ -79,6 +79,10 @@ class Running:
             if vectors:
                 payload["_vector"] = vec
             out[pid] = payload
+        if vectors:
+            sparse = store.sparse_vectors(list(out))
+            for pid, payload in out.items():
+                payload["_sparse"] = sparse.get(pid)
         return out
 
 
@@ -370,7 +374,7 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(
         converges(d, tmp_path, root)
         # every chunk finds itself first through the index
         for payload in d.points().values():
-            top = d.daemon.search(payload["text"], 1)[0]
+            top = d.daemon.search({"q": payload["text"], "k": 1})[0]
             assert top["text"] == payload["text"] and top["score"] > 0.999
     finally:
         d.stop()

@@ -58,8 +58,12 @@ def test_settings_become_the_collection_parameters() -> None:
 
 
 def test_defaults_ask_nothing_special(tmp_path: Path) -> None:
+    from qdrant_client import models as qm
+
     params = ClusterSpec().create_params(8)
-    assert set(params) == {"vectors_config"}
+    assert set(params) == {"vectors_config", "sparse_vectors_config"}
+    assert params["sparse_vectors_config"]["bm25"].modifier == qm.Modifier.IDF
+    assert set(ClusterSpec().create_params(8, sparse=False)) == {"vectors_config"}
     local = make_store(load_settings({"state_dir": str(tmp_path)}))
     assert isinstance(local, QdrantStore) and local._ordering() is None
     assert local.describe() == {"engine": "qdrant-client local mode"}

@@ -13,6 +13,7 @@ import pytest
 
 from mdindex.errors import LockError, StoreMismatch
 from mdindex.stores import EdgeStore, Point, QdrantStore, Store
+from mdindex.stores.base import StoreQuery
 
 DIM = 8
 
@@ -67,7 +68,7 @@ def test_empty_store(kind: str, tmp_path: Path) -> None:
     s.open()
     assert s.count() == 0
     assert list(s.scroll()) == []
-    assert s.search(vec(0), 3) == []
+    assert s.search(StoreQuery(3, dense=vec(0))) == []
     assert s.signature() in ("absent", "")
     s.close()
 
@@ -122,7 +123,7 @@ def test_delete(store: Store) -> None:
 def test_search_orders_by_cosine(store: Store) -> None:
     pts = points(20)
     store.upsert(pts)
-    hits = store.search(pts[7].vector, 5)
+    hits = store.search(StoreQuery(5, dense=pts[7].vector))
     assert hits[0].id == pts[7].id
     assert hits[0].score == pytest.approx(1.0, abs=1e-5)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from mdindex.stores import EdgeStore, Point
+from mdindex.stores.base import StoreQuery
 
 
 def filled(tmp_path: Path, n: int, dim: int, **kw: int) -> tuple[EdgeStore, np.ndarray]:
@@ -31,7 +32,7 @@ def test_small_store_is_never_indexed_and_searches_exactly(tmp_path: Path) -> No
     assert store.describe()["indexed_points"] == 0
     q = vectors[5]
     want = np.argsort(-(vectors @ q))[:10]
-    assert [h.payload["i"] for h in store.search(q.tolist(), 10)] == list(want)
+    assert [h.payload["i"] for h in store.search(StoreQuery(10, dense=q.tolist()))] == list(want)
     store.close()
 
 
@@ -48,7 +49,7 @@ def test_index_is_built_in_a_child_and_points_survive(tmp_path: Path) -> None:
         [Point(str(uuid.UUID(int=10_000 + i)), vectors[i].tolist(), {"i": i}) for i in range(400)]
     )
     assert store.wants_index()
-    hits = store.search(vectors[7].tolist(), 1)
+    hits = store.search(StoreQuery(1, dense=vectors[7].tolist()))
     assert hits[0].payload["i"] == 7
     store.close()
 
@@ -68,7 +69,7 @@ def test_index_build_gives_way_and_loses_nothing(tmp_path: Path) -> None:
     assert len(asked) >= 3
     assert store.count() == 20_000
     assert store.describe()["indexed_points"] == 0
-    hits = store.search(vectors[3].tolist(), 1)
+    hits = store.search(StoreQuery(1, dense=vectors[3].tolist()))
     assert hits[0].payload["i"] == 3
     assert store.wants_index()
     store.close()

@@ -39,6 +39,7 @@ from mdindex.files import FileRef
 from mdindex.lock import WriterLock
 from mdindex.models import Summary
 from mdindex.runtime import make_indexer
+from mdindex.search import Query
 from mdindex.status import fields
 from mdindex.sync import Hooks, Indexer
 
@@ -414,9 +415,11 @@ class Daemon:
             return False, "file observer is not running"
         return (not self.unhealthy), self.unhealthy or "watching"
 
-    def search(self, query: str, k: int) -> list[dict[str, Any]]:
+    def search(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """A search from the HTTP API's parameters; ValueError for a bad one."""
         assert self.indexer is not None
-        return self.indexer.search(query, k)
+        query = Query.from_params(params, self.settings.search_mode, self.settings.fusion)
+        return self.indexer.search(query)
 
     def status(self, wait: float | None = None) -> dict[str, Any]:
         """The status fields (HTTP thread). With ``wait``, first wait up to that

@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 from mdindex.config import redact
 from mdindex.errors import LockError, StoreError, StoreUnavailable
+from mdindex.sparse import Sparse
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -30,6 +31,36 @@ class Point:
     id: str
     vector: Sequence[float]
     payload: dict[str, Any]
+    sparse: Sparse | None = None  # written where the collection has sparse vectors
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilter:
+    """Which points a search may return, applied inside the engine: any of
+    ``roots``; ``doc_path`` starting with ``path_prefix``; and for each
+    (key, values) of ``where``, ``meta.<key>`` equal to one of the values (a
+    list in the frontmatter matches when any item does)."""
+
+    roots: tuple[str, ...] = ()
+    path_prefix: str = ""
+    where: tuple[tuple[str, tuple[str | int | bool, ...]], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.roots or self.path_prefix or self.where)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreQuery:
+    """One search as a store runs it: dense only, sparse only, or both fused
+    in one request (prefetch ``candidates`` of each, then ``fusion``)."""
+
+    k: int
+    dense: Sequence[float] | None = None
+    sparse: Sparse | None = None
+    filter: SearchFilter = SearchFilter()
+    fusion: str = "dbsf"  # or "rrf"
+    candidates: int = 100
+    rrf_k: int = 60  # reciprocal rank fusion's constant, the same on every engine
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +85,16 @@ class Store(Protocol):
 
     def exists(self) -> bool: ...
 
-    def ensure_collection(self, dimension: int) -> None: ...
+    def ensure_collection(self, dimension: int, sparse: bool = True) -> None:
+        """Create the collection (with a sparse vector when ``sparse``), or check
+        an existing one; raises LayoutMismatch when it lacks a sparse vector
+        that ``sparse`` asks for."""
+        ...
+
+    @property
+    def has_sparse(self) -> bool:
+        """The collection has the sparse vector (known once ensure_collection ran)."""
+        ...
 
     def count(self) -> int: ...
 
@@ -75,7 +115,11 @@ class Store(Protocol):
         self, payload: Sequence[str] | bool = True, with_vectors: bool = False, page: int = 1024
     ) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]: ...
 
-    def search(self, vector: Sequence[float], k: int) -> list[Hit]: ...
+    def search(self, query: StoreQuery) -> list[Hit]: ...
+
+    def sparse_vectors(self, ids: Sequence[str]) -> dict[str, Sparse]:
+        """The stored sparse vectors of these points (for checks; writing never reads them)."""
+        ...
 
     def doc_points(self, root: str, rel: str) -> dict[str, str]:
         """Every point the store holds for one document: ID -> vector key
@@ -119,9 +163,10 @@ class Scrolling:
         out: dict[str, tuple[str, list[float]]] = {}
         for i in range(0, len(ids), self.retrieve_batch):
             for rec in self._retrieve(list(ids[i : i + self.retrieve_batch])):
-                if isinstance(rec.vector, list):
+                vector = dense_of(rec.vector)
+                if vector is not None:
                     key = str((rec.payload or {}).get("vector_key", ""))
-                    out[str(rec.id)] = (key, rec.vector)
+                    out[str(rec.id)] = (key, vector)
         return out
 
     def scroll(
@@ -205,10 +250,28 @@ def paged(fetch: Callable[[Any], tuple[Sequence[Any], Any]]) -> Iterator[Any]:
 
 
 def as_rows(records: Iterator[Any]) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]:
-    """A scroll's records as the (id, payload, vector) rows stores return."""
+    """A scroll's records as the (id, payload, dense vector) rows stores return."""
     for rec in records:
-        vec = rec.vector if isinstance(rec.vector, list) else None
-        yield str(rec.id), dict(rec.payload or {}), vec
+        yield str(rec.id), dict(rec.payload or {}), dense_of(rec.vector)
+
+
+def dense_of(vector: Any) -> list[float] | None:
+    """The dense vector of a record: the vector itself, or the unnamed one of a
+    collection that also has a sparse vector."""
+    if isinstance(vector, dict):
+        vector = vector.get("")
+    return vector if isinstance(vector, list) else None
+
+
+def sparse_of(vector: Any) -> Sparse | None:
+    """The sparse vector of a record, when it has one."""
+    from mdindex.sparse import SPARSE_NAME
+
+    found = vector.get(SPARSE_NAME) if isinstance(vector, dict) else None
+    if found is None:
+        return None
+    pairs = sorted(zip(found.indices, found.values, strict=True))
+    return Sparse([int(i) for i, _ in pairs], [float(v) for _, v in pairs])
 
 
 def diagnose(path: Path | None) -> str:

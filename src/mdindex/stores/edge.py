@@ -27,11 +27,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from mdindex.errors import LockError, StoreError, StoreMismatch
+from mdindex.errors import LayoutMismatch, LockError, StoreError, StoreMismatch
+from mdindex.sparse import SPARSE_NAME, Sparse
 from mdindex.stores.base import (
     INDEXED_KEYS,
     MIN_FREE_BYTES,
@@ -39,9 +41,12 @@ from mdindex.stores.base import (
     Point,
     Retrier,
     Scrolling,
+    SearchFilter,
+    StoreQuery,
     files_signature,
     free_bytes,
     paged,
+    sparse_of,
 )
 
 if TYPE_CHECKING:
@@ -97,6 +102,15 @@ class EdgeStore(Scrolling):
         self._shard: EdgeShard | None = None
         self._retry = Retrier("qdrant-edge", str(path), retry_budget_s, _transient, path)
         self._searches_waiting = 0
+        self._sparse: bool | None = None  # the shard has the sparse vector; None: unread
+
+    @property
+    def has_sparse(self) -> bool:
+        if self._sparse is None:
+            if not self.exists():
+                return False
+            self._sparse = SPARSE_NAME in (self._config().get("sparse_vectors") or {})
+        return self._sparse
 
     @property
     def where(self) -> str:
@@ -153,10 +167,11 @@ class EdgeStore(Scrolling):
             raise StoreError(f"edge store {self.path}: unreadable {CONFIG_FILE}")
         return config
 
-    def ensure_collection(self, dimension: int) -> None:
+    def ensure_collection(self, dimension: int, sparse: bool = True) -> None:
         """Create the shard with its payload indexes, or refuse one whose vectors differ."""
         if self.exists():
-            vectors = self._config().get("vectors")
+            config = self._config()
+            vectors = config.get("vectors")
             params = vectors.get("") if isinstance(vectors, dict) else None
             if not isinstance(vectors, dict) or not isinstance(params, dict) or len(vectors) != 1:
                 raise StoreMismatch(
@@ -168,6 +183,9 @@ class EdgeStore(Scrolling):
                     f"{params.get('distance')} vectors but the model gives {dimension}-d Cosine; "
                     "use another --collection or delete that one"
                 )
+            self._sparse = SPARSE_NAME in (config.get("sparse_vectors") or {})
+            if sparse and not self._sparse:
+                raise LayoutMismatch(f"edge store {self.path} has no {SPARSE_NAME!r} sparse vector")
             self.open()
             return
         from qdrant_edge import (
@@ -175,20 +193,27 @@ class EdgeStore(Scrolling):
             EdgeConfig,
             EdgeOptimizersConfig,
             EdgeShard,
+            EdgeSparseVectorParams,
             EdgeVectorParams,
+            Modifier,
         )
 
         log.info("creating edge store %s (%d-d cosine)", self.path, dimension)
-        config = EdgeConfig(
+        shard_config = EdgeConfig(
             vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine),
+            # IDF is applied by the engine at query time (see mdindex.sparse)
+            sparse_vectors=(
+                {SPARSE_NAME: EdgeSparseVectorParams(modifier=Modifier.Idf)} if sparse else None
+            ),
             optimizers=EdgeOptimizersConfig(indexing_threshold=self.indexing_threshold_kb),
         )
 
         def create() -> EdgeShard:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            return EdgeShard.create(str(self.path), config)
+            return EdgeShard.create(str(self.path), shard_config)
 
         self._shard = self._retry("create", create)
+        self._sparse = sparse
         self._ensure_indexes()
 
     def _ensure_indexes(self) -> None:
@@ -232,15 +257,18 @@ class EdgeStore(Scrolling):
 
         step = self._step
         for lo in range(0, len(points), step):
-            batch = [
-                EdgePoint(
-                    p.id, p.vector if isinstance(p.vector, list) else list(p.vector), p.payload
-                )
-                for p in points[lo : lo + step]
-            ]
+            batch = [EdgePoint(p.id, self._vector(p), p.payload) for p in points[lo : lo + step]]
             op = UpdateOperation.upsert_points(batch)
             self._retry("upsert", lambda op=op: self._update(op))  # type: ignore[misc]
         return len(points)
+
+    def _vector(self, point: Point) -> Any:
+        from qdrant_edge import SparseVector
+
+        dense = point.vector if isinstance(point.vector, list) else list(point.vector)
+        if point.sparse is None or not self.has_sparse:
+            return dense
+        return {"": dense, SPARSE_NAME: SparseVector(point.sparse.indices, point.sparse.values)}
 
     def _update(self, op: Any) -> None:
         # Edge writes through memory maps: on a full disk a write does not fail,
@@ -284,23 +312,93 @@ class EdgeStore(Scrolling):
 
         return paged(fetch)
 
-    def search(self, vector: Sequence[float], k: int) -> list[Hit]:
-        from qdrant_edge import Query, QueryRequest, SearchParams
+    def search(self, query: StoreQuery) -> list[Hit]:
+        from qdrant_edge import Fusion, Prefetch, Query, QueryRequest, SearchParams, SparseVector
 
         if not self.exists():
             return []
-        request = QueryRequest(
-            limit=k,
-            query=Query.Nearest(list(vector)),
-            with_payload=True,
-            params=SearchParams(hnsw_ef=max(HNSW_EF, k)),
+        # The bindings turn a Python bool into the integer 1 (MatchValue(True)
+        # matches `1`, not `true`), so clauses that may hold a boolean are
+        # tested here, on more hits.
+        checked = tuple(kv for kv in query.filter.where if any(isinstance(v, bool) for v in kv[1]))
+        if checked:
+            engine = replace(
+                query.filter, where=tuple(w for w in query.filter.where if w not in checked)
+            )
+            wanted = query.k
+            query = replace(query, k=min(query.k * 10, 1000), filter=engine)
+        where = self._filter(query.filter)
+        params = SearchParams(hnsw_ef=max(HNSW_EF, query.candidates, query.k))
+        dense = Query.Nearest(list(query.dense)) if query.dense is not None else None
+        sparse = (
+            Query.Nearest(
+                SparseVector(query.sparse.indices, query.sparse.values), using=SPARSE_NAME
+            )
+            if query.sparse is not None and self.has_sparse
+            else None
         )
+        if dense is not None and sparse is not None:
+            fusion: Any = Fusion.Dbsf() if query.fusion == "dbsf" else Fusion.Rrf(k=query.rrf_k)
+            request = QueryRequest(
+                limit=query.k,
+                prefetches=[
+                    Prefetch(limit=query.candidates, query=dense, filter=where, params=params),
+                    Prefetch(limit=query.candidates, query=sparse, filter=where),
+                ],
+                query=fusion,
+                with_payload=True,
+            )
+        elif dense is not None or sparse is not None:
+            request = QueryRequest(
+                limit=query.k,
+                query=dense if dense is not None else sparse,
+                filter=where,
+                with_payload=True,
+                params=params if dense is not None else None,
+            )
+        else:
+            return []
         self._searches_waiting += 1  # tells a running optimization to give way
         try:
             points = self._retry("search", lambda: self.shard.query(request))
         finally:
             self._searches_waiting -= 1
-        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points]
+        hits = [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points]
+        if checked:
+            hits = [h for h in hits if _meta_matches(h.payload, checked)][:wanted]
+        return hits
+
+    def _filter(self, spec: SearchFilter) -> Any:
+        from qdrant_edge import FieldCondition, Filter, MatchAny, MatchPrefix, MatchValue
+
+        if not spec:
+            return None
+        must: list[Any] = []
+        if spec.roots:
+            must.append(FieldCondition(key="root", match=MatchAny(list(spec.roots))))
+        if spec.path_prefix:
+            must.append(FieldCondition(key="doc_path", match=MatchPrefix(spec.path_prefix)))
+        for key, values in spec.where:
+            must.append(
+                Filter(
+                    should=[FieldCondition(key=f"meta.{key}", match=MatchValue(v)) for v in values]
+                )
+            )
+        return Filter(must=must)
+
+    def sparse_vectors(self, ids: Sequence[str]) -> dict[str, Sparse]:
+        if not ids or not self.has_sparse:
+            return {}
+        wanted: list[int | UUID | str] = list(ids)
+        records = self._retry(
+            "retrieve", lambda: self.shard.retrieve(wanted, with_payload=False, with_vector=True)
+        )
+        out: dict[str, Sparse] = {}
+        for rec in records:
+            found = sparse_of(rec.vector)
+            if found is not None:
+                out[str(rec.id)] = found
+        return out
 
     def _doc_filter(self, root: str, rel: str) -> Any:
         from qdrant_edge import FieldCondition, Filter, MatchValue
@@ -372,3 +470,17 @@ class EdgeStore(Scrolling):
                 log.warning("index build failed: %s", err.decode(errors="replace")[-300:].strip())
             self.open()
         return child.returncode == 0
+
+
+def _meta_matches(payload: dict[str, Any], where: Sequence[tuple[str, tuple[Any, ...]]]) -> bool:
+    """Qdrant's rule for ``meta.<key>`` = one of ``values``, types included (a
+    list matches when an item does; True is not 1)."""
+    meta = payload.get("meta") or {}
+    for key, values in where:
+        value: Any = meta
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        items = value if isinstance(value, list) else [value]
+        if not any(type(i) is type(v) and i == v for i in items for v in values):
+            return False
+    return True

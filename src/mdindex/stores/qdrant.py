@@ -18,15 +18,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mdindex.config import redact
-from mdindex.errors import LockError, StoreError, StoreMismatch
+from mdindex.errors import LayoutMismatch, LockError, StoreError, StoreMismatch
+from mdindex.sparse import SPARSE_NAME, Sparse
 from mdindex.stores.base import (
     INDEXED_KEYS,
     Hit,
     Point,
     Retrier,
     Scrolling,
+    SearchFilter,
+    StoreQuery,
     paged,
     short,
+    sparse_of,
 )
 
 if TYPE_CHECKING:
@@ -64,7 +68,7 @@ class ClusterSpec:
     quantization: str = "none"  # or "int8": scalar quantization, originals kept
     write_ordering: str = "weak"
 
-    def create_params(self, dimension: int) -> dict[str, Any]:
+    def create_params(self, dimension: int, sparse: bool = True) -> dict[str, Any]:
         """Keyword arguments for ``create_collection``."""
         from qdrant_client import models as qm
 
@@ -73,6 +77,12 @@ class ClusterSpec:
                 size=dimension, distance=qm.Distance.COSINE, on_disk=self.on_disk_vectors or None
             )
         }
+        if sparse:
+            # The engine applies IDF at query time, so no point is rewritten
+            # when others come and go.
+            params["sparse_vectors_config"] = {
+                SPARSE_NAME: qm.SparseVectorParams(modifier=qm.Modifier.IDF)
+            }
         for key in ("shard_number", "replication_factor", "write_consistency_factor"):
             if getattr(self, key) is not None:
                 params[key] = getattr(self, key)
@@ -114,6 +124,18 @@ class QdrantStore(Scrolling):
         self.cluster = cluster or ClusterSpec()
         self._client: QdrantClient | None = None
         self._retry = Retrier("qdrant", self.where, retry_budget_s, _transient, path)
+        self._sparse: bool | None = None  # the collection has the sparse vector; None: unread
+
+    @property
+    def has_sparse(self) -> bool:
+        if self._sparse is None:
+            if not self.exists():
+                return False
+            info = self._call(
+                "collection info", lambda: self.client.get_collection(self.collection)
+            )
+            self._sparse = SPARSE_NAME in (info.config.params.sparse_vectors or {})
+        return self._sparse
 
     @property
     def local(self) -> bool:
@@ -202,7 +224,7 @@ class QdrantStore(Scrolling):
             "collection check", lambda: self.client.collection_exists(self.collection)
         )
 
-    def ensure_collection(self, dimension: int) -> None:
+    def ensure_collection(self, dimension: int, sparse: bool = True) -> None:
         """Create the collection, or refuse one whose vector settings differ."""
         from qdrant_client import models as qm
 
@@ -222,6 +244,12 @@ class QdrantStore(Scrolling):
                     f"vectors but the model gives {dimension}-d Cosine; "
                     "use another --collection or delete that one"
                 )
+            have = info.config.params.sparse_vectors or {}
+            self._sparse = SPARSE_NAME in have
+            if sparse and not self._sparse:
+                raise LayoutMismatch(
+                    f"collection {self.collection!r} has no {SPARSE_NAME!r} sparse vector"
+                )
             self._tune_local()
             return
         log.info(
@@ -229,10 +257,11 @@ class QdrantStore(Scrolling):
         )
         # Local mode has no shards, replicas or quantization; a server gets them all.
         spec = ClusterSpec() if self.local else self.cluster
-        create = spec.create_params(dimension)
+        create = spec.create_params(dimension, sparse)
         self._call(
             "create collection", lambda: self.client.create_collection(self.collection, **create)
         )
+        self._sparse = sparse
         if self.local:
             log.info("embedded store: payload indexes are not supported in local mode; skipped")
             self._tune_local()
@@ -309,9 +338,15 @@ class QdrantStore(Scrolling):
             if batch and (len(batch) >= self.batch_points or size + est > self.batch_bytes):
                 written += self._upsert_batch(batch)
                 batch, size = [], 0
-            batch.append(
-                qm.PointStruct(id=point.id, vector=list(point.vector), payload=point.payload)
-            )
+            vector: Any = list(point.vector)
+            if point.sparse is not None and self.has_sparse:
+                vector = {
+                    "": vector,
+                    SPARSE_NAME: qm.SparseVector(
+                        indices=point.sparse.indices, values=point.sparse.values
+                    ),
+                }
+            batch.append(qm.PointStruct(id=point.id, vector=vector, payload=point.payload))
             size += est
         if batch:
             written += self._upsert_batch(batch)
@@ -366,16 +401,85 @@ class QdrantStore(Scrolling):
             )
         )
 
-    def search(self, vector: Sequence[float], k: int) -> list[Hit]:
+    def search(self, query: StoreQuery) -> list[Hit]:
+        from qdrant_client import models as qm
+
         if not self.exists():
+            return []
+        where = self._filter(query.filter)
+        dense = list(query.dense) if query.dense is not None else None
+        sparse = (
+            qm.SparseVector(indices=query.sparse.indices, values=query.sparse.values)
+            if query.sparse is not None and self.has_sparse
+            else None
+        )
+        if dense is not None and sparse is not None:
+            fusion: Any = (
+                qm.FusionQuery(fusion=qm.Fusion.DBSF)
+                if query.fusion == "dbsf"
+                else qm.RrfQuery(rrf=qm.Rrf(k=query.rrf_k))
+            )
+            request: dict[str, Any] = {
+                "prefetch": [
+                    qm.Prefetch(query=dense, filter=where, limit=query.candidates),
+                    qm.Prefetch(
+                        query=sparse, using=SPARSE_NAME, filter=where, limit=query.candidates
+                    ),
+                ],
+                "query": fusion,
+            }
+        elif sparse is not None:
+            request = {"query": sparse, "using": SPARSE_NAME, "query_filter": where}
+        elif dense is not None:
+            request = {"query": dense, "query_filter": where}
+        else:
             return []
         result = self._call(
             "search",
             lambda: self.client.query_points(
-                self.collection, query=list(vector), limit=k, with_payload=True
+                self.collection, limit=query.k, with_payload=True, **request
             ),
         )
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points]
+
+    def _filter(self, spec: SearchFilter) -> Any:
+        from qdrant_client import models as qm
+
+        if not spec:
+            return None
+        must: list[Any] = []
+        if spec.roots:
+            must.append(qm.FieldCondition(key="root", match=qm.MatchAny(any=list(spec.roots))))
+        if spec.path_prefix:
+            must.append(
+                qm.FieldCondition(key="doc_path", match=qm.MatchPrefix(prefix=spec.path_prefix))
+            )
+        for key, values in spec.where:
+            must.append(
+                qm.Filter(
+                    should=[
+                        qm.FieldCondition(key=f"meta.{key}", match=qm.MatchValue(value=v))
+                        for v in values
+                    ]
+                )
+            )
+        return qm.Filter(must=must)
+
+    def sparse_vectors(self, ids: Sequence[str]) -> dict[str, Sparse]:
+        if not ids or not self.has_sparse:
+            return {}
+        records = self._call(
+            "retrieve",
+            lambda: self.client.retrieve(
+                self.collection, ids=list(ids), with_vectors=[SPARSE_NAME], with_payload=False
+            ),
+        )
+        out: dict[str, Sparse] = {}
+        for rec in records:
+            found = sparse_of(rec.vector)
+            if found is not None:
+                out[str(rec.id)] = found
+        return out
 
     def _doc_filter(self, root: str, rel: str) -> Any:
         from qdrant_client import models as qm

@@ -1,0 +1,227 @@
+"""Search: checked queries, dense / sparse / hybrid in the engine, filters inside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mdindex.runtime import make_models, make_store
+from mdindex.search import Query, parse_where, search
+from mdindex.stores.base import SearchFilter
+from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for
+
+STORES = ["client", "edge"]
+
+
+def write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.fixture
+def two_roots(tmp_path: Path) -> tuple[Path, Path]:
+    docs, notes = tmp_path / "docs", tmp_path / "notes"
+    write(
+        docs,
+        "api/auth.md",
+        "---\ntags: [api, release]\n---\n# Auth\n\nTokens expire after an hour.\n",
+    )
+    write(docs, "api/limits.md", "---\ntags: api\nweight: 3\n---\n# Limits\n\nTokens per minute.\n")
+    write(docs, "guide/start.md", "---\ndraft: true\n---\n# Start\n\nTokens are created here.\n")
+    write(notes, "todo.md", "# Todo\n\nRotate the tokens.\n")
+    return docs, notes
+
+
+def paths(hits: list[dict[str, Any]]) -> list[str]:
+    return sorted(f"{h['root']}:{h['doc_path']}" for h in hits)
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_filters_run_inside_the_engine(tmp_path: Path, two_roots: tuple[Path, Path], store: str):
+    docs, notes = two_roots
+    s = settings_for(tmp_path, [docs, notes], store=store)
+    run_backfill(s, TinyEmbedder())
+    with build_indexer(s, TinyEmbedder()) as indexer:
+
+        def ask(**kw: Any) -> list[str]:
+            return paths(indexer.search(Query("tokens", k=10, **kw)))
+
+        every = ask()
+        assert len(every) == 4
+        assert ask(roots=("notes",)) == ["notes:todo.md"]
+        assert ask(roots=("notes", "docs")) == every
+        assert ask(path="api/") == ["docs:api/auth.md", "docs:api/limits.md"]
+        assert ask(path="./api/l") == ["docs:api/limits.md"]
+        assert ask(path="*/start.md") == ["docs:guide/start.md"]
+        assert ask(path="api/*.md", roots=("docs",)) == ask(path="api/")
+        assert ask(where=(("tags", "release"),)) == ["docs:api/auth.md"]  # one item of a list
+        assert ask(where=(("tags", "api"),)) == ["docs:api/auth.md", "docs:api/limits.md"]
+        assert ask(where=(("weight", "3"),)) == ["docs:api/limits.md"]  # a number in YAML
+        assert ask(where=(("draft", "true"),)) == ["docs:guide/start.md"]  # a boolean
+        assert ask(where=(("tags", "api"), ("weight", "3"))) == ["docs:api/limits.md"]
+        assert ask(where=(("tags", "nope"),)) == []
+        for mode in ("dense", "sparse", "hybrid"):
+            assert ask(mode=mode, path="api/", where=(("tags", "release"),)) == ["docs:api/auth.md"]
+
+
+@pytest.mark.parametrize(
+    ("params", "reason"),
+    [
+        ({"q": " "}, "empty"),
+        ({"q": "x" * 5000}, "over 4096"),
+        ({"q": "x", "k": 0}, "k must be 1 to 100"),
+        ({"q": "x", "k": "many"}, "k must be an integer"),
+        ({"q": "x", "k": True}, "k must be an integer"),
+        ({"q": "x", "mode": "fuzzy"}, "mode must be one of"),
+        ({"q": "x", "fusion": "max"}, "fusion must be one of"),
+        ({"q": "x", "where": "tags"}, "must be key=value"),
+        ({"q": "x", "where": "bad key!=1"}, "must be a frontmatter field name"),
+        ({"q": "x", "where": {"k": [1]}}, "a where value must be"),
+        ({"q": "x", "root": 7}, "root must be a string"),
+        ({"q": "x", "path": "a\x00b"}, "NUL"),
+        ({"q": ["x"]}, "must be a string"),
+        ({"q": "x", "where": [f"k{i}=v" for i in range(17)]}, "at most 16"),
+    ],
+)
+def test_a_bad_parameter_gets_one_line_that_names_it(params: dict[str, Any], reason: str):
+    with pytest.raises(ValueError, match=reason) as caught:
+        Query.from_params(params)
+    assert "\n" not in str(caught.value)
+
+
+def test_parameters_as_the_api_and_tools_give_them() -> None:
+    q = Query.from_params(
+        {"q": "hi", "k": "7", "root": ["a", "b"], "path": "/docs/*.md", "where": ["tags=x"]},
+        default_mode="dense",
+    )
+    assert (q.k, q.mode, q.roots, q.glob) == (7, "dense", ("a", "b"), "docs/*.md")
+    assert q.store_filter() == SearchFilter(("a", "b"), "docs/", (("tags", ("x",)),))
+    assert parse_where({"draft": True, "weight": 3}) == (("draft", "true"), ("weight", "3"))
+    assert Query("hi", path="guide").store_filter().path_prefix == "guide"
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("store", STORES)
+def test_hybrid_finds_a_rare_identifier_that_dense_misses(tmp_path: Path, store: str) -> None:
+    """The real model ranks documents about modes above the one page that names
+    the key; BM25 knows the key, and fusion in the engine keeps that page first."""
+    root = tmp_path / "docs"
+    write(
+        root,
+        "modes.md",
+        "# Modes\n\nEach mode setting changes how the tool behaves. Pick a "
+        "mode in the settings file; the default mode suits most users.\n",
+    )
+    write(
+        root,
+        "reference.md",
+        "# Mode reference\n\nWhat each mode does: the quiet mode logs "
+        "less, the fast mode skips checks, and the safe mode asks before it deletes anything.\n",
+    )
+    write(
+        root,
+        "flags.md",
+        "# Flags\n\nCommand-line flags override the settings file. A flag's "
+        "mode wins over the file's mode.\n",
+    )
+    write(
+        root,
+        "garden.md",
+        "# Garden notes\n\nTomatoes want sun and steady water; mulch keeps "
+        "the soil moist through July. Stake the plants early, before the stems lean, and tie "
+        "them loosely with soft twine. Feed them with compost tea every second week, and water "
+        "at the roots in the morning so the leaves dry by noon. When the plants flower, set "
+        "`zorblat_mode` to two in the greenhouse controller. Pinch the side shoots so the fruit "
+        "ripens, pick the tomatoes when they are fully red, and save seeds from the best plants "
+        "for next spring.\n",
+    )
+    s = settings_for(tmp_path, [root], store=store)
+    models = make_models(s)
+    with build_indexer(s, models.embedder) as indexer:
+        indexer.backfill()
+        store_ = indexer.store
+        assert store_.has_sparse
+
+        def top(mode: str) -> str:
+            hits = search(
+                models.embedder,
+                models.planner.sparse,
+                store_,
+                Query("what does zorblat_mode do", k=3, mode=mode),
+            )
+            return str(hits[0]["doc_path"])
+
+        assert top("dense") != "garden.md"
+        assert top("sparse") == "garden.md"
+        assert top("hybrid") == "garden.md"
+        # and the default mode of the settings is the hybrid one
+        assert s.search_mode == "hybrid"
+
+
+@pytest.mark.model
+def test_the_cli_searches_with_mode_and_filters(tmp_path: Path, two_roots: tuple[Path, Path]):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    docs, notes = two_roots
+    state = ["--state-dir", str(tmp_path / "state")]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "mdindex", *args, *state],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+
+    assert cli("backfill", str(docs), str(notes)).returncode == 0
+    done = cli(
+        "search",
+        "tokens",
+        "--json",
+        "--mode",
+        "sparse",
+        "--path",
+        "api/",
+        "--where",
+        "tags=release",
+    )
+    assert done.returncode == 0, done.stderr
+    assert [h["doc_path"] for h in json.loads(done.stdout)] == ["api/auth.md"]
+    done = cli("search", "tokens", "--json", "--root", "notes", "-k", "10")
+    assert [h["doc_path"] for h in json.loads(done.stdout)] == ["todo.md"]
+    bad = cli("search", "tokens", "--where", "tags")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].endswith("must be key=value")
+    assert make_store(settings_for(tmp_path, [docs])).open().has_sparse
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_long_section_answers_once_unless_every_chunk_is_asked_for(
+    tmp_path: Path, store: str
+) -> None:
+    root = tmp_path / "docs"
+    long = " ".join(f"Otters sleep holding paws, fact {i}." for i in range(40))
+    write(root, "otters.md", f"# Otters\n\n## Sleep\n\n{long}\n\n## Food\n\nOtters eat fish.\n")
+    write(root, "plain.md", f"{long}\n")  # no headings: its windows are never collapsed
+    s = settings_for(tmp_path, [root], store=store, max_tokens=48, overlap_tokens=8)
+    run_backfill(s, TinyEmbedder())
+    with build_indexer(s, TinyEmbedder()) as indexer:
+        every = indexer.search(Query("otters sleep holding paws", k=50, per_section=False))
+        sections = [(h["doc_path"], tuple(h["heading_path"])) for h in every]
+        assert sections.count(("otters.md", ("Otters", "Sleep"))) > 2
+        once = indexer.search(Query("otters sleep holding paws", k=50))
+        kept = [(h["doc_path"], tuple(h["heading_path"])) for h in once]
+        assert kept.count(("otters.md", ("Otters", "Sleep"))) == 1
+        assert kept.count(("plain.md", ())) == sections.count(("plain.md", ())) > 2
+        # the section's best window stands for it, and the order is by score
+        best = max(h["score"] for h in every if h["doc_path"] == "otters.md")
+        kept_score = next(h["score"] for h in once if h["heading_path"] == ["Otters", "Sleep"])
+        assert kept_score == pytest.approx(best, abs=1e-6)
+        assert [h["score"] for h in once] == sorted((h["score"] for h in once), reverse=True)
