@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -175,7 +176,21 @@ def index_with_cli(
     if done.returncode not in (0, 1):
         sys.exit(f"mdindex backfill failed: {done.stderr[-2000:]}")
     summary = json.loads(done.stdout)
-    return {"index_s": time.perf_counter() - t, "points": summary["points_upserted"]}
+    seconds = time.perf_counter() - t
+    # a re-run over a kept --work folder changes nothing: then only the count is new
+    points = summary["points_upserted"] or count_points(work, store)
+    return {"index_s": seconds if summary["files_changed"] else None, "points": points}
+
+
+def count_points(work: Path, store: str) -> int:
+    from mdindex.config import load_settings
+    from mdindex.runtime import make_store
+
+    engine = make_store(load_settings({"state_dir": str(work), "store": store})).open()
+    try:
+        return engine.count()
+    finally:
+        engine.close()
 
 
 class Mdindex:
@@ -432,6 +447,9 @@ def main() -> None:
     ap.add_argument("--context", default="off,on")
     ap.add_argument("--fusion", default="rrf", help="rrf, dbsf, or both: rrf,dbsf")
     ap.add_argument("--peers", default="langchain,llamaindex,bm25")
+    ap.add_argument(
+        "--work", help="keep the indexes here; a later run re-uses them (its backfill is a no-op)"
+    )
     ap.add_argument("--store", default="client", help="the embedded engine: client or edge")
     ap.add_argument(
         "--questions", type=int, default=0, help="only the first N questions of each set"
@@ -464,7 +482,11 @@ def main() -> None:
             questions = questions[: args.questions]
         chroma = name == "chroma-chunking"
         rows: list[dict[str, Any]] = []
-        scratch = Path(tempfile.mkdtemp(prefix=f"retrieval-{name}-"))
+        if args.work:
+            scratch = Path(args.work) / name
+            scratch.mkdir(parents=True, exist_ok=True)
+        else:
+            scratch = Path(tempfile.mkdtemp(prefix=f"retrieval-{name}-"))
         heading_work: Path | None = None
         for strategy in args.strategies.split(","):
             for context in (c == "on" for c in args.context.split(",")):
@@ -511,6 +533,7 @@ def main() -> None:
                 info: dict[str, Any] = {}
             else:
                 setup = {"langchain": peer_langchain, "llamaindex": peer_llamaindex}[peer]
+                shutil.rmtree(scratch / peer, ignore_errors=True)
                 ask, info = setup(corpus, scratch / peer, model_path)
             answers, times = run_peer(ask, questions)
             rows.append(

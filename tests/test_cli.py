@@ -253,10 +253,10 @@ def test_regex_bombs_through_mdindex_chunk(
 def test_flags_are_never_abbreviated_nor_swallow_a_root(capsys: pytest.CaptureFixture[str]) -> None:
     from mdindex.cli import build_parser, main
 
-    # `--mode` is not `--model`: an unknown flag is a usage error
+    # `--mod` is neither `--model` nor `--mode`: an unknown flag is a usage error
     with pytest.raises(SystemExit) as exc:
-        main(["search", "--mode", "hybrid", "some query"])
-    assert exc.value.code == 2 and "unrecognized arguments: --mode" in capsys.readouterr().err
+        main(["search", "--mod", "hybrid", "some query"])
+    assert exc.value.code == 2 and "unrecognized arguments: --mod" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         main(["backfill", "--dry", "docs"])
     assert exc.value.code == 2

@@ -88,8 +88,11 @@ def test_cli_migrate_with_the_real_model(tmp_path: Path, real_embedder: ModelEmb
 
     s = settings_for(tmp_path, [docs], store="edge")
     stored = stored_points(s, vectors=True)
-    # The vectors moved as they were: each is still the model's vector of its text.
-    texts = [p["text"] for p in stored.values()]
+    # The vectors moved as they were: each is still the model's vector of its
+    # text behind its context (prepend_context is on by default).
+    texts = [
+        " > ".join([p["title"], *p["heading_path"]]) + "\n\n" + p["text"] for p in stored.values()
+    ]
     fresh = real_embedder.embed(texts)
     got = np.array([p["_vector"] for p in stored.values()])
     assert float(np.min(np.sum(fresh * got, axis=1))) > 0.99

@@ -130,7 +130,8 @@ def test_hybrid_finds_a_rare_identifier_that_dense_misses(tmp_path: Path, store:
     write(
         root,
         "garden.md",
-        "# Garden notes\n\nTomatoes want sun and steady water; mulch keeps "
+        "---\ntags: [greenhouse]\n---\n# Garden notes\n\n"
+        "Tomatoes want sun and steady water; mulch keeps "
         "the soil moist through July. Stake the plants early, before the stems lean, and tie "
         "them loosely with soft twine. Feed them with compost tea every second week, and water "
         "at the roots in the morning so the leaves dry by noon. When the plants flower, set "
@@ -145,18 +146,23 @@ def test_hybrid_finds_a_rare_identifier_that_dense_misses(tmp_path: Path, store:
         store_ = indexer.store
         assert store_.has_sparse
 
-        def top(mode: str) -> str:
+        def top(mode: str, **filters: Any) -> str:
             hits = search(
                 models.embedder,
                 models.planner.sparse,
                 store_,
-                Query("what does zorblat_mode do", k=3, mode=mode),
+                Query("what does zorblat_mode do", k=3, mode=mode, **filters),
             )
             return str(hits[0]["doc_path"])
 
         assert top("dense") != "garden.md"
         assert top("sparse") == "garden.md"
         assert top("hybrid") == "garden.md"
+        # filters hold in every mode, with the real model too
+        for mode in ("dense", "sparse", "hybrid"):
+            assert top(mode, where=(("tags", "greenhouse"),)) == "garden.md"
+            assert top(mode, path="flags") == "flags.md"
+            assert top(mode, path="*s.md", roots=("docs",)) in ("modes.md", "flags.md")
         # and the default mode of the settings is the hybrid one
         assert s.search_mode == "hybrid"
 

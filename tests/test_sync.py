@@ -10,11 +10,13 @@ import pytest
 from mdindex.errors import LockError, PruneRefused, StoreMismatch, StoreUnavailable
 from mdindex.lock import WriterLock
 from mdindex.runtime import make_store, state_path
+from mdindex.sparse import Sparse
 from mdindex.stores import Point
 from mdindex.stores.base import StoreQuery
 from mdindex.verify import verify
 from tests.conftest import (
     TinyEmbedder,
+    assert_same,
     build_indexer,
     run_backfill,
     settings_for,
@@ -461,6 +463,28 @@ def test_verify_finds_vectors_that_do_not_match_their_text(docs_tree, make_setti
     assert stored_points(s, vectors=True)[victim]["_vector"] == pytest.approx(
         before[victim]["_vector"], abs=1e-6
     )
+
+
+def test_verify_checks_every_sparse_vector_and_repair_rewrites_it(
+    docs_tree, make_settings, tiny
+) -> None:
+    s = make_settings(docs_tree)
+    run_backfill(s, tiny)
+    before = stored_points(s, vectors=True)
+    wrong, gone = sorted(before)[:2]
+    store = make_store(s).open()
+    for pid, sparse in ((wrong, Sparse([1, 2], [0.5, 0.5])), (gone, None)):
+        payload = {k: v for k, v in before[pid].items() if not k.startswith("_")}
+        store.upsert([Point(pid, before[pid]["_vector"], payload, sparse)])
+    store.close()
+    with build_indexer(s, tiny) as indexer:
+        report = verify(indexer)
+        assert sorted((e["id"], e["reason"]) for e in report.stale) == sorted(
+            [(wrong, "sparse vector differs"), (gone, "sparse vector missing")]
+        )
+        assert verify(indexer, repair=True).repaired
+        assert verify(indexer).in_sync
+    assert_same(stored_points(s, vectors=True), before)
 
 
 def test_a_file_over_its_time_budget_is_reported_and_the_run_goes_on(

@@ -144,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_search)
 
+    p = command("mcp", "serve the index to an AI assistant over MCP (stdio)")
+    _common(p, roots=True)
+    p.set_defaults(func=cmd_mcp)
+
     p = command("chunk", "show the chunks of one file; embeds and writes nothing")
     _common(p, roots=False)
     p.add_argument("file", type=Path, metavar="FILE")
@@ -408,6 +412,17 @@ def search_offline(settings: Settings, query: Query) -> list[dict[str, Any]]:
             raise ConfigError(f"search: {exc}") from None
     finally:
         store.close()
+
+
+def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    """An MCP server on stdin/stdout: through the daemon when one holds the
+    store, else over the store itself. Logs go to stderr, never stdout."""
+    from mdindex.mcp_server import DaemonBackend, LocalBackend, serve_stdio
+
+    daemon = find_daemon(settings)
+    backend = DaemonBackend(daemon.ask) if daemon is not None else LocalBackend(settings)
+    serve_stdio(settings, backend)
+    return EXIT_OK
 
 
 def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:

@@ -117,11 +117,16 @@ class Settings(BaseSettings):
     overlap_tokens: int = Field(default=32, ge=0)
     semantic_threshold: float = Field(default=0.45, ge=-1.0, le=1.0)
     min_sentences: int = Field(default=2, ge=1)
-    prepend_context: bool = False
+    # On by the numbers (bench/retrieval.py, heading chunks, hybrid): recall@3
+    # 0.757 against 0.729 on anthropic-docs, 0.818 against 0.833 on chroma-chunking,
+    # recall@5 0.866 against 0.848 over both sets.
+    prepend_context: bool = True
     # BM25 sparse vectors beside the dense ones, for sparse and hybrid search.
     sparse_vectors: bool = True
     search_mode: Literal["dense", "sparse", "hybrid"] = "hybrid"
     fusion: Literal["rrf", "dbsf"] = "dbsf"
+    # `mdindex mcp` offers the refresh tool (None: yes over stdio, no over HTTP).
+    mcp_allow_refresh: bool | None = None
     noise_sections: StrList = Field(default_factory=list)
 
     include: StrList = Field(default_factory=lambda: ["**/*.md", "**/*.markdown"])

@@ -182,7 +182,7 @@ class Planner:
             content_hash = digest(chunk.text)
             occurrence = seen.get(content_hash, 0)
             seen[content_hash] = occurrence + 1
-            embed_input = self.embed_input(doc, chunk)
+            embed_input, ids = self._embed_input(doc, chunk)
             vector_key = digest(f"{self.info.name}\x00{embed_input}")[:32]
             url = doc.url
             if url and chunk.anchor:
@@ -209,7 +209,6 @@ class Planner:
                 "vector_key": vector_key,
             }
             pid = point_id(root, rel, content_hash, occurrence, self.id_fingerprint)
-            ids = chunk.token_ids if embed_input is chunk.text else None
             sparse = None
             if self.sparse is not None:
                 sparse = self.sparse.document(sparse_text(payload, self.settings.prepend_context))
@@ -218,18 +217,28 @@ class Planner:
 
     def embed_input(self, doc: Document, chunk: Chunk) -> str:
         """The chunk text, optionally behind as much of title and heading path as still fits."""
+        return self._embed_input(doc, chunk)[0]
+
+    def _embed_input(self, doc: Document, chunk: Chunk) -> tuple[str, list[int] | None]:
+        """The embedded text and its token ids (no special tokens), when known:
+        the chunk's own from chunking, or those of the prefixed text, which is
+        encoded here anyway to check that it fits (so the embedder need not
+        tokenize it again: with the prefix on by default, that is every chunk)."""
         if not self.settings.prepend_context:
-            return chunk.text
+            return chunk.text, chunk.token_ids
         prefix = " > ".join([doc.title, *chunk.heading_path]) + "\n\n"
         room = self.counter.model_limit - chunk.token_count
         enc = self.counter.encode(prefix)
         if len(enc.ids) > room:
             prefix = prefix[: enc.offsets[room - 1][1]] + "\n\n" if room > 2 else ""
         candidate = prefix + chunk.text
+        if not prefix:
+            return chunk.text, chunk.token_ids
         # Tokens of a concatenation can differ from the sum; the full count decides.
-        if prefix and self.counter.count(candidate) <= self.counter.model_limit:
-            return candidate
-        return chunk.text
+        ids = self.counter.encode(candidate).ids
+        if len(ids) <= self.counter.model_limit:
+            return candidate, list(ids)
+        return chunk.text, chunk.token_ids
 
 
 def _describe(exc: BaseException) -> str:

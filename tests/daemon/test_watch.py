@@ -372,9 +372,12 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(
         wait_for(lambda: d.daemon.status().get("indexed_points") == points, 30, "index built")
         mutate(root)
         converges(d, tmp_path, root)
-        # every chunk finds itself first through the index
+        # every chunk finds itself first through the index, asked (densely, for a
+        # cosine score) with what was embedded: its text behind its context
         for payload in d.points().values():
-            top = d.daemon.search({"q": payload["text"], "k": 1})[0]
+            embedded = " > ".join([payload["title"], *payload["heading_path"]])
+            query = {"q": f"{embedded}\n\n{payload['text']}", "k": 1, "mode": "dense"}
+            top = d.daemon.search(query)[0]
             assert top["text"] == payload["text"] and top["score"] > 0.999
     finally:
         d.stop()
