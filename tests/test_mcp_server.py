@@ -110,6 +110,7 @@ def test_an_assistant_searches_reads_and_refreshes_over_stdio(tmp_path: Path, no
         out["found"] = await client.call_tool("search", {"query": "who builds dams", "k": 1})
         out["status"] = await client.call_tool("status", {})
         out["resource"] = await client.read_resource("mdindex://notes/guide/beavers.md")
+        out["resources"] = [str(r.uri) for r in (await client.list_resources()).resources]
         return out
 
     out = asyncio.run(session(tmp_path, notes, body))
@@ -142,6 +143,8 @@ def test_an_assistant_searches_reads_and_refreshes_over_stdio(tmp_path: Path, no
     assert out["found"].structured_content["hits"][0]["path"] == "guide/beavers.md"
     assert out["status"].structured_content["documents"] == 3
     assert "Beavers build dams" in out["resource"].contents[0].text
+    assert "mdindex://notes/guide/beavers.md" in out["resources"]
+    assert "mdindex://notes/guide/keys.md" in out["resources"]
 
 
 def test_refresh_is_not_offered_when_settings_say_so(tmp_path: Path, notes: Path) -> None:

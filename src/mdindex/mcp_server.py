@@ -224,7 +224,21 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
-    server = MCPServer("mdindex", instructions=INSTRUCTIONS, log_level="WARNING")
+    from mcp import types
+
+    class Server(MCPServer):
+        async def list_resources(self) -> list[Any]:
+            """Every indexed document, from the state (read-only), at most MAX_RESOURCES."""
+            return [
+                types.Resource(
+                    uri=f"mdindex://{root}/{urllib.parse.quote(path)}",
+                    name=f"{root}:{path}",
+                    mime_type="text/markdown",
+                )
+                for root, path in indexed_documents(settings)
+            ]
+
+    server = Server("mdindex", instructions=INSTRUCTIONS, log_level="WARNING")
 
     def checked(fn: Callable[[], Any]) -> Any:
         try:
@@ -320,6 +334,31 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
         return str(checked(lambda: read_document(settings, root, path))["text"])
 
     return server
+
+
+MAX_RESOURCES = 10_000
+
+
+def indexed_documents(settings: Settings) -> list[tuple[str, str]]:
+    """(root, path) of the documents the state records, read without writing."""
+    import sqlite3
+
+    from mdindex.runtime import state_path
+
+    path = state_path(settings)
+    if not path.exists():
+        return []
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    try:
+        rows = db.execute(
+            "SELECT root, path FROM docs ORDER BY root, path LIMIT ?", (MAX_RESOURCES,)
+        ).fetchall()
+    except sqlite3.Error as exc:
+        log.debug("listing documents: %s", exc)
+        return []
+    finally:
+        db.close()
+    return [(str(r), str(p)) for r, p in rows]
 
 
 def serve_stdio(settings: Settings, backend: Backend) -> None:

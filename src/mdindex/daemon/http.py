@@ -40,6 +40,7 @@ from mdindex.errors import MdindexError
 log = logging.getLogger(__name__)
 
 TOKEN_CREDENTIAL = "http-token"
+MAX_MCP_BODY = 1 << 20  # a tool call is a few hundred bytes
 OPEN_PATHS = ("/healthz", "/metrics")  # no token: they say nothing about the documents
 REQUEST_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 16
@@ -84,6 +85,7 @@ class Api:
         status: Callable[[float | None], dict[str, Any]],
         reconcile: Callable[[], dict[str, Any]],
         token: str,
+        mcp: Any = None,
     ) -> None:
         self.metrics = metrics
         self.health = health
@@ -91,6 +93,7 @@ class Api:
         self.status = status
         self.reconcile = reconcile
         self.token = token
+        self.mcp = mcp  # a daemon.mcp_http.McpBridge, or None
 
 
 def token_path(state_dir: Path, collection: str) -> Path:
@@ -173,6 +176,9 @@ class _Handler(BaseHTTPRequestHandler):
         path = urllib.parse.urlsplit(self.path).path
         if not self._allowed(path):
             return
+        if path == "/mcp":
+            self._mcp()
+            return
         if path != "/reconcile":
             self._json(404, {"error": "not found"})
             return
@@ -180,6 +186,38 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, self.api.reconcile())
         except MdindexError as exc:
             self._json(503, {"error": str(exc), "exit_code": exc.exit_code})
+
+    def do_DELETE(self) -> None:
+        path = urllib.parse.urlsplit(self.path).path
+        if self._allowed(path):
+            if path == "/mcp":
+                self._mcp()
+            else:
+                self._json(404, {"error": "not found"})
+
+    def _mcp(self) -> None:
+        """MCP's streamable HTTP transport (daemon.mcp_http), after the checks above."""
+        bridge = self.api.mcp
+        if bridge is None:
+            self._json(404, {"error": "MCP is not served here"})
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_MCP_BODY:
+            self._json(413, {"error": f"an MCP request is at most {MAX_MCP_BODY} bytes"})
+            return
+        body = self.rfile.read(length) if length else b""
+        headers = [(k, v) for k, v in self.headers.items() if k.lower() != "authorization"]
+        status, out_headers, answer = bridge.handle(self.command, self.path, headers, body)
+        self.send_response(status)
+        for key, value in out_headers:
+            if key.lower() not in ("content-length", "date", "server"):
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
 
     def _allowed(self, path: str) -> bool:
         """Refuse, with the reason, what a browser or another local user could send."""

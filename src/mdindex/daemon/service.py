@@ -32,11 +32,13 @@ from mdindex.daemon.http import (
     token_path,
     write_token,
 )
+from mdindex.daemon.mcp_http import McpBridge
 from mdindex.daemon.notify import Notifier
 from mdindex.daemon.watcher import Batch, Debouncer, Watcher
 from mdindex.errors import EXIT_OK, MdindexError, PruneRefused, StoreError, StoreMismatch
 from mdindex.files import FileRef
 from mdindex.lock import WriterLock
+from mdindex.mcp_server import build_server
 from mdindex.models import Summary
 from mdindex.runtime import make_indexer
 from mdindex.search import Query
@@ -76,6 +78,7 @@ class Daemon:
         self.debouncer = Debouncer(settings.quiet_period_ms / 1000)
         self.indexer: Indexer | None = None
         self.servers: list[HttpServer] = []
+        self.mcp: McpBridge | None = None
         self.socket_dir: Path | None = None  # a private folder for a socket path too long
         self.unhealthy = ""  # why, when not healthy
         self.started = False  # the startup reconcile has begun
@@ -152,8 +155,17 @@ class Daemon:
         s = self.settings
         token = load_token()
         write_token(token_path(s.state_dir, s.collection), token)
+        self.mcp = McpBridge(
+            build_server(s, _DaemonTools(self), allow_refresh=s.mcp_allow_refresh is True)
+        ).start()
         api = Api(
-            self.metrics, self.health, self.search, self.status, self.request_reconcile, token
+            self.metrics,
+            self.health,
+            self.search,
+            self.status,
+            self.request_reconcile,
+            token,
+            mcp=self.mcp,
         )
         path = socket_path(s.state_dir, s.collection)
         if len(os.fsencode(path)) >= SOCKET_PATH_MAX:  # sun_path is 108 bytes
@@ -204,6 +216,8 @@ class Daemon:
         self.watcher.stop(timeout=WATCHER_STOP_S)
         for server in self.servers:
             server.stop()
+        if self.mcp is not None:
+            self.mcp.stop()
         if self.socket_dir is not None:
             self.socket_dir.rmdir()
         if self.indexer is not None:
@@ -453,3 +467,21 @@ class Daemon:
 
 def run_daemon(settings: Settings) -> int:
     return Daemon(settings).run()
+
+
+class _DaemonTools:
+    """The MCP tools' backend inside the daemon: its own search and status."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    def search(self, query: Query) -> list[dict[str, Any]]:
+        assert self.daemon.indexer is not None
+        return self.daemon.indexer.search(query)
+
+    def status(self) -> dict[str, Any]:
+        return self.daemon.status()
+
+    def refresh(self, timeout_s: float) -> dict[str, Any]:
+        """Every change made before the call, searchable (or the timeout)."""
+        return self.daemon.status(timeout_s)
