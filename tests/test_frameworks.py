@@ -22,8 +22,9 @@ from tests.conftest import build_indexer, settings_for
 pytestmark = pytest.mark.model
 
 
-@pytest.fixture
-def indexed(tmp_path: Path) -> tuple[Any, Path, ModelEmbedder]:
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, ModelEmbedder]:
+    tmp_path = tmp_path_factory.mktemp("frameworks")
     root = tmp_path / "docs"
     (root / "guide").mkdir(parents=True)
     (root / "guide" / "keys.md").write_text(
