@@ -1,6 +1,6 @@
 """What MCP adds to a search: round trips over stdio and HTTP against the daemon's own /search.
 
-    python bench/mcp.py [--corpus DIR] [--queries 60]
+    python bench/mcp_latency.py [--corpus DIR] [--queries 60]
 
 Indexes the corpus with `mdindex backfill`, starts `mdindex watch` on it (the
 model loaded once, in the daemon), then asks the same queries, each a fresh
@@ -53,15 +53,21 @@ def stats(times: list[float]) -> dict[str, float]:
     }
 
 
-async def over_mcp(client_of: Any, qs: list[str]) -> list[float]:
-    async with client_of() as client:
-        times = []
+async def interleaved(direct: Any, http: Any, stdio: Any, qs: list[str]) -> dict[str, list[float]]:
+    """Each query asked the three ways in turn, so drift in the machine's speed
+    weighs on all three alike."""
+    times: dict[str, list[float]] = {"direct": [], "http": [], "stdio": []}
+    async with http() as h, stdio() as s:
         for q in qs:
             t = time.perf_counter()
-            result = await client.call_tool("search", {"query": q, "k": 5})
-            times.append(time.perf_counter() - t)
-            assert not result.is_error, result
-        return times
+            await asyncio.to_thread(direct, q)
+            times["direct"].append(time.perf_counter() - t)
+            for name, client in (("http", h), ("stdio", s)):
+                t = time.perf_counter()
+                result = await client.call_tool("search", {"query": q, "k": 5})
+                times[name].append(time.perf_counter() - t)
+                assert not result.is_error, result
+    return times
 
 
 def main() -> None:
@@ -70,6 +76,7 @@ def main() -> None:
     )
     ap.add_argument("--corpus")
     ap.add_argument("--queries", type=int, default=60)
+    ap.add_argument("--store", default="edge", help="the daemon's embedded engine (edge: steadier)")
     args = ap.parse_args()
     offline()
     corpus = corpus_dir(args.corpus)
@@ -79,6 +86,7 @@ def main() -> None:
         "HF_HUB_OFFLINE": "1",
         "MDINDEX_STATE_DIR": str(work),
         "MDINDEX_HTTP_PORT": "0",
+        "MDINDEX_STORE": args.store,
     }
     mdindex = [sys.executable, "-m", "mdindex"]
     subprocess.run(
@@ -89,7 +97,9 @@ def main() -> None:
         from mdindex.cli import find_daemon
         from mdindex.config import load_settings
 
-        settings = load_settings({"state_dir": str(work), "roots": [str(corpus)]})
+        settings = load_settings(
+            {"state_dir": str(work), "roots": [str(corpus)], "store": args.store}
+        )
         deadline = time.monotonic() + 600
         client = None
         while client is None or not client.url:
@@ -103,16 +113,14 @@ def main() -> None:
                 client = None
         qs = queries(corpus, args.queries)
 
-        direct = []
-        for q in qs:
-            t = time.perf_counter()
-            client.ask("/search?" + urllib.parse.urlencode({"q": q, "k": 5}))
-            direct.append(time.perf_counter() - t)
+        daemon_client = client
+
+        def direct(q: str) -> None:
+            daemon_client.ask("/search?" + urllib.parse.urlencode({"q": q, "k": 5}))
 
         import httpx2
-        from mcp.client.streamable_http import streamable_http_client
-
         from mcp import Client, StdioServerParameters
+        from mcp.client.streamable_http import streamable_http_client
 
         token = client.token
         url = client.url + "/mcp"
@@ -130,23 +138,22 @@ def main() -> None:
                 await self.client.__aexit__(*exc)
                 await self.http.__aexit__(*exc)
 
-        http_times = asyncio.run(over_mcp(HttpClient, qs))
         params = StdioServerParameters(
             command=sys.executable, args=["-m", "mdindex", "mcp", str(corpus)], env=env
         )
-        stdio_times = asyncio.run(over_mcp(lambda: Client(params), qs))
+        times = asyncio.run(interleaved(direct, HttpClient, lambda: Client(params), qs))
     finally:
         daemon.terminate()
         daemon.wait(60)
     rows = [
-        {"path": "daemon /search (as mdindex search)", **stats(direct)},
-        {"path": "MCP over HTTP (/mcp)", **stats(http_times)},
-        {"path": "MCP over stdio (mdindex mcp -> daemon)", **stats(stdio_times)},
+        {"path": "daemon /search (as mdindex search)", **stats(times["direct"])},
+        {"path": "MCP over HTTP (/mcp)", **stats(times["http"])},
+        {"path": "MCP over stdio (mdindex mcp -> daemon)", **stats(times["stdio"])},
     ]
     base = rows[0]["p50_ms"]
     for row in rows:
         row["added_p50_ms"] = row["p50_ms"] - base
-    print(f"corpus {corpus}, {len(qs)} queries, k=5")
+    print(f"corpus {corpus}, {len(qs)} queries, k=5, store {args.store}")
     print(table(rows, ["path", "p50_ms", "p95_ms", "added_p50_ms"]))
     print(f"written {write_json('mcp', rows)}")
 
