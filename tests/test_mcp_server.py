@@ -71,7 +71,7 @@ async def session(tmp_path: Path, notes: Path, body: Any) -> Any:
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "mdindex", "mcp", str(notes), "--state-dir", str(tmp_path / "state")],
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "MDINDEX_BASE_URL": "https://docs.example"},
     )
     async with Client(params) as client:
         return await body(client)
@@ -79,7 +79,7 @@ async def session(tmp_path: Path, notes: Path, body: Any) -> Any:
 
 @pytest.mark.model
 def test_an_assistant_searches_reads_and_refreshes_over_stdio(tmp_path: Path, notes: Path):
-    s = settings_for(tmp_path, [notes])
+    s = settings_for(tmp_path, [notes], base_url="https://docs.example")
     from mdindex.runtime import make_models
 
     models = make_models(s)
@@ -123,6 +123,7 @@ def test_an_assistant_searches_reads_and_refreshes_over_stdio(tmp_path: Path, no
     assert "Example" in tools["read"].description
     hit = out["search"].structured_content["hits"][0]
     assert (hit["root"], hit["path"], hit["section"]) == ("notes", "guide/keys.md", "Rotate")
+    assert hit["url"] == "https://docs.example/guide/keys/#rotate"
     lines = texts["guide/keys.md"][hit["start_line"] - 1 : hit["end_line"]]
     assert hit["text"].splitlines()[-1] in lines and hit["stale"] is False
     assert {h["path"] for h in out["filtered"].structured_content["hits"]} == {"guide/keys.md"}
