@@ -221,10 +221,9 @@ def mark_stale(settings: Settings, hits: list[dict[str, Any]]) -> list[dict[str,
 
 def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> Any:
     """The MCP server: tools and resources over ``backend`` (any transport)."""
+    from mcp import types
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
-
-    from mcp import types
 
     class Server(MCPServer):
         async def list_resources(self) -> list[Any]:
