@@ -101,6 +101,13 @@ def test_parameters_as_the_api_and_tools_give_them() -> None:
     assert q.store_filter() == SearchFilter(("a", "b"), "docs/", (("tags", ("x",)),))
     assert parse_where({"draft": True, "weight": 3}) == (("draft", "true"), ("weight", "3"))
     assert Query("hi", path="guide").store_filter().path_prefix == "guide"
+    # what the CLI and the MCP server send the daemon reads back as the same query
+    sent = Query("hi", k=3, mode="sparse", roots=("a",), where=(("t", "x"),), per_section=False)
+    back: dict[str, Any] = {}
+    for key, value in sent.as_params():
+        back.setdefault(key, []).append(value)
+    read = {k: v if k in ("root", "where") else v[0] for k, v in back.items()}
+    assert Query.from_params(read) == sent
 
 
 @pytest.mark.model

@@ -375,17 +375,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError(f"search: {exc}") from None
     daemon = find_daemon(settings)
     if daemon is not None:
-        params: list[tuple[str, Any]] = [
-            ("q", query.text),
-            ("k", query.k),
-            ("mode", query.mode),
-            ("path", query.path),
-            ("fusion", query.fusion),
-            ("per_section", "true" if query.per_section else "false"),
-        ]
-        params += [("root", r) for r in query.roots]
-        params += [("where", f"{key}={value}") for key, value in query.where]
-        hits = daemon.ask("/search?" + urllib.parse.urlencode(params))
+        hits = daemon.ask("/search?" + urllib.parse.urlencode(query.as_params()))
     else:
         hits = search_offline(settings, query)
     lines = []

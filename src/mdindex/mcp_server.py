@@ -59,16 +59,7 @@ class DaemonBackend:
         self.ask = ask
 
     def search(self, query: Query) -> list[dict[str, Any]]:
-        params: list[tuple[str, Any]] = [
-            ("q", query.text),
-            ("k", query.k),
-            ("mode", query.mode),
-            ("path", query.path),
-            ("fusion", query.fusion),
-        ]
-        params += [("root", r) for r in query.roots]
-        params += [("where", f"{key}={value}") for key, value in query.where]
-        return list(self.ask("/search?" + urllib.parse.urlencode(params)))
+        return list(self.ask("/search?" + urllib.parse.urlencode(query.as_params())))
 
     def status(self) -> dict[str, Any]:
         return dict(self.ask("/status"))

@@ -116,6 +116,20 @@ class Query:
             per_section=_flag(params.get("per_section", True), "per_section"),
         )
 
+    def as_params(self) -> list[tuple[str, Any]]:
+        """The query as the daemon's /search parameters (what ``from_params`` reads)."""
+        params: list[tuple[str, Any]] = [
+            ("q", self.text),
+            ("k", self.k),
+            ("mode", self.mode),
+            ("path", self.path),
+            ("fusion", self.fusion),
+            ("per_section", "true" if self.per_section else "false"),
+        ]
+        params += [("root", r) for r in self.roots]
+        params += [("where", f"{key}={value}") for key, value in self.where]
+        return params
+
     def store_filter(self) -> SearchFilter:
         prefix = self.path.lstrip("/")
         if prefix.startswith("./"):
