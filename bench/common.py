@@ -151,5 +151,11 @@ class HashEmbedder:
         self.texts_embedded += len(texts)
         return out
 
+    def load(self) -> None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": "hash", "reason": "a benchmark's stand-in for the model"}
+
     def __call__(self, texts: Any) -> Any:
         return self.embed(texts)

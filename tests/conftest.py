@@ -19,6 +19,10 @@ from mdindex.sync import Indexer
 from mdindex.tokens import TokenCounter
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+REPO = Path(__file__).resolve().parents[1]
+# One ONNX export and one backend measurement for the whole run (and for the
+# processes the tests start), not one per test's state folder.
+os.environ.setdefault("MDINDEX_CACHE_DIR", str(REPO / ".pytest_cache" / "mdindex-cache"))
 
 # CI replays the same examples every run, so a red build is reproducible;
 # local runs and the long fault mode keep exploring new ones.
@@ -26,7 +30,6 @@ hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
 
-REPO = Path(__file__).resolve().parents[1]
 # The embedded engine the suite runs on (MDINDEX_STORE, as for users); CI runs
 # the reliability tests on both.
 STORE = os.environ.get("MDINDEX_STORE", "client")
@@ -69,6 +72,9 @@ class TinyEmbedder:
 
     def load(self) -> None:
         return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": "tiny", "reason": "a test's deterministic embedder"}
 
 
 @pytest.fixture(scope="session")

@@ -47,10 +47,29 @@ def test_backfill_search_status_chunk_verify(docs_tree: Path, tmp_path: Path) ->
     ):
         assert key in summary
 
-    r = mdindex("search", "how to install", "-k", "2", *state, "--json")
+    # Without a daemon the query goes through the ONNX export the backfill made:
+    # neither sentence-transformers nor torch is imported.
+    r = mdindex(
+        "search",
+        "how to install",
+        "-k",
+        "2",
+        *state,
+        "--json",
+        env={"PYTHONPROFILEIMPORTTIME": "1"},
+    )
     assert r.returncode == 0, r.stderr
+    imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if "|" in line}
+    assert "onnxruntime" in imported
+    assert not imported & {"torch", "sentence_transformers", "transformers"}
     hits = json.loads(r.stdout)
     assert len(hits) == 2 and hits[0]["section"] == "Install"
+    r = mdindex(
+        "search", "how to install", "-k", "2", *state, "--json", env={"MDINDEX_BACKEND": "torch"}
+    )
+    assert [(h["doc_path"], h["chunk_index"]) for h in json.loads(r.stdout)] == [
+        (h["doc_path"], h["chunk_index"]) for h in hits
+    ]
     assert {
         "score",
         "doc_path",
@@ -66,6 +85,9 @@ def test_backfill_search_status_chunk_verify(docs_tree: Path, tmp_path: Path) ->
     status = json.loads(r.stdout)
     assert status["documents"] == 3 and status["points"] == summary["points_upserted"]
     assert status["last_sync"]
+    # what the backfill measured (or found cached) for this model on this CPU
+    assert status["embedding"]["name"] in ("torch-fp32", "torch-bf16", "onnx-fp32")
+    assert status["embedding"]["reason"]
 
     r = mdindex("chunk", str(docs_tree / "index.md"), "--root", str(docs_tree), "--json")
     chunks = json.loads(r.stdout)

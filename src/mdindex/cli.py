@@ -392,7 +392,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
 def search_offline(settings: Settings, query: Query) -> list[dict[str, Any]]:
     """Search without a daemon: the model and the store, opened here."""
-    models = make_models(settings)
+    models = make_models(settings, queries_only=True)
     store = make_store(settings)
     try:
         store.open()

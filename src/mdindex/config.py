@@ -51,6 +51,15 @@ def _default_state_dir() -> Path:
     return Path(base) / "mdindex"
 
 
+def _default_cache_dir() -> Path:
+    """The ONNX export and the measured backend choice; systemd's CacheDirectory=
+    sets CACHE_DIRECTORY."""
+    if os.environ.get("CACHE_DIRECTORY"):
+        return Path(os.environ["CACHE_DIRECTORY"].split(":")[0])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "mdindex"
+
+
 _USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
 
 
@@ -111,6 +120,9 @@ class Settings(BaseSettings):
     model: str = DEFAULT_MODEL
     device: str = "auto"
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    # auto: measured on this machine at the first model load (mdindex.calibration).
+    backend: Literal["auto", "torch", "onnx"] = "auto"
+    cache_dir: Path = Field(default_factory=_default_cache_dir)
     batch_size: int | None = Field(default=None, ge=1, le=4096)  # None: 64 on CPU, 512 on CUDA
 
     max_tokens: int | None = Field(default=None, ge=8)

@@ -7,10 +7,10 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -21,6 +21,9 @@ from mdindex.errors import ConfigError, EmbeddingError
 from mdindex.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from mdindex.calibration import Choice
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,10 @@ class Embedder(Protocol):
         """Load the model now rather than on the first call (a daemon starts with it)."""
         ...
 
+    def describe(self) -> dict[str, Any]:
+        """How it computes and why, for ``status``."""
+        ...
+
     def embed(
         self, texts: Sequence[str], token_ids: Sequence[list[int] | None] | None = None
     ) -> NDArray[np.float32]:
@@ -109,42 +116,65 @@ class Embedder(Protocol):
         ...
 
 
-# Measured by bench/backends.py on the corpus (see the README): bf16 autocast
-# on a CPU with native bf16 passed the quality gate (mean cosine >= 0.995,
-# top-10 agreement >= 0.97), so "auto" picks it there.
-BF16_ON_CPU = True
+def native_bf16() -> bool:
+    """Whether oneDNN runs bf16 natively here (it says yes without AMX too, where
+    bf16 is slower than fp32: only calibration can tell which is faster)."""
+    import torch
+
+    try:  # a private op, so anything unexpected means no native bf16
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except Exception:
+        return False
 
 
-def pick_precision(precision: str, device: str) -> str:
-    """fp16 on CUDA, bf16 on CPUs that run it natively, else fp32, unless set."""
-    if precision != "auto":
-        return precision
-    if device.startswith("cuda"):
-        return "fp16"
-    if device == "cpu" and BF16_ON_CPU:
+class TorchEngine:
+    """The model's forward in torch: padded ids and mask in, unit vectors out."""
+
+    def __init__(self, model: Any, device: str, precision: str, features: tuple[str, ...]) -> None:
+        self.model, self.device, self.precision, self.features = model, device, precision, features
+
+    def __call__(self, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> NDArray[np.float32]:
         import torch
 
-        try:  # a private op, so anything unexpected means no native bf16
-            native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-        except Exception:
-            native = False
-        if native:
-            return "bf16"
-    return "fp32"
+        arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        autocast = (
+            torch.autocast("cpu", dtype=torch.bfloat16)
+            if self.precision == "bf16"
+            else contextlib.nullcontext()
+        )
+        with torch.inference_mode(), autocast:
+            features = {
+                k: torch.from_numpy(arrays[k]).to(self.device, non_blocking=True)
+                for k in self.features
+            }
+            emb = self.model.forward(features)["sentence_embedding"].float()
+            out = torch.nn.functional.normalize(emb, dim=1).cpu().numpy()
+        return np.asarray(out, dtype=np.float32)
+
+
+Engine = Callable[[NDArray[np.int64], NDArray[np.int64]], NDArray[np.float32]]
 
 
 class ModelEmbedder:
     """Embeds texts into L2-normalised float32 vectors; the model loads on first use.
 
-    ``precision`` is how the model computes, not what it returns: fp32, bf16
-    (CPU autocast) or fp16 (CUDA). Vectors, IDs and payloads do not record
-    it, so indexes built on different hardware stay interchangeable.
+    How it computes is chosen at load (``mdindex.calibration``): torch in fp32,
+    bf16 (CPU autocast) or fp16 (CUDA), or the model's ONNX export on
+    onnxruntime, whichever embeds fastest here while passing the quality
+    gate; ``backend`` and ``precision`` settings narrow the candidates.
+    Vectors, IDs and payloads do not record the choice, so indexes built on
+    different hardware stay interchangeable.
 
     For a plain transformer + pooling model the texts are tokenized here, in
     one parallel ``encode_batch``, sorted by token count and padded per batch,
-    and fed to the model's forward: bench/backends.py measured this 1.3-1.5x
-    faster than ``SentenceTransformer.encode`` on CPU with the same vectors
-    (cosine 0.9999999 in fp32). Any other model goes through ``encode``.
+    and fed to the engine: bench/backends.py measured this 1.3-1.5x faster
+    than ``SentenceTransformer.encode`` on CPU with the same vectors (cosine
+    0.9999999 in fp32). Any other model goes through ``encode`` on torch.
+
+    ``queries_only``: a short-lived process that embeds a few queries
+    (``mdindex search``, ``mdindex mcp``) uses the cached ONNX export when
+    there is one and never imports torch or sentence-transformers (about 7 s
+    on a 2-core Xeon); without an export it loads as any other.
     """
 
     def __init__(
@@ -153,15 +183,22 @@ class ModelEmbedder:
         device: str = "auto",
         batch_size: int | None = None,
         precision: str = "auto",
+        backend: str = "auto",
+        cache_dir: Path | None = None,
+        queries_only: bool = False,
     ) -> None:
         self.info = info
         self.device_setting = device
         self.device = "cpu"
         self.precision_setting = precision
-        self.precision = "fp32"
+        self.backend_setting = backend
+        self.cache_dir = cache_dir
+        self.queries_only = queries_only
         self.batch_size_setting = batch_size
         self.batch_size = batch_size or 64
-        self._model: Any = None
+        self.choice: Choice | None = None
+        self._model: Any = None  # the sentence-transformers model, once loaded
+        self._engine: Engine | None = None
         self._tokenizer: Tokenizer | None = None
         self._features: tuple[str, ...] = ()
         self._wrap: tuple[list[int], list[int]] | None = None
@@ -170,37 +207,209 @@ class ModelEmbedder:
         self._encode_lock = threading.Lock()
         self.texts_embedded = 0
 
+    @property
+    def precision(self) -> str:
+        return self.choice.precision if self.choice else "fp32"
+
+    @property
+    def backend(self) -> str:
+        return self.choice.backend if self.choice else "torch"
+
     def model(self) -> Any:
+        """The sentence-transformers model (loading it if the engine did not)."""
+        self.load()
         with self._lock:
             if self._model is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                from sentence_transformers import SentenceTransformer
-                from transformers.utils import logging as hf_logging
-
-                hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # bar breaks log lines
-
-                device = pick_device(self.device_setting)
-                log.info("loading model %s on %s", self.info.name, device)
-                try:
-                    model = SentenceTransformer(str(self.info.path), device=device)
-                except Exception as exc:
-                    raise EmbeddingError(f"cannot load model {self.info.name}: {exc}") from exc
-                self.device = device
-                self.precision = pick_precision(self.precision_setting, device)
-                if self.batch_size_setting is None and device.startswith("cuda"):
-                    self.batch_size = 512  # a GPU wants large batches; a CPU gains nothing
-                if self.precision == "fp16":
-                    model.half()
-                self._tokenizer, self._features = _direct_inputs(model, self.info)
-                if self._tokenizer is not None:
-                    self._wrap = _special_wrap(self._tokenizer)
-                log.info(
-                    "embedding in %s (%s)",
-                    self.precision,
-                    "direct forward" if self._tokenizer else "encode",
-                )
-                self._model = model
+                self._model = self._load_st(self.device)
             return self._model
+
+    def _load_st(self, device: str) -> Any:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # bar breaks log lines
+        log.info("loading model %s on %s", self.info.name, device)
+        try:
+            return SentenceTransformer(str(self.info.path), device=device)
+        except Exception as exc:
+            raise EmbeddingError(f"cannot load model {self.info.name}: {exc}") from exc
+
+    def load(self) -> None:
+        """Choose the engine and load it now rather than on the first call."""
+        with self._lock:
+            if self.choice is None:
+                self._load()
+
+    def describe(self) -> dict[str, Any]:
+        """The choice, once loaded; before, the one last measured for this model on
+        this CPU (what the next load will most likely reuse)."""
+        from mdindex import calibration
+
+        if self.choice is not None:
+            keep = ("name", "backend", "precision", "reason", "source", "measured_at")
+            return {k: v for k, v in self.choice.as_dict().items() if k in keep} | {
+                "device": self.device
+            }
+        recorded = None
+        if self.cache_dir is not None:
+            recorded = calibration.recorded(self.cache_dir, _weights_sha(self.info, self.cache_dir))
+        if recorded is None:
+            return {"name": None, "reason": "measured at the first model load"}
+        return {
+            "name": recorded.name,
+            "reason": f"not loaded; last measured here: {recorded.reason}",
+            "source": "cache",
+            "measured_at": recorded.measured_at,
+        }
+
+    def _load(self) -> None:
+        from mdindex import calibration, onnx_export
+
+        cache_dir = self.cache_dir
+        if (
+            self.queries_only
+            and cache_dir is not None
+            and self.device_setting in ("auto", "cpu")
+            and self.backend_setting in ("auto", "onnx")
+            and self.precision_setting in ("auto", "fp32")
+        ):
+            found = onnx_export.find_export(self.info, cache_dir)
+            if found is not None:
+                self._use_onnx(found)
+                self.choice = calibration.Choice(
+                    "onnx",
+                    "fp32",
+                    "queries of a short-lived process: the cached ONNX export",
+                    source="query",
+                )
+                log.info("embedding queries with the ONNX export (%s)", found.path.parent)
+                return
+        device = pick_device(self.device_setting)
+        self.device = device
+        if self.batch_size_setting is None and device.startswith("cuda"):
+            self.batch_size = 512  # a GPU wants large batches; a CPU gains nothing
+        model = self._load_st(device)
+        self._model = model
+        self._tokenizer, self._features = _direct_inputs(model, self.info)
+        if self._tokenizer is not None:
+            self._wrap = _special_wrap(self._tokenizer)
+        self.choice = self._choose(model, device)
+        if self.choice.precision == "fp16":
+            model.half()
+        if self._tokenizer is not None and self.choice.backend == "onnx":
+            assert cache_dir is not None
+            found = onnx_export.find_export(self.info, cache_dir)
+            assert found is not None  # calibration exported it
+            self._use_onnx(found)
+            self._model = None  # torch's copy is not needed any more (about 90 MB)
+        elif self._tokenizer is not None:
+            self._engine = TorchEngine(model, device, self.choice.precision, self._features)
+        log.info(
+            "embedding with %s (%s; %s): %s",
+            self.choice.name,
+            "direct forward" if self._tokenizer else "encode",
+            {"cache": f"measured {self.choice.measured_at}, cached"}.get(
+                self.choice.source, self.choice.source
+            ),
+            self.choice.reason,
+        )
+
+    def _use_onnx(self, found: Any) -> None:
+        from mdindex.onnx_export import OnnxRunner
+
+        if self._tokenizer is None:
+            self._tokenizer = _tokenizer(self.info)
+            self._wrap = _special_wrap(self._tokenizer)
+        self._features = found.inputs
+        self._engine = OnnxRunner(found.path, found.inputs)
+
+    def _choose(self, model: Any, device: str) -> Choice:
+        """The settings' one candidate, the cached choice, or a measurement."""
+        from mdindex import calibration, onnx_export
+
+        cache_dir = self.cache_dir
+        onnx_ok = (
+            self._tokenizer is not None
+            and cache_dir is not None
+            and not onnx_export.was_refused(self.info, cache_dir)
+            and _onnxruntime_installed()
+        )
+        bf16 = device == "cpu" and native_bf16()
+        names = calibration.candidates(
+            device, self.precision_setting, self.backend_setting, native_bf16=bf16, onnx=onnx_ok
+        )
+        if self._tokenizer is None:  # encode: torch only
+            names = [n for n in names if n.startswith("torch")] or ["torch-fp32"]
+        if not names:
+            raise ConfigError(
+                f"backend {self.backend_setting!r} with precision {self.precision_setting!r} "
+                f"cannot run on {device}"
+            )
+        if (
+            "onnx-fp32" in names
+            and cache_dir is not None
+            and onnx_export.find_export(self.info, cache_dir) is None
+            and onnx_export.export(self.info, cache_dir, model, self._features) is None
+        ):
+            names.remove("onnx-fp32")
+        if len(names) == 1 or cache_dir is None:
+            name = (
+                names[0]
+                if len(names) == 1
+                else ("torch-fp16" if "torch-fp16" in names else "torch-fp32")
+            )
+            backend, precision = name.split("-")
+            why = (
+                "the only candidate the settings allow"
+                if len(names) == 1
+                else "no cache_dir to keep a measurement"
+            )
+            return calibration.Choice(backend, precision, why)
+        gpu = ""
+        if device.startswith("cuda"):
+            import torch
+
+            gpu = torch.cuda.get_device_name(device)
+        key = calibration.machine_key(
+            model_sha256=_weights_sha(self.info, cache_dir),
+            device=device,
+            batch_size=self.batch_size,
+            names=names,
+            gpu=gpu,
+        )
+        found = calibration.cached(cache_dir, key)
+        if found is not None and found.name in names:
+            return found
+        log.info("measuring %s on this machine (once; cached in %s)", ", ".join(names), cache_dir)
+        runners = {name: self._runner(name, model, device) for name in names}
+        choice = calibration.measure(runners)
+        calibration.save(cache_dir, key, choice)
+        return choice
+
+    def _runner(
+        self, name: str, model: Any, device: str
+    ) -> Callable[[Sequence[str]], NDArray[np.float32]]:
+        """Embeds texts with candidate ``name``, for calibration."""
+        from mdindex.onnx_export import OnnxRunner, find_export
+
+        backend, precision = name.split("-")
+        if self._tokenizer is None:
+            return lambda texts: self._encode(model, precision, texts)
+        tokenizer = self._tokenizer
+        if backend == "onnx":
+            assert self.cache_dir is not None
+            found = find_export(self.info, self.cache_dir)
+            assert found is not None
+            engine: Engine = OnnxRunner(found.path, found.inputs)
+        else:
+            m = model
+            if precision == "fp16":
+                import copy
+
+                m = copy.deepcopy(model).half()
+            engine = TorchEngine(m, device, precision, self._features)
+        return lambda texts: self._forward(engine, tokenizer, texts, None)
 
     @property
     def dimension(self) -> int:
@@ -211,34 +420,18 @@ class ModelEmbedder:
             raise EmbeddingError(f"model {self.info.name} does not report its vector size")
         return int(dim)
 
-    def load(self) -> None:
-        self.model()
-
     def embed(
         self, texts: Sequence[str], token_ids: Sequence[list[int] | None] | None = None
     ) -> NDArray[np.float32]:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        model = self.model()
-        import torch
-
-        autocast = (
-            torch.autocast("cpu", dtype=torch.bfloat16)
-            if self.precision == "bf16"
-            else contextlib.nullcontext()
-        )
+        self.load()
         try:
-            with self._encode_lock, torch.inference_mode(), autocast:
-                if self._tokenizer is not None:
-                    vectors = self._forward(model, self._tokenizer, texts, token_ids)
+            with self._encode_lock:
+                if self._engine is not None and self._tokenizer is not None:
+                    vectors = self._forward(self._engine, self._tokenizer, texts, token_ids)
                 else:
-                    vectors = model.encode(
-                        list(texts),
-                        batch_size=self.batch_size,
-                        normalize_embeddings=True,
-                        convert_to_numpy=True,
-                        show_progress_bar=False,
-                    )
+                    vectors = self._encode(self.model(), self.precision, texts)
         except Exception as exc:
             raise EmbeddingError(f"embedding failed: {exc}") from exc
         vectors = np.asarray(vectors, dtype=np.float32)
@@ -247,41 +440,41 @@ class ModelEmbedder:
         self.texts_embedded += len(texts)
         return vectors
 
+    def _encode(self, model: Any, precision: str, texts: Sequence[str]) -> NDArray[np.float32]:
+        import torch
+
+        autocast = (
+            torch.autocast("cpu", dtype=torch.bfloat16)
+            if precision == "bf16"
+            else contextlib.nullcontext()
+        )
+        with torch.inference_mode(), autocast:
+            out = model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.asarray(out, dtype=np.float32)
+
     def _forward(
         self,
-        model: Any,
+        engine: Engine,
         tokenizer: Tokenizer,
         texts: Sequence[str],
         known: Sequence[list[int] | None] | None,
-    ) -> NDArray[Any]:
-        import torch
-
+    ) -> NDArray[np.float32]:
         rows_ids = self._token_rows(tokenizer, texts, known)
         # Batches of similar length waste little compute on padding. Longest first:
         # in growing order every batch needs a larger block than any freed so far,
         # and the heap grew by 900 MB more over 1,500 chunks.
         order = sorted(range(len(texts)), key=lambda i: -len(rows_ids[i]))
-        out: NDArray[Any] | None = None
+        out: NDArray[np.float32] | None = None
         for lo in range(0, len(order), self.batch_size):
             rows = order[lo : lo + self.batch_size]
-            width = max(len(rows_ids[i]) for i in rows)
-            ids = np.zeros((len(rows), width), dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=np.int64)
-            for r, i in enumerate(rows):
-                row = rows_ids[i]
-                ids[r, : len(row)] = row
-                mask[r, : len(row)] = 1
-            arrays = {
-                "input_ids": ids,
-                "attention_mask": mask,
-                "token_type_ids": np.zeros_like(ids),
-            }
-            features = {
-                k: torch.from_numpy(arrays[k]).to(self.device, non_blocking=True)
-                for k in self._features
-            }
-            emb = model.forward(features)["sentence_embedding"].float()
-            emb = torch.nn.functional.normalize(emb, dim=1).cpu().numpy()
+            ids, mask = pad([rows_ids[i] for i in rows])
+            emb = engine(ids, mask)
             if out is None:
                 out = np.zeros((len(texts), emb.shape[1]), dtype=np.float32)
             out[rows] = emb
@@ -305,6 +498,48 @@ class ModelEmbedder:
             rows[i] = enc.ids
         self.texts_pretokenized += len(texts) - len(todo)
         return rows  # type: ignore[return-value]  # every row is filled by now
+
+
+def pad(rows: list[list[int]]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Token id rows as one right-padded id matrix and its attention mask."""
+    width = max(len(r) for r in rows)
+    ids = np.zeros((len(rows), width), dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = row
+        mask[i, : len(row)] = 1
+    return ids, mask
+
+
+def _onnxruntime_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
+_WEIGHTS_SHA: dict[tuple[str, str], str] = {}
+
+
+def _weights_sha(info: ModelInfo, cache_dir: Path) -> str:
+    """The model's weights hash, from its export's record when there is one (no
+    second read of the weights), else computed once per process."""
+    from mdindex import onnx_export
+
+    found = onnx_export.find_export(info, cache_dir)
+    if found is not None and found.weights_sha256:
+        return found.weights_sha256
+    key = (str(info.path), onnx_export.export_key(info))
+    if key not in _WEIGHTS_SHA:
+        _WEIGHTS_SHA[key] = onnx_export.weights_hash(info)
+    return _WEIGHTS_SHA[key]
+
+
+def _tokenizer(info: ModelInfo) -> Tokenizer:
+    tokenizer = Tokenizer.from_file(str(info.path / "tokenizer.json"))
+    tokenizer.no_padding()
+    # Chunks fit the limit; anything longer (a query) is cut as encode would cut it.
+    tokenizer.enable_truncation(info.max_seq_length)
+    return tokenizer
 
 
 def _special_wrap(tokenizer: Tokenizer) -> tuple[list[int], list[int]] | None:
@@ -337,8 +572,4 @@ def _direct_inputs(model: Any, info: ModelInfo) -> tuple[Tokenizer | None, tuple
     names = tuple(k for k in ("input_ids", "attention_mask", "token_type_ids") if k in accepted)
     if names[:2] != ("input_ids", "attention_mask"):
         return None, ()
-    tokenizer = Tokenizer.from_file(str(info.path / "tokenizer.json"))
-    tokenizer.no_padding()
-    # Chunks fit the limit; anything longer (a query) is cut as encode would cut it.
-    tokenizer.enable_truncation(info.max_seq_length)
-    return tokenizer, names
+    return _tokenizer(info), names

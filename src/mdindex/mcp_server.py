@@ -76,7 +76,7 @@ class LocalBackend:
         from mdindex.runtime import make_models
 
         self.settings = settings
-        self.models = make_models(settings)
+        self.models = make_models(settings, queries_only=True)
 
     def search(self, query: Query) -> list[dict[str, Any]]:
         from mdindex.runtime import make_store

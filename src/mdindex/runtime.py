@@ -86,10 +86,20 @@ class Models:
     planner: Planner
 
 
-def make_models(settings: Settings) -> Models:
+def make_models(settings: Settings, *, queries_only: bool = False) -> Models:
+    """``queries_only``: for a short-lived process that only embeds queries (the
+    cached ONNX export, without torch, when there is one)."""
     info = resolve_model(settings.model)
     counter = load_counter(info, settings.max_tokens)
-    embedder = ModelEmbedder(info, settings.device, settings.batch_size, settings.precision)
+    embedder = ModelEmbedder(
+        info,
+        settings.device,
+        settings.batch_size,
+        settings.precision,
+        backend=settings.backend,
+        cache_dir=settings.cache_dir,
+        queries_only=queries_only,
+    )
     chunker = Chunker(
         counter,
         settings.strategy,

@@ -6,6 +6,7 @@ the same fields; without a daemon they come from the state and a scan.
 - ``coverage``: documents indexed of files seen, and the ``failed`` files with why;
 - ``queue_paths`` and ``oldest_wait_s``: changes seen but not yet searchable
   (without a daemon, ``pending`` counts what a backfill would change);
+- ``embedding``: the backend and precision the embedder computes with, and why;
 - ``caught_up`` (with ``--wait``): every change made before the call is searchable.
 """
 
@@ -29,6 +30,7 @@ def fields(
     last_sync: str | None,
     phase: str,
     reason: str = "",
+    embedding: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What every status says, daemon or not. ``store`` holds ``store`` (where),
     ``points`` and what the engine tells about itself."""
@@ -37,6 +39,7 @@ def fields(
         **store,
         "model": settings.model,
         "strategy": settings.strategy,
+        "embedding": embedding or {},
         "documents": documents,
         "last_sync": last_sync,
         "phase": phase,
@@ -70,6 +73,7 @@ def offline_status(settings: Settings) -> dict[str, Any]:
             failed=sorted(failed.values(), key=lambda f: (f["root"], f["path"])),
             last_sync=indexer.last_sync(),
             phase="stopped",
+            embedding=indexer.embedding_status(),
         )
     return data | {
         "daemon": False,

@@ -484,6 +484,10 @@ class Indexer:
             points = self.store.open().count()
         return {"store": self.store.where, "points": points, **self.store.describe()}
 
+    def embedding_status(self) -> dict[str, Any]:
+        """How the embedder computes and why (``mdindex.calibration``)."""
+        return self.embedder.describe()
+
     def counts(self) -> tuple[int, int]:
         """Documents and points the state records as indexed."""
         return self.state.doc_count(), self.state.point_counts()[0]

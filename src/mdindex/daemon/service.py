@@ -453,6 +453,7 @@ class Daemon:
             last_sync=self.last_sync,
             phase=self.phase,
             reason=self.unhealthy,
+            embedding=self.indexer.embedding_status(),
         ) | {
             "daemon": True,
             "healthy": not self.unhealthy,

@@ -1,0 +1,150 @@
+"""The ONNX export and the measured choice, with the real model: the export gives
+torch's vectors, a cached choice is reused, a changed model measures again, and
+a short-lived query process never imports torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mdindex import calibration, onnx_export
+from mdindex.config import DEFAULT_MODEL
+from mdindex.embedding import ModelEmbedder, resolve_model
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.model
+
+DOCS = [p.read_text() for p in sorted((REPO / "examples" / "docs").rglob("*.md"))]
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ModelEmbedder]:
+    """One first load in a fresh cache folder: export and measurement."""
+    cache = tmp_path_factory.mktemp("cache")
+    embedder = ModelEmbedder(resolve_model(DEFAULT_MODEL), device="cpu", cache_dir=cache)
+    embedder.load()
+    return cache, embedder
+
+
+def test_a_first_load_exports_measures_and_caches(measured: tuple[Path, ModelEmbedder]) -> None:
+    cache, embedder = measured
+    choice = embedder.choice
+    assert choice is not None and choice.source == "measured"
+    assert {"torch-fp32", "onnx-fp32"} <= set(choice.chunks_per_s)
+    passing = [n for n, g in choice.gate.items() if g["passed"]]
+    assert choice.name == max(passing, key=lambda n: choice.chunks_per_s[n])
+    export = onnx_export.find_export(embedder.info, cache)
+    assert export is not None and export.path.stat().st_size > 10_000_000
+    assert export.weights_sha256 == onnx_export.weights_hash(embedder.info)
+    (saved,) = (cache / "calibration").glob("*.json")
+    data = json.loads(saved.read_text())
+    assert data["choice"]["name"] == choice.name
+    assert data["key"]["model_sha256"] == export.weights_sha256
+    assert data["key"]["cpu"]
+    assert embedder.describe()["name"] == choice.name
+
+
+def test_a_cached_choice_is_reused_without_measuring(measured: tuple[Path, ModelEmbedder]) -> None:
+    cache, first = measured
+    (saved,) = (cache / "calibration").glob("*.json")
+    before = saved.stat().st_mtime_ns
+    again = ModelEmbedder(first.info, device="cpu", cache_dir=cache)
+    assert again.describe()["source"] == "cache"  # what status says before loading
+    again.load()
+    assert again.choice is not None and again.choice.source == "cache"
+    assert again.choice.name == first.choice.name if first.choice else False
+    assert saved.stat().st_mtime_ns == before
+    assert len(list((cache / "calibration").glob("*.json"))) == 1
+
+
+def test_a_changed_model_measures_again(
+    tmp_path: Path, measured: tuple[Path, ModelEmbedder]
+) -> None:
+    cache = measured[0]
+    model_dir = tmp_path / "model"
+    shutil.copytree(resolve_model(DEFAULT_MODEL).path, model_dir)
+    config = model_dir / "config.json"
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"mdindex_test": 1}))
+    changed = ModelEmbedder(resolve_model(str(model_dir)), device="cpu", cache_dir=cache)
+    changed.load()
+    assert changed.choice is not None and changed.choice.source == "measured"
+    assert len(list((cache / "calibration").glob("*.json"))) == 2
+    # and its own export, from its own weights hash
+    export = onnx_export.find_export(changed.info, cache)
+    first = onnx_export.find_export(measured[1].info, cache)
+    assert export is not None and first is not None and export.path != first.path
+    assert export.weights_sha256 != first.weights_sha256
+
+
+def test_onnx_vectors_match_torch_within_the_gate(measured: tuple[Path, ModelEmbedder]) -> None:
+    cache, first = measured
+    onnx = ModelEmbedder(first.info, device="cpu", backend="onnx", cache_dir=cache)
+    fp32 = ModelEmbedder(first.info, device="cpu", precision="fp32", backend="torch")
+    texts = calibration.TEXTS + DOCS + ["", "word " * 600, "`code` and CJK 文字"]
+    got, want = onnx.embed(texts), fp32.embed(texts)
+    assert onnx.choice is not None and onnx.choice.name == "onnx-fp32"
+    assert onnx.choice.source == "setting" and onnx._model is None  # torch's copy let go
+    verdict = calibration.gate(want, got)
+    assert verdict["passed"] is True
+    assert float(np.min(np.sum(got * want, axis=1))) > 0.9999
+
+
+def test_an_explicit_precision_is_not_measured(tmp_path: Path) -> None:
+    bf16 = ModelEmbedder(
+        resolve_model(DEFAULT_MODEL), device="cpu", precision="bf16", cache_dir=tmp_path
+    )
+    bf16.embed(["hello"])
+    assert bf16.choice is not None
+    assert (bf16.choice.name, bf16.choice.source) == ("torch-bf16", "setting")
+    assert not (tmp_path / "calibration").exists()
+    assert not (tmp_path / "onnx").exists()
+
+
+PROBE = """
+import json, sys
+from pathlib import Path
+from mdindex.embedding import ModelEmbedder, resolve_model
+e = ModelEmbedder(resolve_model("all-MiniLM-L6-v2"), cache_dir=Path(sys.argv[1]), queries_only=True)
+v = e.embed(["how do I install hugo"])[0]
+print(json.dumps({"vector": v.tolist(), "choice": e.choice.name,
+                  "torch": "torch" in sys.modules,
+                  "st": "sentence_transformers" in sys.modules,
+                  "transformers": "transformers" in sys.modules}))
+"""
+
+
+def test_a_query_process_embeds_without_torch(measured: tuple[Path, ModelEmbedder]) -> None:
+    cache, first = measured
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(cache)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=os.environ | {"HF_HUB_OFFLINE": "1"},
+    )
+    data = json.loads(out.stdout)
+    assert data["choice"] == "onnx-fp32"
+    assert not (data["torch"] or data["st"] or data["transformers"])
+    fp32 = ModelEmbedder(first.info, device="cpu", precision="fp32", backend="torch")
+    want = fp32.embed(["how do I install hugo"])[0]
+    assert float(np.dot(np.asarray(data["vector"], dtype=np.float32), want)) > 0.9999
+
+
+def test_without_an_export_a_query_process_loads_torch(tmp_path: Path) -> None:
+    e = ModelEmbedder(
+        resolve_model(DEFAULT_MODEL),
+        device="cpu",
+        precision="fp32",
+        backend="torch",
+        cache_dir=tmp_path,
+        queries_only=True,
+    )
+    e.embed(["q"])
+    assert e.choice is not None and e.choice.name == "torch-fp32"
