@@ -20,7 +20,7 @@ def _unit(rows: int, seed: int) -> np.ndarray:
 
 
 def test_the_texts_are_fixed_and_of_mixed_length() -> None:
-    assert calibration.TEXTS == calibration._texts()
+    assert calibration._texts() == calibration.TEXTS
     lengths = sorted(len(t.split()) for t in calibration.TEXTS)
     assert len(calibration.TEXTS) == 48
     assert lengths[0] < 15 and lengths[-1] > 70
