@@ -185,8 +185,8 @@ def recall(corpus: Path, queries: int) -> dict[str, Any]:
     from mdindex.config import DEFAULT_MODEL
     from mdindex.document import parse_document
     from mdindex.embedding import ModelEmbedder, load_counter, resolve_model
-    from mdindex.stores import EdgeStore, Point
-    from mdindex.stores.edge import HNSW_EF
+    from mdindex.stores import Point
+    from mdindex.stores.edge import HNSW_EF, EdgeStore
 
     info = resolve_model(DEFAULT_MODEL)
     counter = load_counter(info)

@@ -347,7 +347,7 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mdindex.daemon import service
-    from mdindex.stores import EdgeStore
+    from mdindex.stores.edge import EdgeStore
     from tests.faults.helpers import make_tree, mutate
 
     monkeypatch.setattr(service, "SETTLE_AFTER_S", 0.3)

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 from mdindex.errors import LockError, StoreMismatch
-from mdindex.stores import EdgeStore, Point, QdrantStore, Store
+from mdindex.stores import Point, Store
 from mdindex.stores.base import StoreQuery
+from mdindex.stores.edge import EdgeStore
+from mdindex.stores.qdrant import QdrantStore
 
 DIM = 8
 

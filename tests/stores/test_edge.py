@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mdindex.stores import EdgeStore, Point
+from mdindex.stores import Point
 from mdindex.stores.base import StoreQuery
+from mdindex.stores.edge import EdgeStore
 
 
 def filled(tmp_path: Path, n: int, dim: int, **kw: int) -> tuple[EdgeStore, np.ndarray]:

@@ -1,0 +1,170 @@
+"""A cold `mdindex search` without a daemon: the whole process, ONNX against torch.
+
+    python bench/cold_search.py [--corpus DIR] [--runs 5] [--queries 200] [--stores client,edge]
+
+1. Indexes the corpus with the real model and the default settings into a
+   fresh state and cache folder (``mdindex backfill``: the first model load
+   exports the ONNX graph and measures the backends), then copies the
+   collection to the other embedded engine (``mdindex migrate``).
+2. For each store, ``--runs`` cold processes of ``mdindex search QUERY -k 10
+   --json`` each way: with the cached ONNX export (the default) and with
+   ``backend = torch`` (the path every search took before: sentence-
+   transformers and torch imported, the model loaded). Wall time of the
+   whole process, median and best; goal: under 1.5 s with ONNX. Beside it,
+   ``python -c pass`` and ``import mdindex.cli`` show where the floor is.
+3. Whether the answers are the same: ``--queries`` queries (chunk openings)
+   searched in one process with the ONNX query embedder and with torch as
+   the daemon runs it (the calibrated choice), through mdindex's own search
+   call: the share of queries with the same top-10 IDs in the same order,
+   and the mean top-10 overlap (goal: same top-10).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import corpus_dir, load_texts, offline, write_json
+
+QUERY = "how do I define a struct with named fields"
+
+
+def wall(cmd: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    secs = time.perf_counter() - start
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
+    return secs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--corpus")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--stores", default="client,edge")
+    args = ap.parse_args()
+    offline()
+    corpus = corpus_dir(args.corpus)
+    work = Path(tempfile.mkdtemp(prefix="mdindex-cold-"))
+    env = os.environ | {
+        "HF_HUB_OFFLINE": "1",
+        "MDINDEX_STATE_DIR": str(work / "state"),
+        "MDINDEX_CACHE_DIR": str(work / "cache"),
+    }
+    mdindex = [sys.executable, "-m", "mdindex"]
+    start = time.perf_counter()
+    wall([*mdindex, "backfill", str(corpus)], env)
+    print(f"backfill (first load included): {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    stores = args.stores.split(",")
+    if "edge" in stores:
+        wall([*mdindex, "migrate", "--to", "edge"], env)
+
+    floor = {
+        "python -c pass": statistics.median(
+            wall([sys.executable, "-c", "pass"], env) for _ in range(args.runs)
+        ),
+        "import mdindex.cli": statistics.median(
+            wall([sys.executable, "-c", "import mdindex.cli"], env) for _ in range(args.runs)
+        ),
+    }
+    rows: list[dict[str, Any]] = []
+    for store in stores:
+        for backend in ("auto", "torch"):
+            run_env = env | {"MDINDEX_STORE": store, "MDINDEX_BACKEND": backend}
+            cmd = [*mdindex, "search", QUERY, "-k", "10", "--json"]
+            times = [wall(cmd, run_env) for _ in range(args.runs)]
+            rows.append(
+                {
+                    "store": store,
+                    "query embedder": "onnx (cached export)" if backend == "auto" else "torch",
+                    "median_s": statistics.median(times),
+                    "best_s": min(times),
+                }
+            )
+            print(rows[-1], file=sys.stderr)
+
+    same = agreement(corpus, work, args.queries)
+    print(f"{'store':8} {'query embedder':22} {'median s':>9} {'best s':>7}")
+    for r in rows:
+        print(f"{r['store']:8} {r['query embedder']:22} {r['median_s']:9.2f} {r['best_s']:7.2f}")
+    for store in stores:
+        onnx = next(r for r in rows if r["store"] == store and r["query embedder"] != "torch")
+        torch = next(r for r in rows if r["store"] == store and r["query embedder"] == "torch")
+        print(
+            f"{store}: ONNX {torch['median_s'] / onnx['median_s']:.1f}x faster than torch "
+            f"(goal: under 1.5 s: {'yes' if onnx['median_s'] < 1.5 else 'no'})"
+        )
+    print("floor: " + ", ".join(f"{k} {v:.2f} s" for k, v in floor.items()))
+    print(
+        f"{same['queries']} queries against torch ({same['torch']}): same top-10 in the same "
+        f"order {same['same_order']:.3f}, same top-10 set {same['same_set']:.3f}, "
+        f"mean overlap {same['overlap']:.4f}"
+    )
+    path = write_json("cold_search", {"rows": rows, "floor": floor, "agreement": same})
+    print(f"written {path}")
+
+
+def _key(hit: dict[str, Any]) -> tuple[Any, ...]:
+    return (hit.get("root"), hit.get("doc_path"), hit.get("chunk_index"))
+
+
+def agreement(corpus: Path, work: Path, n: int) -> dict[str, Any]:
+    """Top-10 of ONNX query vectors against the torch embedder a daemon would use."""
+    from mdindex.config import load_settings
+    from mdindex.runtime import make_models, make_store
+    from mdindex.search import Query, search
+
+    settings = load_settings(
+        {"roots": [str(corpus)], "state_dir": str(work / "state"), "cache_dir": str(work / "cache")}
+    )
+    onnx = make_models(settings, queries_only=True)
+    torch = make_models(settings)  # the calibrated choice, as `mdindex watch` runs
+    torch.embedder.load()
+    texts = [t for _, t in load_texts(corpus)]
+    rng = random.Random(11)
+    queries = []
+    while len(queries) < n:
+        words = rng.choice(texts).split()
+        if len(words) > 20:
+            at = rng.randrange(0, len(words) - 12)
+            queries.append(" ".join(words[at : at + 10]))
+    store = make_store(settings).open()
+    same_order = same_set = 0
+    overlap = 0.0
+    try:
+        for q in queries:
+            query = Query(text=q, k=10)
+            a = [_key(h) for h in search(onnx.embedder, onnx.planner.sparse, store, query)]
+            b = [_key(h) for h in search(torch.embedder, torch.planner.sparse, store, query)]
+            same_order += a == b
+            same_set += set(a) == set(b)
+            overlap += len(set(a) & set(b)) / max(1, len(b))
+    finally:
+        store.close()
+    assert onnx.embedder.choice is not None and torch.embedder.choice is not None
+    return {
+        "queries": len(queries),
+        "onnx": onnx.embedder.choice.name,
+        "torch": torch.embedder.choice.name,
+        "same_order": same_order / len(queries),
+        "same_set": same_set / len(queries),
+        "overlap": overlap / len(queries),
+    }
+
+
+if __name__ == "__main__":
+    main()
