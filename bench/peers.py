@@ -68,6 +68,9 @@ def setup_mdindex(
             "precision": precision,
             "roots": [str(root)],
             "state_dir": str(work / "state"),
+            # a cache of its own: the cold run pays the ONNX export and the backend
+            # measurement, as a new user's first run does
+            "cache_dir": str(work / "cache"),
             "device": "cpu",
             "batch_size": BATCH,
             "max_tokens": LIMIT,

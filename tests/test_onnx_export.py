@@ -83,14 +83,17 @@ def test_a_changed_model_measures_again(
     assert export.weights_sha256 != first.weights_sha256
 
 
-def test_onnx_vectors_match_torch_within_the_gate(measured: tuple[Path, ModelEmbedder]) -> None:
+def test_onnx_vectors_match_torch_within_the_gate(
+    measured: tuple[Path, ModelEmbedder], real_embedder: ModelEmbedder
+) -> None:
     cache, first = measured
     onnx = ModelEmbedder(first.info, device="cpu", backend="onnx", cache_dir=cache)
-    fp32 = ModelEmbedder(first.info, device="cpu", precision="fp32", backend="torch")
+    fp32 = real_embedder
     texts = calibration.TEXTS + DOCS + ["", "word " * 600, "`code` and CJK 文字"]
     got, want = onnx.embed(texts), fp32.embed(texts)
     assert onnx.choice is not None and onnx.choice.name == "onnx-fp32"
-    assert onnx.choice.source == "setting" and onnx._model is None  # torch's copy let go
+    assert fp32.precision == "fp32" and fp32.backend == "torch"
+    assert onnx.choice.source == "setting" and onnx._model is None  # torch never loaded
     verdict = calibration.gate(want, got)
     assert verdict["passed"] is True
     assert float(np.min(np.sum(got * want, axis=1))) > 0.9999
@@ -120,8 +123,10 @@ print(json.dumps({"vector": v.tolist(), "choice": e.choice.name,
 """
 
 
-def test_a_query_process_embeds_without_torch(measured: tuple[Path, ModelEmbedder]) -> None:
-    cache, first = measured
+def test_a_query_process_embeds_without_torch(
+    measured: tuple[Path, ModelEmbedder], real_embedder: ModelEmbedder
+) -> None:
+    cache = measured[0]
     out = subprocess.run(
         [sys.executable, "-c", PROBE, str(cache)],
         capture_output=True,
@@ -132,8 +137,7 @@ def test_a_query_process_embeds_without_torch(measured: tuple[Path, ModelEmbedde
     data = json.loads(out.stdout)
     assert data["choice"] == "onnx-fp32"
     assert not (data["torch"] or data["st"] or data["transformers"])
-    fp32 = ModelEmbedder(first.info, device="cpu", precision="fp32", backend="torch")
-    want = fp32.embed(["how do I install hugo"])[0]
+    want = real_embedder.embed(["how do I install hugo"])[0]
     assert float(np.dot(np.asarray(data["vector"], dtype=np.float32), want)) > 0.9999
 
 

@@ -58,6 +58,10 @@ def test_a_write_then_status_wait_then_search_finds_it_every_time(tmp_path: Path
         assert status["caught_up"] is True and status["phase"] == "watching", status
         assert status["coverage"] == "1 of 2" and status["queue_paths"] == 0
         assert [f["path"] for f in status["failed"]] == ["broken.md"]
+        # the daemon says how it embeds and why: measured here, or read back
+        embedding = status["embedding"]
+        assert embedding["name"] in ("torch-fp32", "torch-bf16", "onnx-fp32"), embedding
+        assert embedding["source"] in ("measured", "cache") and embedding["reason"]
         animals = ["otter", "heron", "badger", "lynx", "walrus", "gecko", "bison", "crane"]
         for i in range(20):
             animal = animals[i % len(animals)]

@@ -267,8 +267,9 @@ class ModelEmbedder:
         from mdindex import calibration, onnx_export
 
         cache_dir = self.cache_dir
+        onnx_only = self.backend_setting == "onnx" or self.queries_only
         if (
-            self.queries_only
+            onnx_only
             and cache_dir is not None
             and self.device_setting in ("auto", "cpu")
             and self.backend_setting in ("auto", "onnx")
@@ -277,13 +278,15 @@ class ModelEmbedder:
             found = onnx_export.find_export(self.info, cache_dir)
             if found is not None:
                 self._use_onnx(found)
-                self.choice = calibration.Choice(
-                    "onnx",
-                    "fp32",
-                    "queries of a short-lived process: the cached ONNX export",
-                    source="query",
+                why = (
+                    "backend = onnx: the cached ONNX export, torch not loaded"
+                    if self.backend_setting == "onnx"
+                    else "queries of a short-lived process: the cached ONNX export"
                 )
-                log.info("embedding queries with the ONNX export (%s)", found.path.parent)
+                self.choice = calibration.Choice(
+                    "onnx", "fp32", why, source="setting" if not self.queries_only else "query"
+                )
+                log.info("embedding with the ONNX export (%s): %s", found.path.parent, why)
                 return
         device = pick_device(self.device_setting)
         self.device = device

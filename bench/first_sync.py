@@ -1,0 +1,134 @@
+"""Where the first sync of a small folder goes: model load, embedding, the rest.
+
+    python bench/first_sync.py [--corpus DIR] [--files 31]
+
+Copies the first ``--files`` markdown files of the corpus into a temporary
+folder and runs ``mdindex backfill`` on it as whole processes, each with a
+fresh state folder:
+
+1. a new user's first run: a fresh cache folder too, so the first model load
+   exports the ONNX graph and measures the backends;
+2. a first sync with that cache warm (the backend choice read back).
+
+Then one more fresh process takes run 2 apart, each step timed on its own:
+interpreter start, ``import mdindex.cli``, importing the embedding stack
+and loading the model (``ModelEmbedder.load``: the choice from the cache),
+embedding the very texts the backfill embeds (batch size and order as the
+backfill), and opening the store (``import qdrant_client`` included). What
+run 2 spent beyond these is the rest: scanning, reading, chunking, the
+state and the writes. Goal: the rest is small beside model load plus
+embedding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import corpus_dir, offline, write_json
+
+SPLIT = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import mdindex.cli  # noqa: F401
+t_cli = time.perf_counter() - t0
+from mdindex.config import load_settings
+from mdindex.models import Summary
+from mdindex.runtime import make_indexer, make_store
+settings = load_settings({"roots": [sys.argv[1]], "state_dir": sys.argv[2], "cache_dir": sys.argv[3]})
+with make_indexer(settings) as dry:
+    texts = [p.embed_input for w in dry.plan_all(Summary())[0] for p in w.points]
+    embedder = dry.embedder
+    t = time.perf_counter(); embedder.load(); t_load = time.perf_counter() - t
+    t = time.perf_counter(); embedder.embed(texts); t_embed = time.perf_counter() - t
+store = make_store(load_settings({"roots": [sys.argv[1]], "state_dir": sys.argv[4]}))
+t = time.perf_counter(); store.open(); store.ensure_collection(embedder.dimension); store.close()
+t_store = time.perf_counter() - t
+print(json.dumps({"import mdindex.cli": t_cli, "model load": t_load, "embedding": t_embed,
+                  "store open and create": t_store, "chunks": len(texts),
+                  "choice": embedder.choice.name}))
+"""
+
+
+def run(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
+    start = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    secs = time.perf_counter() - start
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
+    return secs, out.stdout
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--corpus")
+    ap.add_argument("--files", type=int, default=31)
+    args = ap.parse_args()
+    offline()
+    corpus = corpus_dir(args.corpus)
+    work = Path(tempfile.mkdtemp(prefix="mdindex-first-"))
+    folder = work / "docs"
+    for path in sorted(corpus.rglob("*.md"))[: args.files]:
+        dest = folder / path.relative_to(corpus)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dest)
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "MDINDEX_CACHE_DIR": str(work / "cache")}
+    backfill = [sys.executable, "-m", "mdindex", "backfill", str(folder), "--json"]
+    first_s, out = run([*backfill, "--state-dir", str(work / "s1")], env)
+    chunks = json.loads(out)["chunks_embedded"]
+    warm_s, _ = run([*backfill, "--state-dir", str(work / "s2")], env)
+    start_s, _ = run([sys.executable, "-c", "pass"], env)
+    _, out = run(
+        [
+            sys.executable,
+            "-c",
+            SPLIT,
+            str(folder),
+            str(work / "s3"),
+            str(work / "cache"),
+            str(work / "s4"),
+        ],
+        env,
+    )
+    split = {"interpreter start": start_s} | json.loads(out)
+    parts = (
+        "interpreter start",
+        "import mdindex.cli",
+        "model load",
+        "embedding",
+        "store open and create",
+    )
+    rest = warm_s - sum(split[k] for k in parts)
+    print(f"{args.files} files, {chunks} chunks; embedding with {split['choice']}")
+    print(f"first run ever (export and measurement included): {first_s:6.2f} s")
+    print(f"first sync, backend choice cached:               {warm_s:6.2f} s, of which")
+    for k in parts:
+        print(f"  {k:24} {split[k]:6.2f} s")
+    print(f"  {'the rest':24} {rest:6.2f} s (scan, read, chunk, state, writes)")
+    print(
+        f"model load + embedding = {split['model load'] + split['embedding']:.2f} s, "
+        f"{(split['model load'] + split['embedding']) / warm_s:.0%} of the run; "
+        f"first-ever run costs {first_s - warm_s:.2f} s more (export and measurement, once)"
+    )
+    path = write_json(
+        "first_sync",
+        {"files": args.files, "chunks": chunks, "first_ever_s": first_s, "warm_s": warm_s}
+        | split
+        | {"rest_s": rest},
+    )
+    print(f"written {path}")
+
+
+if __name__ == "__main__":
+    main()
