@@ -154,6 +154,9 @@ class HashEmbedder:
     def load(self) -> None:
         return None
 
+    def embed_query(self, text: str) -> Any:
+        return self.embed([text])[0]
+
     def describe(self) -> dict[str, Any]:
         return {"name": "hash", "reason": "a benchmark's stand-in for the model"}
 

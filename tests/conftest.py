@@ -32,7 +32,7 @@ if os.environ.get("CI"):
 
 # The embedded engine the suite runs on (MDINDEX_STORE, as for users); CI runs
 # the reliability tests on both.
-STORE = os.environ.get("MDINDEX_STORE", "client")
+STORE = os.environ.get("MDINDEX_STORE", "edge")
 CORPUS = Path(os.environ.get("MDINDEX_TEST_CORPUS", REPO.parent / "shared" / "corpus"))
 
 
@@ -72,6 +72,9 @@ class TinyEmbedder:
 
     def load(self) -> None:
         return None
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
 
     def describe(self) -> dict[str, Any]:
         return {"name": "tiny", "reason": "a test's deterministic embedder"}

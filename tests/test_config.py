@@ -93,3 +93,15 @@ def test_bad_settings_name_the_key(
 def test_duplicate_root_labels(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="used twice"):
         load_settings({"roots": [f"a={tmp_path}", f"a={tmp_path / 'x'}"]})
+
+
+def test_an_index_built_on_client_stays_there_unless_a_store_is_named(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    assert load_settings({"state_dir": str(state)}).store == "edge"  # the default
+    (state / "qdrant" / "collection" / "mdindex").mkdir(parents=True)
+    assert load_settings({"state_dir": str(state)}).store == "client"  # no re-embedding
+    assert load_settings({"state_dir": str(state), "store": "edge"}).store == "edge"
+    # another collection has no client index: the default
+    assert load_settings({"state_dir": str(state), "collection": "wiki"}).store == "edge"
+    (state / "edge" / "mdindex").mkdir(parents=True)  # after `mdindex migrate --to edge`
+    assert load_settings({"state_dir": str(state)}).store == "edge"

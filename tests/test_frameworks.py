@@ -32,7 +32,8 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, ModelE
         "Rotate API keys every ninety days from the console.\n"
     )
     (root / "otters.md").write_text("# Otters\n\nOtters hold hands while they sleep.\n")
-    s = settings_for(tmp_path, [root], base_url="https://docs.example")
+    # qdrant-client's local mode: the embedded store the frameworks can read
+    s = settings_for(tmp_path, [root], base_url="https://docs.example", store="client")
     models = make_models(s)
     with build_indexer(s, models.embedder) as indexer:
         indexer.backfill()  # closed again: an embedded store opens in one process at a time

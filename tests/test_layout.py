@@ -83,12 +83,16 @@ def test_a_switch_a_crash_interrupted_is_undone(
 def test_a_local_folder_shared_with_other_collections_is_not_rebuilt(
     tmp_path: Path, docs_tree: Path
 ) -> None:
-    shared = tmp_path / "qdrant"
-    other = settings_for(tmp_path, [docs_tree], qdrant_path=str(shared), collection="other")
+    # qdrant-client's local mode keeps every collection in one folder (edge gives
+    # each its own shard folder, which is rebuilt beside and swapped alone)
+    shared, client = tmp_path / "qdrant", {"store": "client"}
+    other = settings_for(
+        tmp_path, [docs_tree], qdrant_path=str(shared), collection="other", **client
+    )
     run_backfill(other, TinyEmbedder())
-    s = settings_for(tmp_path, [docs_tree], qdrant_path=str(shared), sparse_vectors=False)
+    s = settings_for(tmp_path, [docs_tree], qdrant_path=str(shared), sparse_vectors=False, **client)
     run_backfill(s, TinyEmbedder())
-    sparse = settings_for(tmp_path, [docs_tree], qdrant_path=str(shared))
+    sparse = settings_for(tmp_path, [docs_tree], qdrant_path=str(shared), **client)
     with pytest.raises(Exception, match="also holds other") as caught:
         run_backfill(sparse, TinyEmbedder())
     assert "sparse_vectors = false" in str(caught.value)

@@ -19,7 +19,6 @@ from typing import Any
 
 from mdindex import __version__
 from mdindex.config import Root, Settings, load_settings
-from mdindex.daemon.http import MAX_WAIT_S, token_path
 from mdindex.errors import (
     EXIT_DRIFT,
     EXIT_OK,
@@ -184,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _seconds(text: str) -> float:
     value = float(text)
+    from mdindex.daemon.http import MAX_WAIT_S  # the HTTP server: not for every command
+
     if not math.isfinite(value) or not 0 <= value <= MAX_WAIT_S:
         raise argparse.ArgumentTypeError(f"{text!r} is not 0 to {MAX_WAIT_S:.0f} seconds")
     return value
@@ -348,6 +349,8 @@ def find_daemon(settings: Settings, required: bool = True) -> DaemonClient | Non
             f"the daemon (pid {holder.get('pid')}) holds the embedded store but is still "
             "starting; try again in a moment"
         )
+    from mdindex.daemon.http import token_path
+
     path = token_path(settings.state_dir, settings.collection)
     try:
         token = path.read_text(encoding="utf-8").strip()

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
+import functools
 import os
 import re
 import stat
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import yaml
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
-
 from mdindex.budget import check
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+    from markdown_it.token import Token
 from mdindex.errors import BinaryFile, DecodeError, FileTooLarge, UnreadableFile
 from mdindex.files import FileRef
 from mdindex.models import Block, Document, Heading
@@ -27,14 +28,26 @@ _FM_CLOSE = re.compile(r"^(?:---|\.\.\.)[ \t]*$", re.MULTILINE)
 _CUSTOM_ID = re.compile(r"\{#([A-Za-z0-9_:.-]+)\}")
 _SLUG_DROP = re.compile(r"[^\w\- ]", re.UNICODE)
 _INDEX_STEMS = {"index", "_index", "readme"}
-# libyaml's C loader when PyYAML was built with it: pure-Python YAML was the
-# largest cost of parsing the Hugo docs' frontmatter.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-# Block structure only: inline parsing is the costly part of markdown-it and
-# only heading text needs it, which is done separately for headings.
-_BLOCK_PARSER = MarkdownIt("commonmark").disable("inline")
-_INLINE_PARSER = MarkdownIt("commonmark")
+
+# markdown-it and PyYAML are imported on the first document parsed, not by a
+# no-op run that parses none (together 70 ms of its 1 s).
+@functools.cache
+def _parsers() -> tuple[MarkdownIt, MarkdownIt]:
+    """Block structure only, and inline: inline parsing is the costly part of
+    markdown-it and only heading text needs it, which is done separately."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").disable("inline"), MarkdownIt("commonmark")
+
+
+@functools.cache
+def _yaml() -> tuple[Any, Any]:
+    """PyYAML and libyaml's C loader when PyYAML was built with it: pure-Python
+    YAML was the largest cost of parsing the Hugo docs' frontmatter."""
+    import yaml
+
+    return yaml, getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def read_bytes(path: Path, max_bytes: int, ref: FileRef | None = None) -> bytes:
@@ -123,11 +136,12 @@ class _FrontmatterProblem(Exception):
 
 def _load_yaml_mapping(source: str) -> dict[str, Any]:
     # Aliases and anchors are refused outright: they are what alias bombs are made of.
+    yaml, loader = _yaml()
     try:
-        for event in yaml.parse(source, Loader=_YAML_LOADER):
+        for event in yaml.parse(source, Loader=loader):
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
                 raise _FrontmatterProblem("uses YAML anchors or aliases, which are not allowed")
-        data = yaml.load(source, Loader=_YAML_LOADER)
+        data = yaml.load(source, Loader=loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 2}" if mark is not None else ""
@@ -194,7 +208,7 @@ def github_slug(text: str) -> str:
 
 def _plain_inline(source: str) -> str:
     parts: list[str] = []
-    for token in _INLINE_PARSER.parseInline(source):
+    for token in _parsers()[1].parseInline(source):
         for child in token.children or []:
             if child.type in ("text", "code_inline"):
                 parts.append(child.content)
@@ -223,7 +237,7 @@ def _outline(
         line = first_line + body_line
         return line_starts[line] if line < n_lines else len(text)
 
-    tokens: list[Token] = _BLOCK_PARSER.parse(text[body_start:])
+    tokens: list[Token] = _parsers()[0].parse(text[body_start:])
     headings: list[Heading] = []
     blocks: list[Block] = []
     code: list[tuple[int, int]] = []

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-from numpy.typing import NDArray
 from tokenizers import Tokenizer
 
 from mdindex.config import DEFAULT_MODEL
@@ -22,8 +20,14 @@ from mdindex.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
 
+# numpy is imported where vectors are made: a no-op run never needs it.
 if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
     from mdindex.calibration import Choice
+
+    Engine = Callable[[NDArray[np.int64], NDArray[np.int64]], NDArray[np.float32]]
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,11 @@ class Embedder(Protocol):
         that tokenizes may use them instead of tokenizing again."""
         ...
 
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        """One query's unit vector (an embedder may compute it more precisely
+        than documents: it is one short text)."""
+        ...
+
 
 def native_bf16() -> bool:
     """Whether oneDNN runs bf16 natively here (it says yes without AMX too, where
@@ -134,6 +143,7 @@ class TorchEngine:
         self.model, self.device, self.precision, self.features = model, device, precision, features
 
     def __call__(self, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> NDArray[np.float32]:
+        import numpy as np
         import torch
 
         arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
@@ -150,9 +160,6 @@ class TorchEngine:
             emb = self.model.forward(features)["sentence_embedding"].float()
             out = torch.nn.functional.normalize(emb, dim=1).cpu().numpy()
         return np.asarray(out, dtype=np.float32)
-
-
-Engine = Callable[[NDArray[np.int64], NDArray[np.int64]], NDArray[np.float32]]
 
 
 class ModelEmbedder:
@@ -199,6 +206,7 @@ class ModelEmbedder:
         self.choice: Choice | None = None
         self._model: Any = None  # the sentence-transformers model, once loaded
         self._engine: Engine | None = None
+        self._fp32_engine: TorchEngine | None = None  # queries, beside a bf16 engine
         self._tokenizer: Tokenizer | None = None
         self._features: tuple[str, ...] = ()
         self._wrap: tuple[list[int], list[int]] | None = None
@@ -423,16 +431,45 @@ class ModelEmbedder:
             raise EmbeddingError(f"model {self.info.name} does not report its vector size")
         return int(dim)
 
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        """Queries are embedded in fp32 whatever documents use (bf16 on CPU): one
+        short text costs the same either way, and a cold process's ONNX vectors
+        (fp32) then rank as the daemon's do. bf16 query vectors gave a different
+        top-10 set for 3.5 % of 200 queries (bench/cold_search.py)."""
+        self.load()
+        if isinstance(self._engine, TorchEngine) and self._engine.precision == "bf16":
+            engine = self._fp32_engine
+            if engine is None:
+                engine = self._fp32_engine = TorchEngine(
+                    self._engine.model, self.device, "fp32", self._features
+                )
+            vector: NDArray[np.float32] = self._run(engine, [text], None)[0]
+        else:
+            vector = self.embed([text])[0]
+        return vector
+
     def embed(
         self, texts: Sequence[str], token_ids: Sequence[list[int] | None] | None = None
     ) -> NDArray[np.float32]:
+        import numpy as np
+
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         self.load()
+        return self._run(self._engine, texts, token_ids)
+
+    def _run(
+        self,
+        engine: Engine | None,
+        texts: Sequence[str],
+        token_ids: Sequence[list[int] | None] | None,
+    ) -> NDArray[np.float32]:
+        import numpy as np
+
         try:
             with self._encode_lock:
-                if self._engine is not None and self._tokenizer is not None:
-                    vectors = self._forward(self._engine, self._tokenizer, texts, token_ids)
+                if engine is not None and self._tokenizer is not None:
+                    vectors = self._forward(engine, self._tokenizer, texts, token_ids)
                 else:
                     vectors = self._encode(self.model(), self.precision, texts)
         except Exception as exc:
@@ -444,6 +481,7 @@ class ModelEmbedder:
         return vectors
 
     def _encode(self, model: Any, precision: str, texts: Sequence[str]) -> NDArray[np.float32]:
+        import numpy as np
         import torch
 
         autocast = (
@@ -468,6 +506,8 @@ class ModelEmbedder:
         texts: Sequence[str],
         known: Sequence[list[int] | None] | None,
     ) -> NDArray[np.float32]:
+        import numpy as np
+
         rows_ids = self._token_rows(tokenizer, texts, known)
         # Batches of similar length waste little compute on padding. Longest first:
         # in growing order every batch needs a larger block than any freed so far,
@@ -505,6 +545,8 @@ class ModelEmbedder:
 
 def pad(rows: list[list[int]]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Token id rows as one right-padded id matrix and its attention mask."""
+    import numpy as np
+
     width = max(len(r) for r in rows)
     ids = np.zeros((len(rows), width), dtype=np.int64)
     mask = np.zeros((len(rows), width), dtype=np.int64)

@@ -222,7 +222,7 @@ def search(
                 "this index has no sparse vectors (sparse_vectors = false); use --mode dense"
             )
         mode = "dense"
-    dense = embedder.embed([query.text])[0].tolist() if mode != "sparse" else None
+    dense = embedder.embed_query(query.text).tolist() if mode != "sparse" else None
     sparse = encoder.query(query.text) if mode != "dense" and encoder is not None else None
     if sparse is not None and not sparse.indices and mode == "hybrid":
         sparse = None  # only stop words: the dense half answers alone

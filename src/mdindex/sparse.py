@@ -53,17 +53,23 @@ class SparseEncoder:
     """BM25 document and query vectors (see the module docstring)."""
 
     def __init__(self) -> None:
-        from qdrant_edge import Bm25, Bm25Config, TokenizerType
+        self._encoder: Any = None  # made on first use: a no-op run never imports qdrant_edge
 
-        self._bm25 = Bm25(
-            Bm25Config(
-                k=PARAMS["k"],
-                b=PARAMS["b"],
-                avg_len=PARAMS["avg_len"],
-                tokenizer=TokenizerType.Code,
-                language="english",
+    @property
+    def _bm25(self) -> Any:
+        if self._encoder is None:
+            from qdrant_edge import Bm25, Bm25Config, TokenizerType
+
+            self._encoder = Bm25(
+                Bm25Config(
+                    k=PARAMS["k"],
+                    b=PARAMS["b"],
+                    avg_len=PARAMS["avg_len"],
+                    tokenizer=TokenizerType.Code,
+                    language="english",
+                )
             )
-        )
+        return self._encoder
 
     @staticmethod
     def params() -> dict[str, Any]:

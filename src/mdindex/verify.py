@@ -13,8 +13,6 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from mdindex.changes import Key
 from mdindex.models import Summary
 from mdindex.planning import DocWork, Planned
@@ -136,6 +134,8 @@ def _check_vectors(
     if not sample:
         return
     have = indexer.stored_vectors([pid for _, pid in sample])
+    import numpy as np
+
     fresh = np.asarray(indexer.writer.embed([expected[pid] for _, pid in sample]), dtype=np.float32)
     for (key, pid), new in zip(sample, fresh, strict=True):
         if pid not in have:
@@ -180,6 +180,8 @@ def _check_sparse(
 
 
 def _same_sparse(a: Sparse, b: Sparse) -> bool:
+    import numpy as np
+
     return a.indices == b.indices and np.allclose(a.values, b.values, rtol=1e-5, atol=1e-6)
 
 

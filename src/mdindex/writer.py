@@ -19,8 +19,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from mdindex.changes import Key
 from mdindex.embedding import Embedder
 from mdindex.files import FileRef, printable, trusted_mtime
@@ -203,6 +201,8 @@ class Writer:
         matrix = self.embedder.embed(
             [p.embed_input for p in planned], token_ids=[p.token_ids for p in planned]
         )
+        import numpy as np
+
         return np.asarray(matrix, dtype=np.float32).tolist()  # type: ignore[no-any-return]
 
     def lookup(

@@ -64,7 +64,7 @@ def test_defaults_ask_nothing_special(tmp_path: Path) -> None:
     assert set(params) == {"vectors_config", "sparse_vectors_config"}
     assert params["sparse_vectors_config"]["bm25"].modifier == qm.Modifier.IDF
     assert set(ClusterSpec().create_params(8, sparse=False)) == {"vectors_config"}
-    local = make_store(load_settings({"state_dir": str(tmp_path)}))
+    local = make_store(load_settings({"state_dir": str(tmp_path), "store": "client"}))
     assert isinstance(local, QdrantStore) and local._ordering() is None
     assert local.describe() == {"engine": "qdrant-client local mode"}
 

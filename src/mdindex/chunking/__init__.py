@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mdindex.chunking import heading, semantic, token
-from mdindex.embedding import Embedder
+from mdindex.chunking import heading, token
 from mdindex.errors import ConfigError
 from mdindex.models import Chunk, Document
 from mdindex.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from mdindex.embedding import Embedder
 
 STRATEGIES = ("heading", "token", "semantic")
 
@@ -71,6 +73,8 @@ class Chunker:
             return token.chunk_many(docs, self.counter, self.overlap)
         if self.embed is None:
             raise ConfigError("strategy: semantic chunking needs an embedder")
+        from mdindex.chunking import semantic  # numpy, which a no-op run never needs
+
         return semantic.chunk_many(
             docs, self.counter, self.overlap, self.embed, self.threshold, self.min_sentences
         )
