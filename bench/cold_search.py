@@ -1,11 +1,12 @@
 """A cold `mdindex search` without a daemon: the whole process, ONNX against torch.
 
-    python bench/cold_search.py [--corpus DIR] [--runs 5] [--queries 200] [--stores client,edge]
+    python bench/cold_search.py [--corpus DIR] [--runs 5] [--queries 200] [--stores edge,client]
 
 1. Indexes the corpus with the real model and the default settings into a
-   fresh state and cache folder (``mdindex backfill``: the first model load
-   exports the ONNX graph and measures the backends), then copies the
-   collection to the other embedded engine (``mdindex migrate``).
+   fresh state and cache folder, on the first store of ``--stores``
+   (``mdindex backfill``: the first model load exports the ONNX graph and
+   measures the backends), then copies the collection to the other embedded
+   engine (``mdindex migrate``, nothing embedded).
 2. For each store, ``--runs`` cold processes of ``mdindex search QUERY -k 10
    --json`` each way: with the cached ONNX export (the default) and with
    ``backend = torch`` (the path every search took before: sentence-
@@ -55,7 +56,7 @@ def main() -> None:
     ap.add_argument("--corpus")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--queries", type=int, default=200)
-    ap.add_argument("--stores", default="client,edge")
+    ap.add_argument("--stores", default="edge,client")
     ap.add_argument("--work", help="keep the index here; a second run only searches")
     args = ap.parse_args()
     offline()
@@ -70,13 +71,15 @@ def main() -> None:
     mdindex = [sys.executable, "-m", "mdindex"]
     stores = args.stores.split(",")
     if not built:
+        # the first store named is built, the others are copies (nothing embedded)
+        source = env | {"MDINDEX_STORE": stores[0]}
         start = time.perf_counter()
-        wall([*mdindex, "backfill", str(corpus)], env)
+        wall([*mdindex, "backfill", str(corpus)], source)
         print(
             f"backfill (first load included): {time.perf_counter() - start:.1f} s", file=sys.stderr
         )
-        if "edge" in stores:
-            wall([*mdindex, "migrate", "--to", "edge"], env)
+        for other in stores[1:]:
+            wall([*mdindex, "migrate", "--to", other], source)
 
     floor = {
         "python -c pass": statistics.median(
