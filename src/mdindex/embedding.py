@@ -294,7 +294,10 @@ class ModelEmbedder:
                 self.choice = calibration.Choice(
                     "onnx", "fp32", why, source="setting" if not self.queries_only else "query"
                 )
-                log.info("embedding with the ONNX export (%s): %s", found.path.parent, why)
+                # a search prints its hits, not this line, unless asked (DEBUG)
+                (log.debug if self.queries_only else log.info)(
+                    "embedding with the ONNX export (%s): %s", found.path.parent, why
+                )
                 return
         device = pick_device(self.device_setting)
         self.device = device
