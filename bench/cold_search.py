@@ -26,7 +26,6 @@ import argparse
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,18 +34,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import corpus_dir, load_texts, offline, write_json
+from common import corpus_dir, load_texts, offline, run_process, write_json
 
 QUERY = "how do I define a struct with named fields"
 
 
 def wall(cmd: list[str], env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    secs = time.perf_counter() - start
-    if out.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
-    return secs
+    return run_process(cmd, env)[0]
 
 
 def main() -> None:

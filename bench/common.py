@@ -6,6 +6,7 @@ import json
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -75,6 +76,16 @@ PEAK_RSS_PROBE = (
 def probe_rss_mb(stderr: str) -> float | None:
     kb = [line.split()[1] for line in stderr.splitlines() if line.startswith("peak_rss_kb")]
     return int(kb[-1]) / 1024 if kb else None
+
+
+def run_process(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
+    """A whole process's wall time and stdout; a failure ends the benchmark."""
+    start = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    secs = time.perf_counter() - start
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
+    return secs, out.stdout
 
 
 def write_json(name: str, data: Any) -> Path:

@@ -27,15 +27,13 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import corpus_dir, offline, write_json
+from common import corpus_dir, offline, run_process, write_json
 
 SPLIT = r"""
 import json, sys, time
@@ -63,15 +61,6 @@ print(json.dumps({"import mdindex.cli": t_cli, "scan, read and chunk": t_plan,
 """
 
 
-def run(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
-    start = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    secs = time.perf_counter() - start
-    if out.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
-    return secs, out.stdout
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -89,11 +78,11 @@ def main() -> None:
         shutil.copyfile(path, dest)
     env = os.environ | {"HF_HUB_OFFLINE": "1", "MDINDEX_CACHE_DIR": str(work / "cache")}
     backfill = [sys.executable, "-m", "mdindex", "backfill", str(folder), "--json"]
-    first_s, out = run([*backfill, "--state-dir", str(work / "s1")], env)
+    first_s, out = run_process([*backfill, "--state-dir", str(work / "s1")], env)
     chunks = json.loads(out)["chunks_embedded"]
-    warm_s, _ = run([*backfill, "--state-dir", str(work / "s2")], env)
-    start_s, _ = run([sys.executable, "-c", "pass"], env)
-    _, out = run(
+    warm_s, _ = run_process([*backfill, "--state-dir", str(work / "s2")], env)
+    start_s, _ = run_process([sys.executable, "-c", "pass"], env)
+    _, out = run_process(
         [
             sys.executable,
             "-c",

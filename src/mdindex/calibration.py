@@ -179,11 +179,21 @@ def cpu_identity() -> dict[str, str]:
     }
 
 
-def _version(package: str) -> str:
+def version(package: str) -> str:
+    """An installed package's version, or "none"."""
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return "none"
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Replaced atomically, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
 
 
 def machine_key(
@@ -193,10 +203,10 @@ def machine_key(
     return cpu_identity() | {
         "device": device,
         "gpu": gpu,
-        "torch": _version("torch"),
-        "onnxruntime": _version("onnxruntime"),
-        "sentence-transformers": _version("sentence-transformers"),
-        "transformers": _version("transformers"),
+        "torch": version("torch"),
+        "onnxruntime": version("onnxruntime"),
+        "sentence-transformers": version("sentence-transformers"),
+        "transformers": version("transformers"),
         "model_sha256": model_sha256,
         "batch_size": str(batch_size),
         "candidates": ",".join(names),
@@ -245,11 +255,7 @@ def recorded(cache_dir: Path, model_sha256: str) -> Choice | None:
 def save(cache_dir: Path, key: dict[str, str], choice: Choice) -> None:
     path = _key_file(cache_dir, key)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"key": key, "choice": choice.as_dict()}, f, indent=1)
-        os.replace(tmp, path)
+        write_json(path, {"key": key, "choice": choice.as_dict()})
     except OSError as exc:  # a read-only cache only costs a measurement next time
         log.warning("cannot cache the backend choice in %s: %s", path.parent, exc)
 

@@ -38,7 +38,7 @@ class ModelInfo:
     dimension: int | None  # None when only loading the model can tell
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -68,15 +68,15 @@ def resolve_model(name: str) -> ModelInfo:
         raise ConfigError(
             f"model: {path} has no tokenizer.json; give a sentence-transformers model"
         )
-    st_config = _read_json(path / "sentence_bert_config.json")
-    hf_config = _read_json(path / "config.json")
+    st_config = read_json(path / "sentence_bert_config.json")
+    hf_config = read_json(path / "config.json")
     max_len = st_config.get("max_seq_length") or hf_config.get("max_position_embeddings") or 512
     try:
         modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         modules = []
     types = [str(m.get("type", "")) for m in modules if isinstance(m, dict)]
-    dim = _read_json(path / "1_Pooling" / "config.json").get("word_embedding_dimension")
+    dim = read_json(path / "1_Pooling" / "config.json").get("word_embedding_dimension")
     if not types or any("Dense" in t for t in types):
         dim = None  # a projection after pooling changes the size; ask the model
     return ModelInfo(name, path, int(max_len), int(dim) if dim else None)
@@ -333,7 +333,7 @@ class ModelEmbedder:
         from mdindex.onnx_export import OnnxRunner
 
         if self._tokenizer is None:
-            self._tokenizer = _tokenizer(self.info)
+            self._tokenizer = load_tokenizer(self.info)
             self._wrap = _special_wrap(self._tokenizer)
         self._features = found.inputs
         self._engine = OnnxRunner(found.path, found.inputs)
@@ -582,7 +582,7 @@ def _weights_sha(info: ModelInfo, cache_dir: Path) -> str:
     return _WEIGHTS_SHA[key]
 
 
-def _tokenizer(info: ModelInfo) -> Tokenizer:
+def load_tokenizer(info: ModelInfo) -> Tokenizer:
     tokenizer = Tokenizer.from_file(str(info.path / "tokenizer.json"))
     tokenizer.no_padding()
     # Chunks fit the limit; anything longer (a query) is cut as encode would cut it.
@@ -620,4 +620,4 @@ def _direct_inputs(model: Any, info: ModelInfo) -> tuple[Tokenizer | None, tuple
     names = tuple(k for k in ("input_ids", "attention_mask", "token_type_ids") if k in accepted)
     if names[:2] != ("input_ids", "attention_mask"):
         return None, ()
-    return _tokenizer(info), names
+    return load_tokenizer(info), names

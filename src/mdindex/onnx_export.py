@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from mdindex.calibration import threads
-from mdindex.embedding import ModelInfo, pad
+from mdindex.calibration import threads, version, write_json
+from mdindex.embedding import ModelInfo, load_tokenizer, pad, read_json
 
 log = logging.getLogger(__name__)
 
@@ -95,11 +95,8 @@ def _export_dir(info: ModelInfo, cache_dir: Path) -> Path:
 def find_export(info: ModelInfo, cache_dir: Path) -> Export | None:
     """The cached export of this model, or None (none yet, or not exportable)."""
     folder = _export_dir(info, cache_dir)
-    try:
-        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(meta, dict) or not meta.get("exportable"):
+    meta = read_json(folder / "meta.json")
+    if not meta.get("exportable"):
         return None
     path = folder / "model.onnx"
     if not path.is_file():
@@ -112,37 +109,14 @@ def find_export(info: ModelInfo, cache_dir: Path) -> Export | None:
 
 
 def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {}
-    for package in ("torch", "onnx", "onnxruntime", "transformers"):
-        try:
-            out[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            out[package] = "none"
-    return out
+    return {p: version(p) for p in ("torch", "onnx", "onnxruntime", "transformers")}
 
 
 def was_refused(info: ModelInfo, cache_dir: Path) -> bool:
     """True when an earlier export, with these library versions, found this model
     not exportable (another torch or onnx tries again)."""
-    try:
-        meta = json.loads((_export_dir(info, cache_dir) / "meta.json").read_text("utf-8"))
-    except (OSError, ValueError):
-        return False
-    return (
-        isinstance(meta, dict)
-        and meta.get("exportable") is False
-        and meta.get("versions") == _versions()
-    )
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)
+    meta = read_json(_export_dir(info, cache_dir) / "meta.json")
+    return meta.get("exportable") is False and meta.get("versions") == _versions()
 
 
 def export(
@@ -192,7 +166,7 @@ def export(
     except Exception as exc:  # the exporter raises many types; any means no ONNX path
         Path(tmp).unlink(missing_ok=True)
         log.warning("ONNX export of %s failed (%s); embedding stays on torch", info.name, exc)
-        _write_json(
+        write_json(
             folder / "meta.json",
             {"exportable": False, "reason": str(exc)[:500], "versions": _versions()},
         )
@@ -201,13 +175,13 @@ def export(
         Path(tmp).unlink(missing_ok=True)
         reason = f"the export's vectors differ from torch's (cosine {agreement:.6f})"
         log.warning("ONNX export of %s refused: %s", info.name, reason)
-        _write_json(
+        write_json(
             folder / "meta.json", {"exportable": False, "reason": reason, "versions": _versions()}
         )
         return None
     os.replace(tmp, folder / "model.onnx")
     sha = weights_hash(info)
-    _write_json(
+    write_json(
         folder / "meta.json",
         {
             "exportable": True,
@@ -225,11 +199,7 @@ def export(
 def _check(st_model: Any, path: Path, inputs: tuple[str, ...], info: ModelInfo) -> float:
     """The lowest cosine between torch's and the graph's vectors of the probe
     texts, alone and as one padded batch."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(info.path / "tokenizer.json"))
-    tokenizer.no_padding()
-    tokenizer.enable_truncation(info.max_seq_length)
+    tokenizer = load_tokenizer(info)
     runner = OnnxRunner(path, inputs)
     rows = [enc.ids for enc in tokenizer.encode_batch(PROBE)]
     torch_vecs = np.asarray(
