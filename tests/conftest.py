@@ -13,6 +13,7 @@ from hypothesis import settings as hypothesis_settings
 
 from mdindex.config import DEFAULT_MODEL, Settings, load_settings
 from mdindex.embedding import ModelEmbedder, load_counter, resolve_model
+from mdindex.rollout import Rollout
 from mdindex.runtime import make_models, make_store, state_path
 from mdindex.state import State
 from mdindex.sync import Indexer
@@ -123,6 +124,20 @@ def build_indexer(settings: Settings, embedder: Any, **options: Any) -> Indexer:
 def run_backfill(settings: Settings, embedder: Any, **kwargs: Any) -> dict[str, Any]:
     with build_indexer(settings, embedder) as indexer:
         return indexer.backfill(**kwargs).as_dict()
+
+
+def rollout_for(settings: Settings, embedder: Any, **options: Any) -> Rollout:
+    """The versions of the settings' collection, every version synced with ``embedder``."""
+
+    def factory(version_settings: Settings, **kw: Any) -> Indexer:
+        return build_indexer(version_settings, embedder, **(kw | options))
+
+    return Rollout(settings, factory).open()
+
+
+def run_rollout(settings: Settings, embedder: Any, **kwargs: Any) -> dict[str, Any]:
+    """What `mdindex backfill` does: the live version synced, or another built and switched to."""
+    return rollout_for(settings, embedder).backfill(**kwargs).as_dict()
 
 
 def stored_points(settings: Settings, vectors: bool = False) -> dict[str, dict[str, Any]]:

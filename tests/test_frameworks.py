@@ -17,7 +17,7 @@ import pytest
 
 from mdindex.embedding import ModelEmbedder
 from mdindex.runtime import make_models
-from tests.conftest import build_indexer, settings_for
+from tests.conftest import rollout_for, settings_for
 
 pytestmark = pytest.mark.model
 
@@ -35,8 +35,10 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, ModelE
     # qdrant-client's local mode: the embedded store the frameworks can read
     s = settings_for(tmp_path, [root], base_url="https://docs.example", store="client")
     models = make_models(s)
-    with build_indexer(s, models.embedder) as indexer:
-        indexer.backfill()  # closed again: an embedded store opens in one process at a time
+    # as `mdindex backfill` does: the configured name is an alias of the live
+    # version, which the frameworks are given; closed again after (an embedded
+    # store opens in one process at a time)
+    rollout_for(s, models.embedder).backfill()
     return s, root, models.embedder
 
 

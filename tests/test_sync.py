@@ -265,20 +265,6 @@ def test_lost_state_is_rebuilt_without_embedding(docs_tree, make_settings, tiny)
     assert run_backfill(s, tiny)["points_upserted"] == 0
 
 
-def test_settings_change_reindexes_and_removes_old_points(
-    docs_tree, make_settings, tmp_path, tiny
-) -> None:
-    s = make_settings(docs_tree)
-    run_backfill(s, tiny)
-    old = set(stored_points(s))
-    s2 = make_settings(docs_tree, max_tokens=100)
-    result = run_backfill(s2, tiny)
-    assert result["points_deleted"] == len(old)
-    new = stored_points(s2)
-    assert not (old & new.keys())
-    assert new == fresh_copy(tmp_path, s2, TinyEmbedder())
-
-
 def test_dry_run_writes_nothing(docs_tree, make_settings, tiny) -> None:
     s = make_settings(docs_tree)
     result = run_backfill(s, tiny, dry_run=True)

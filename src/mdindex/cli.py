@@ -10,6 +10,7 @@ import math
 import os
 import socket
 import sys
+import time
 import traceback
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -35,11 +36,13 @@ from mdindex.files import Failure, stat_file
 from mdindex.lock import WriterLock, lock_path, read_holder
 from mdindex.models import Document, Summary
 from mdindex.planning import DocWork, public
+from mdindex.rollout import Rollout
 from mdindex.runtime import make_indexer, make_models, make_store, setup_logging
 from mdindex.search import Query, parse_where, search
 from mdindex.status import offline_status
-from mdindex.sync import Hooks
+from mdindex.sync import Hooks, Indexer
 from mdindex.verify import verify
+from mdindex.versions import reader_settings
 
 log = logging.getLogger("mdindex")
 
@@ -178,6 +181,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="embedded qdrant-client, embedded qdrant-edge, or a Qdrant server URL",
     )
     p.set_defaults(func=cmd_migrate)
+
+    p = command("versions", "the index's versions: list, use one (roll back), drop old ones")
+    _common(p, roots=False)
+    p.add_argument("action", choices=["list", "use", "drop"], metavar="{list,use,drop}")
+    p.add_argument(
+        "fingerprints",
+        nargs="*",
+        default=[],
+        metavar="FINGERPRINT",
+        help="use: the version to switch to; drop: those to delete (default: every old one)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=600.0,
+        metavar="S",
+        help="use, with a daemon: how long to wait for its switch (default 600; exit 4 after)",
+    )
+    p.set_defaults(func=cmd_versions)
     return parser
 
 
@@ -219,23 +241,26 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
         return _backfill_through_daemon(args, daemon)
     bar = _progress(args)
     hooks = Hooks(on_progress=(lambda n: bar.update(1)) if bar is not None else None)
-    try:
-        with (
-            WriterLock(settings.state_dir, settings.collection, "backfill"),
-            make_indexer(settings, hooks=hooks) as indexer,
-        ):
-            if args.ray and not args.dry_run:
-                from mdindex import distributed
+    run = None
+    if args.ray and not args.dry_run:
+        from mdindex import distributed
 
-                summary = distributed.backfill(
-                    indexer, args.ray_address, prune=not args.no_prune, force=args.force
+        def run(indexer: Indexer, prune: bool, force: bool) -> Summary:
+            return distributed.backfill(indexer, args.ray_address, prune=prune, force=force)
+
+    try:
+        with WriterLock(settings.state_dir, settings.collection, "backfill"):
+            summary = (
+                Rollout(settings)
+                .open()
+                .backfill(
+                    hooks=hooks,
+                    dry_run=args.dry_run,
+                    prune=not args.no_prune,
+                    force=args.force,
+                    run=run,
                 )
-            else:
-                summary = indexer.backfill(
-                    dry_run=args.dry_run, prune=not args.no_prune, force=args.force
-                )
-            if not args.dry_run:
-                indexer.settle()
+            )
     finally:
         if bar is not None:
             bar.close()
@@ -270,7 +295,7 @@ def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
     from mdindex.daemon.service import run_daemon
 
     settings.require_roots()
-    return run_daemon(settings)
+    return run_daemon(settings, reload=lambda: settings_from(args))
 
 
 @dataclass(frozen=True)
@@ -394,7 +419,8 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def search_offline(settings: Settings, query: Query) -> list[dict[str, Any]]:
-    """Search without a daemon: the model and the store, opened here."""
+    """Search without a daemon: the live version's model and store, opened here."""
+    settings = reader_settings(settings)
     models = make_models(settings, queries_only=True)
     store = make_store(settings)
     try:
@@ -478,6 +504,9 @@ def _status_text(data: dict[str, Any]) -> str:
         if key == "failed" and isinstance(value, list):
             lines.append(f"failed: {len(value)}")
             lines.extend(f"  {f['root']}:{f['path']}: {f['reason']}" for f in value[:50])
+        elif key == "versions" and isinstance(value, list):
+            lines.append("versions:")
+            lines.extend(f"  {line}" for line in _versions_text(value).splitlines())
         else:
             lines.append(f"{key}: {value}")
     return "\n".join(lines)
@@ -487,7 +516,7 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     settings.require_roots()
     with (
         WriterLock(settings.state_dir, settings.collection, "verify"),
-        make_indexer(settings) as indexer,
+        make_indexer(reader_settings(settings)) as indexer,
     ):
         report = verify(indexer, repair=args.repair)
     data = report.as_dict()
@@ -513,6 +542,77 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     hint = "" if args.json else f"\nnow run mdindex with the target's settings ({args.to})"
     emit(args, report.as_dict(), report.line() + hint)
     return EXIT_OK
+
+
+def cmd_versions(args: argparse.Namespace, settings: Settings) -> int:
+    """List, use (catching the version up with the roots first, when set) or drop."""
+    fps: list[str] = list(args.fingerprints)
+    if args.action == "list":
+        rows = Rollout(settings).rows()
+        emit(args, rows, _versions_text(rows))
+        return EXIT_OK
+    daemon = find_daemon(settings, required=False)
+    if daemon is not None:
+        return _versions_through_daemon(args, daemon, fps)
+    with WriterLock(settings.state_dir, settings.collection, f"versions {args.action}"):
+        rollout = Rollout(settings).open()
+        if args.action == "use":
+            if len(fps) != 1:
+                raise ConfigError("versions use: give one FINGERPRINT (see mdindex versions list)")
+            fp = rollout.catalog.find(fps[0])
+            summary = rollout.use(fp)
+            text = f"version {fp} is live"
+            if summary is not None:
+                text += f" (caught up: {summary.line()})"
+            emit(args, {"live": fp, **(summary.as_dict() if summary else {})}, text)
+            return EXIT_OK
+        targets = [rollout.catalog.find(f) for f in fps] or [
+            fp for fp in rollout.catalog.versions if fp not in (rollout.live, rollout.target())
+        ]
+        for fp in targets:
+            rollout.drop(fp)
+        emit(args, {"dropped": targets}, f"dropped {len(targets)} version(s)")
+    return EXIT_OK
+
+
+def _versions_through_daemon(args: argparse.Namespace, daemon: DaemonClient, fps: list[str]) -> int:
+    """The daemon holds the store: it drops, or builds and switches while it answers."""
+    query = urllib.parse.urlencode({"action": args.action, "fingerprint": fps}, doseq=True)
+    data = daemon.ask(f"/versions?{query}", post=True)
+    if args.action == "drop":
+        emit(args, data, f"dropped {len(data['dropped'])} version(s) (by the watch daemon)")
+        return EXIT_OK
+    target = data["target"]
+    log.info("the watch daemon is switching to version %s", target)
+    deadline = time.monotonic() + args.timeout
+    while True:
+        status = daemon.ask("/status")
+        live: dict[str, Any] = next((r for r in status["versions"] if r["live"]), {})
+        if live.get("fingerprint") == target:
+            emit(args, {"live": target}, f"version {target} is live (switched by the watch daemon)")
+            return EXIT_OK
+        if status.get("build_blocked"):
+            raise StoreUnavailable(f"the watch daemon cannot switch: {status['build_blocked']}")
+        if time.monotonic() >= deadline:
+            emit(
+                args,
+                {"live": live.get("fingerprint"), "target": target},
+                f"version {target} is still being caught up; see mdindex status",
+            )
+            return EXIT_PENDING
+        time.sleep(0.5)
+
+
+def _versions_text(rows: list[dict[str, Any]]) -> str:
+    lines = []
+    for r in rows:
+        mark = "*" if r["live"] else ("+" if r["target"] else " ")
+        counts = f"{r.get('documents', 0)} docs, {r.get('points', 0)} points"
+        extra = f"  {r['progress']}" if r.get("progress") else ""
+        lines.append(
+            f"{mark} {r['fingerprint']}  {r['status']:<9} {counts:<24} {r['settings']}{extra}"
+        )
+    return "\n".join([*lines, "(* live, + what the settings ask for)"]) if lines else "no versions"
 
 
 Command = Callable[[argparse.Namespace, Settings], int]

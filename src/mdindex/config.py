@@ -116,6 +116,8 @@ class Settings(BaseSettings):
     # on client (import qdrant_client 1.5 s, every point loaded into memory).
     store: Literal["client", "edge"] = "edge"
     edge_index_min_points: int = Field(default=50_000, ge=0)
+    # Old versions kept for `mdindex versions use` after a switch (mdindex.versions).
+    keep_versions: int = Field(default=1, ge=0)
     strategy: Literal["heading", "token", "semantic"] = "heading"
     state_dir: Path = Field(default_factory=_default_state_dir)
 
@@ -211,9 +213,11 @@ class Settings(BaseSettings):
         edge`` moves it)."""
         if "store" in self.model_fields_set or self.qdrant_url:
             return
-        client = (self.qdrant_path or self.state_dir / "qdrant") / "collection" / self.collection
-        edge = (self.qdrant_path or self.state_dir / "edge") / self.collection
-        if client.is_dir() and not edge.exists():
+        client = (self.qdrant_path or self.state_dir / "qdrant") / "collection"
+        edge = self.qdrant_path or self.state_dir / "edge"
+        # the collection itself (before versions) or any of its versions
+        names = (self.collection, f"{self.collection}__*")
+        if any(any(client.glob(n)) for n in names) and not any(any(edge.glob(n)) for n in names):
             self.store = "client"
 
     @classmethod

@@ -4,6 +4,7 @@ MdindexError
 ├── ConfigError            bad key, value or combination        (exit 2)
 ├── LockError              another writer holds the state       (exit 2)
 ├── PruneRefused           a guarded prune would go too far     (exit 2)
+├── SpaceRefused           a new version would not fit on the disk (exit 2)
 ├── InputError             one file cannot be indexed; the run goes on
 │   ├── FileTooLarge
 │   ├── BinaryFile
@@ -14,7 +15,7 @@ MdindexError
 ├── StateError             the local state refuses writes (disk full, read-only) (exit 3)
 └── StoreError             Qdrant refused an operation
     ├── StoreMismatch      existing collection has other vector settings  (exit 2)
-    │   └── LayoutMismatch the collection lacks the sparse vector asked for (rebuilt, see sync)
+    │   └── LayoutMismatch the collection lacks the sparse vector its version has
     └── StoreUnavailable   unreachable or refusing writes after retries   (exit 3)
 
 At the command line's boundary, an OSError from outside this tree (a state dir
@@ -37,6 +38,10 @@ class MdindexError(Exception):
 
 
 class ConfigError(MdindexError):
+    exit_code = EXIT_USAGE
+
+
+class SpaceRefused(MdindexError):
     exit_code = EXIT_USAGE
 
 

@@ -73,16 +73,26 @@ class LocalBackend:
     """No daemon: the model loaded once, the store opened for each call."""
 
     def __init__(self, settings: Settings) -> None:
-        from mdindex.runtime import make_models
-
         self.settings = settings
-        self.models = make_models(settings, queries_only=True)
+        self.live: Settings | None = None
+        self._follow_live()
+
+    def _follow_live(self) -> None:
+        """The live version's settings and model (a refresh may switch versions)."""
+        from mdindex.runtime import make_models
+        from mdindex.versions import reader_settings, version_of
+
+        live = reader_settings(self.settings)
+        if self.live is None or version_of(live) != version_of(self.live):
+            self.live = live
+            self.models = make_models(live, queries_only=True)
 
     def search(self, query: Query) -> list[dict[str, Any]]:
         from mdindex.runtime import make_store
         from mdindex.search import search
 
-        store = make_store(self.settings)
+        assert self.live is not None
+        store = make_store(self.live)
         try:
             store.open()
             return search(self.models.embedder, self.models.planner.sparse, store, query)
@@ -97,14 +107,12 @@ class LocalBackend:
     def refresh(self, timeout_s: float) -> dict[str, Any]:
         """A backfill of the roots under the writer lock (what `mdindex backfill` does)."""
         from mdindex.lock import WriterLock
-        from mdindex.runtime import make_indexer
+        from mdindex.rollout import Rollout
 
         s = self.settings
-        with (
-            WriterLock(s.state_dir, s.collection, "mcp refresh"),
-            make_indexer(s, self.models) as indexer,
-        ):
-            summary = indexer.backfill()
+        with WriterLock(s.state_dir, s.collection, "mcp refresh"):
+            summary = Rollout(s).open().backfill()
+        self._follow_live()
         return {"caught_up": True, **summary.as_dict()}
 
 
@@ -334,8 +342,9 @@ def indexed_documents(settings: Settings) -> list[tuple[str, str]]:
     import sqlite3
 
     from mdindex.runtime import state_path
+    from mdindex.versions import reader_settings
 
-    path = state_path(settings)
+    path = state_path(reader_settings(settings))
     if not path.exists():
         return []
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)

@@ -17,12 +17,43 @@ from typing import Any
 
 from mdindex.config import Settings
 from mdindex.errors import ConfigError, StoreError
-from mdindex.layout import copy_points
 from mdindex.runtime import make_store, state_path
+from mdindex.sparse import SparseEncoder, sparse_text
 from mdindex.state import State
+from mdindex.stores import Point, Store
 from mdindex.sync import store_identity
+from mdindex.versions import Catalog
 
 log = logging.getLogger(__name__)
+
+PAGE = 512
+
+
+def copy_points(
+    source: Store, target: Store, prepend_context: bool, sparse: bool = True
+) -> tuple[int, set[str]]:
+    """Every point of ``source`` into ``target`` (created on the first point, with
+    a sparse vector when ``sparse``): points copied, and their IDs."""
+    encoder = SparseEncoder() if sparse else None
+    copied = 0
+    seen: set[str] = set()
+    batch: list[Point] = []
+    for pid, payload, vector in source.scroll(payload=True, with_vectors=True, page=PAGE):
+        if vector is None:
+            continue
+        if not copied and not batch:
+            target.ensure_collection(len(vector), sparse=sparse)
+        vectors = None
+        if encoder is not None and target.has_sparse:
+            vectors = encoder.document(sparse_text(payload, prepend_context))
+        batch.append(Point(pid, vector, payload, vectors))
+        seen.add(pid)
+        if len(batch) >= PAGE:
+            copied += target.upsert(batch)
+            batch = []
+    if batch:
+        copied += target.upsert(batch)
+    return copied, seen
 
 
 @dataclass
@@ -58,7 +89,10 @@ def target_settings(settings: Settings, to: str) -> Settings:
 
 
 def migrate(settings: Settings, to: str) -> MigrateReport:
+    """The live version goes; the others stay in the source store, forgotten."""
     started = time.monotonic()
+    catalog = Catalog.load(settings)
+    settings = catalog.reader_settings(settings)
     source = make_store(settings)
     target = make_store(target_settings(settings, to))
     if (source.where, source.collection) == (target.where, target.collection):
@@ -80,7 +114,15 @@ def migrate(settings: Settings, to: str) -> MigrateReport:
                 f"migration incomplete: target holds {held} points, source {wanted}; run it again"
             )
         target.settle()
+        target.point_alias(settings.collection)
         state.adopt_store(store_identity(target))
+        if catalog.live is not None:
+            left = [fp for fp in catalog.versions if fp != catalog.live]
+            for fp in left:
+                log.info("version %s stays in %s; it is not migrated", fp, source.where)
+                del catalog.versions[fp]
+            catalog.pinned = None
+            catalog.commit()
         report = MigrateReport(
             source.where, target.where, copied, deleted, time.monotonic() - started
         )

@@ -116,6 +116,7 @@ class Summary:
     errors: list[dict[str, str]] = field(default_factory=list)
     dry_run: bool = False
     failures: list[Failure] = field(default_factory=list, repr=False)
+    interrupted: bool = False  # a stop was asked for before everything was written
 
     def fail(self, failure: Failure) -> None:
         self.files_failed += 1

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ from mdindex.state import State
 from mdindex.stores import Store
 from mdindex.sync import GROUP_CHARS, Hooks, Indexer
 from mdindex.tokens import TokenCounter
+from mdindex.versions import physical_name, version_of
 
 if TYPE_CHECKING:
     from mdindex.stores.qdrant import ClusterSpec
@@ -52,7 +54,15 @@ def cluster_spec(settings: Settings) -> ClusterSpec:
     )
 
 
+def collection_of(settings: Settings) -> str:
+    """The physical collection of the version these settings build (mdindex.versions)."""
+    return physical_name(settings.collection, version_of(settings))
+
+
 def make_store(settings: Settings) -> Store:
+    """The store of the version these settings build; for the live version, give
+    ``versions.reader_settings(settings)``."""
+    collection = collection_of(settings)
     common = {
         "retry_budget_s": settings.retry_budget_s,
         "batch_points": settings.upsert_batch_points,
@@ -63,8 +73,8 @@ def make_store(settings: Settings) -> Store:
         from mdindex.stores.edge import EdgeStore
 
         return EdgeStore(
-            settings.collection,
-            path=settings.store_path / settings.collection,
+            collection,
+            path=settings.store_path / collection,
             index_min_points=settings.edge_index_min_points,
             **common,  # type: ignore[arg-type]
         )
@@ -72,7 +82,7 @@ def make_store(settings: Settings) -> Store:
 
     if settings.qdrant_url:
         return QdrantStore(
-            settings.collection,
+            collection,
             url=settings.qdrant_url,
             api_key=api_key(),
             prefer_grpc=settings.qdrant_grpc,
@@ -80,7 +90,7 @@ def make_store(settings: Settings) -> Store:
             cluster=cluster_spec(settings),
             **common,  # type: ignore[arg-type]
         )
-    return QdrantStore(settings.collection, path=settings.store_path, **common)  # type: ignore[arg-type]
+    return QdrantStore(collection, path=settings.store_path, **common)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -96,12 +106,15 @@ class Models:
     planner: Planner
 
 
-def make_models(settings: Settings, *, queries_only: bool = False) -> Models:
+def make_models(
+    settings: Settings, *, queries_only: bool = False, embedder: ModelEmbedder | None = None
+) -> Models:
     """``queries_only``: for a short-lived process that only embeds queries (the
-    cached ONNX export, without torch, when there is one)."""
+    cached ONNX export, without torch, when there is one). ``embedder``: one
+    already loaded for the same model, shared (two versions of one index)."""
     info = resolve_model(settings.model)
     counter = load_counter(info, settings.max_tokens)
-    embedder = ModelEmbedder(
+    embedder = embedder or ModelEmbedder(
         info,
         settings.device,
         settings.batch_size,
@@ -124,7 +137,8 @@ def make_models(settings: Settings, *, queries_only: bool = False) -> Models:
 
 
 def state_path(settings: Settings) -> Path:
-    return settings.state_dir / f"{settings.collection}.sqlite3"
+    """The local state of the version these settings build."""
+    return settings.state_dir / f"{collection_of(settings)}.sqlite3"
 
 
 def make_indexer(
@@ -135,6 +149,7 @@ def make_indexer(
     embedder: Embedder | None = None,
     hooks: Hooks | None = None,
     group_chars: int = GROUP_CHARS,
+    siblings: Sequence[Indexer] = (),
 ) -> Indexer:
     """The sync core on the settings' store and state; ``store`` and ``embedder``
     stand in for the settings' own (benchmarks measure through them)."""
@@ -147,6 +162,7 @@ def make_indexer(
         state=State(state_path(settings)),
         hooks=hooks,
         group_chars=group_chars,
+        siblings=siblings,
     )
 
 

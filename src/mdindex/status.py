@@ -7,6 +7,8 @@ the same fields; without a daemon they come from the state and a scan.
 - ``queue_paths`` and ``oldest_wait_s``: changes seen but not yet searchable
   (without a daemon, ``pending`` counts what a backfill would change);
 - ``embedding``: the backend and precision the embedder computes with, and why;
+- ``versions``: every version of the index (``mdindex.versions``): the live
+  one, the one the settings ask for, and a build's ``progress``;
 - ``caught_up`` (with ``--wait``): every change made before the call is searchable.
 """
 
@@ -31,6 +33,7 @@ def fields(
     phase: str,
     reason: str = "",
     embedding: dict[str, Any] | None = None,
+    versions: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """What every status says, daemon or not. ``store`` holds ``store`` (where),
     ``points`` and what the engine tells about itself."""
@@ -47,15 +50,19 @@ def fields(
         "files_seen": files_seen,
         "coverage": f"{documents} of {files_seen}",
         "failed": [{**f, "path": printable(f["path"])} for f in failed],
+        "versions": versions or [],
     }
 
 
 def offline_status(settings: Settings) -> dict[str, Any]:
     """Status without a daemon: the state's counts and failures, and a scan of
     the roots for what has changed since (nothing is written)."""
+    from mdindex.rollout import Rollout
     from mdindex.runtime import make_indexer
+    from mdindex.versions import reader_settings
 
-    with make_indexer(settings) as indexer:
+    live = reader_settings(settings)
+    with make_indexer(live) as indexer:
         changes = indexer.changes()
         # size and mtime only say a file may have changed; its text decides
         changed, unreadable = indexer.confirm(changes)
@@ -66,7 +73,7 @@ def offline_status(settings: Settings) -> dict[str, Any]:
             for f in changes.failures + unreadable
         }
         data = fields(
-            settings,
+            live,
             indexer.store_status(),
             documents=documents,
             files_seen=changes.seen,
@@ -74,6 +81,7 @@ def offline_status(settings: Settings) -> dict[str, Any]:
             last_sync=indexer.last_sync(),
             phase="stopped",
             embedding=indexer.embedding_status(),
+            versions=Rollout(settings).rows(),
         )
     return data | {
         "daemon": False,

@@ -21,13 +21,12 @@ import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from mdindex.changes import Changes, Detector, Key, Seen
 from mdindex.config import Settings
 from mdindex.embedding import Embedder
-from mdindex.errors import LayoutMismatch, PruneRefused
+from mdindex.errors import PruneRefused
 from mdindex.files import (
     Failure,
     FileRef,
@@ -35,7 +34,6 @@ from mdindex.files import (
     printable,
     under_failed_folder,
 )
-from mdindex.layout import recover, upgrade
 from mdindex.models import Document, Summary
 from mdindex.planning import DocWork, Planner, now_iso
 from mdindex.search import Query, search
@@ -83,6 +81,7 @@ class Indexer:
         hooks: Hooks | None = None,
         group_docs: int = GROUP_DOCS,
         group_chars: int = GROUP_CHARS,
+        siblings: Sequence[Indexer] = (),
     ) -> None:
         self.settings = settings
         self.planner = planner
@@ -107,6 +106,7 @@ class Indexer:
             planner.doc_fingerprint,
             ensure_open=self.open_store,
             on_indexed=self.hooks.on_indexed,
+            siblings=[(s.store, s.state) for s in siblings],
         )
 
     # -- lifecycle ---------------------------------------------------------
@@ -128,6 +128,10 @@ class Indexer:
         finally:
             self.state.close()
 
+    def release_siblings(self) -> None:
+        """Stop taking vectors from other versions (they are about to close)."""
+        self.writer.siblings = []
+
     def load_model(self) -> None:
         """Load the embedding model now, not on the first change (a daemon starts with it)."""
         self.embedder.load()
@@ -145,18 +149,8 @@ class Indexer:
         """Open the store and make sure the state describes it; rebuild the state if not."""
         if self._store_checked:
             return
-        folder = getattr(self.store, "path", None)
-        if isinstance(folder, Path):
-            recover(folder)  # a layout switch a crash interrupted
         self.store.open()
-        dimension, sparse = self.embedder.dimension, self.settings.sparse_vectors
-        try:
-            self.store.ensure_collection(dimension, sparse=sparse)
-        except LayoutMismatch as exc:
-            log.info("%s; rebuilding it beside itself (nothing is embedded)", exc)
-            upgrade(self.store, exc, dimension, self.settings.prepend_context)
-            self.store.open()
-            self.store.ensure_collection(dimension, sparse=sparse)
+        self.store.ensure_collection(self.embedder.dimension, sparse=self.settings.sparse_vectors)
         identity = store_identity(self.store)
         reason = ""
         if self.state.fresh:
@@ -321,6 +315,7 @@ class Indexer:
         with writer.pool() as pool:
             for loaded in self._groups(changes.files, changes.rows, summary, dry_run):
                 if self._stopping(loaded, staged):
+                    summary.interrupted = True
                     return summary
                 works = self._plan(loaded, summary)
                 if dry_run:

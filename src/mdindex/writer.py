@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 CRASH_ENV = "MDINDEX_CRASH_POINT"
 CRASH_POINTS = ("after_chunk", "after_embed", "after_upsert", "after_delete", "after_commit")
+# Where a version's rollout can die (mdindex.rollout): a build dies at the points above.
+ROLLOUT_CRASH_POINTS = ("before_switch", "after_switch", "during_drop")
 
 
 def crash_point(name: str) -> None:
@@ -96,6 +98,7 @@ class Writer:
         fingerprint: str,
         ensure_open: Callable[[], None],
         on_indexed: Callable[[list[FileRef]], None] | None = None,
+        siblings: Sequence[tuple[Store, State]] = (),
     ) -> None:
         self.store = store
         self.state = state
@@ -103,6 +106,9 @@ class Writer:
         self.fingerprint = fingerprint  # recorded with each document written
         self.ensure_open = ensure_open  # the store is opened (and checked) on first write
         self.on_indexed = on_indexed
+        # Other versions of the index, same model: their vectors for the same
+        # embedded text are taken rather than embedded again (mdindex.rollout).
+        self.siblings = list(siblings)
         # With two cores or fewer, torch's threads already fill the machine and
         # work beside them only slows them down (bench/backfill.py: overhead 1.19 with
         # the worker thread, 0.98 without, in bf16), so embedding runs inline.
@@ -117,7 +123,10 @@ class Writer:
     def count_dry(self, group: list[DocWork], summary: Summary) -> None:
         """What writing this group would do, from the state alone."""
         planned = [p for w in group for p in w.points]
-        known = self.state.has_vector_keys({p.vector_key for p in planned})
+        keys = {p.vector_key for p in planned}
+        known = self.state.has_vector_keys(keys)
+        for _, state in self.siblings:
+            known |= state.has_vector_keys(keys - known)
         summary.chunks_embedded += len({p.vector_key for p in planned} - known)
         summary.points_upserted += len(planned)
         for w in group:
@@ -214,6 +223,13 @@ class Writer:
         wanted = {p.vector_key for p in planned} - by_key.keys()
         if wanted:
             by_key |= reusable_vectors(self.store, self.state.ids_for_vector_keys(wanted))
+            wanted -= by_key.keys()
+        for store, state in self.siblings:
+            if not wanted:
+                break
+            found = reusable_vectors(store, state.ids_for_vector_keys(wanted))
+            by_key |= found
+            wanted -= found.keys()
         todo: dict[str, Planned] = {}
         for p in planned:
             if p.vector_key not in by_key:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from mdindex.daemon.service import Daemon
+from mdindex.runtime import collection_of
 from mdindex.sync import Hooks
 from tests.conftest import (
     TinyEmbedder,
@@ -35,9 +36,10 @@ QUIET_MS = 150
 class Running:
     """A daemon on a thread, stopped the way SIGTERM would stop it."""
 
-    def __init__(self, settings: Any, embedder: Any) -> None:
+    def __init__(self, settings: Any, embedder: Any, **options: Any) -> None:
         self.settings = settings
         self.embedder = embedder
+        self.options = options  # for every Indexer the daemon makes
         self.indexed: list[str] = []
         self.daemon = Daemon(settings, indexer_factory=self._factory)
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -53,7 +55,7 @@ class Running:
                 daemons_hook(refs)
 
         mine = dataclasses.replace(hooks, on_indexed=record)
-        return build_indexer(settings, self.embedder, hooks=mine, **options)
+        return build_indexer(settings, self.embedder, hooks=mine, **(options | self.options))
 
     def _run(self) -> None:
         self.exit_code = self.daemon.run()
@@ -357,15 +359,16 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(
 
     def factory(settings: Any, **options: Any) -> Any:
         # Tiny thresholds, so a store of a few dozen points gets an HNSW index.
+        collection = collection_of(settings)
         store = EdgeStore(
-            settings.collection,
-            path=settings.store_path / settings.collection,
+            collection,
+            path=settings.store_path / collection,
             index_min_points=10,
             indexing_threshold_kb=1,
         )
         return build_indexer(settings, d.embedder, store=store, **options)
 
-    d.daemon.indexer_factory = factory
+    d.daemon.rollout.factory = factory
     d.start()
     try:
         points = len(fresh(tmp_path, root))
@@ -381,3 +384,146 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(
             assert top["text"] == payload["text"] and top["score"] > 0.999
     finally:
         d.stop()
+
+
+class SlowTiny(TinyEmbedder):
+    """A TinyEmbedder that takes its time, as a real model does."""
+
+    def embed(self, texts: Any, token_ids: Any = None) -> Any:
+        if len(texts) > 1:  # documents, not a query
+            time.sleep(0.15)
+        return super().embed(texts, token_ids)
+
+
+def test_a_settings_change_is_built_beside_while_searches_go_on(tmp_path: Path) -> None:
+    """The daemon started with new settings answers from the old version while
+    it builds the new one (an event meanwhile reaches both), shows both in
+    status with the build's progress, and switches without a restart; a client
+    searching all along never gets an error or an empty answer."""
+    from mdindex.versions import Catalog, version_of
+    from tests.conftest import run_rollout
+    from tests.faults.helpers import fresh_points, make_tree
+
+    root = make_tree(tmp_path / "docs", docs=24)
+    old = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    run_rollout(old, TinyEmbedder())
+    new = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS, strategy="token")
+    d = Running(new, SlowTiny(), group_docs=2)
+    answers: list[str] = []
+    failures: list[str] = []
+    searching = threading.Event()
+    searching.set()
+
+    def client() -> None:
+        while searching.is_set():
+            try:
+                hits = d.daemon.search({"q": "document section item", "k": 3})
+                answers.append(hits[0]["strategy"] if hits else "EMPTY")
+            except Exception as exc:
+                failures.append(repr(exc))
+            time.sleep(0.01)
+
+    d.start()
+    searcher = threading.Thread(target=client, daemon=True)
+    searcher.start()
+    try:
+        rows: list[dict[str, Any]] = []
+
+        def building() -> bool:
+            rows[:] = d.daemon.status()["versions"]
+            return any(r.get("progress") for r in rows)
+
+        wait_for(building, 30, "a build under way")
+        by_fp = {r["fingerprint"]: r for r in rows}
+        assert by_fp[version_of(old)]["live"] and by_fp[version_of(old)]["status"] == "complete"
+        assert by_fp[version_of(new)]["status"] == "building"
+        assert " of 24 documents" in by_fp[version_of(new)]["progress"]
+        # an edit during the build: searchable at once in the old version...
+        (root / "late.md").write_text("# Late\n\nA zeppelin arrives during the build.\n")
+        wait_for(
+            lambda: any(
+                h["doc_path"] == "late.md"
+                for h in d.daemon.search({"q": "zeppelin", "k": 1, "mode": "sparse"})
+            ),
+            30,
+            "the edit searchable during the build",
+        )
+        # ...and in the new one once it is live
+        wait_for(lambda: Catalog.load(new).live == version_of(new), 60, "the switch")
+        wait_for(lambda: answers[-1] == "token", 10, "answers from the new version")
+        assert d.daemon.status()["strategy"] == "token"
+        want = fresh_points(tmp_path, root, vectors=False, strategy="token")
+        wait_for(lambda: d.points() == want, 30, "the new version equal to the files")
+    finally:
+        searching.clear()
+        searcher.join(10)
+        d.stop()
+    assert failures == []
+    assert "EMPTY" not in answers
+    assert answers[0] == "heading" and answers[-1] == "token"
+    switched = answers.index("token")
+    assert set(answers[switched:]) == {"token"}, "answers went back to the old version"
+
+
+def test_a_reload_with_other_settings_switches_without_a_restart(
+    daemon: Running, root: Path, tmp_path: Path
+) -> None:
+    """SIGHUP (`systemctl reload`) reads the settings again; a new strategy is
+    built beside and switched to, with the same daemon, model and endpoints."""
+    from mdindex.versions import Catalog, version_of
+    from tests.faults.helpers import fresh_points
+
+    d = daemon
+    converges(d, tmp_path, root)
+    port = tcp_port(d)
+    token = d.settings.model_copy(update={"strategy": "token"})
+    d.daemon.reload_settings = lambda: token
+    d.daemon.reload_requested = True  # what the SIGHUP handler sets
+    wait_for(lambda: Catalog.load(token).live == version_of(token), 30, "the switch")
+    want = fresh_points(tmp_path, root, vectors=False, strategy="token")
+    wait_for(lambda: d.points() == want, 30, "the new version equal to the files")
+    assert tcp_port(d) == port and d.thread.is_alive()
+    rows = d.daemon.status()["versions"]
+    assert [(r["status"], r["live"]) for r in rows] == [("complete", True), ("complete", False)]
+    # a reload that changes what only a restart can is refused, and changes nothing
+    d.daemon.reload_settings = lambda: token.model_copy(update={"roots": [str(tmp_path)]})
+    d.daemon.reload_requested = True
+    wait_for(lambda: not d.daemon.reload_requested, 10, "the reload")
+    assert d.daemon.settings.roots == d.settings.roots
+
+
+def test_versions_use_and_drop_through_the_running_daemon(
+    daemon: Running, root: Path, tmp_path: Path, capsys: Any
+) -> None:
+    """`mdindex versions use` while the daemon holds the store: the daemon
+    catches the old version up and switches to it while it answers; `drop`
+    then removes the other one."""
+    from mdindex.cli import main
+    from mdindex.versions import Catalog, version_of
+    from tests.faults.helpers import fresh_points
+
+    d = daemon
+    converges(d, tmp_path, root)
+    old = d.settings
+    token = old.model_copy(update={"strategy": "token"})
+    d.daemon.reload_settings = lambda: token
+    d.daemon.reload_requested = True
+    wait_for(lambda: Catalog.load(token).live == version_of(token), 30, "the switch")
+    (root / "while-token.md").write_text("# While\n\nWritten while the token version was live.\n")
+    state = ["--state-dir", str(old.state_dir), "--json"]
+
+    assert main(["versions", "use", version_of(old)[:8], *state]) == 0
+    assert json.loads(capsys.readouterr().out) == {"live": version_of(old)}
+    catalog = Catalog.load(old)
+    assert catalog.live == version_of(old)
+    assert catalog.pinned == {"fingerprint": version_of(old), "over": version_of(token)}
+    # the old version was caught up with what changed while it was not live
+    want = fresh_points(tmp_path, root, vectors=False)
+    wait_for(lambda: d.points() == want, 30, "the old version equal to the files")
+
+    assert main(["versions", "drop", *state]) == 0
+    assert json.loads(capsys.readouterr().out) == {"dropped": [version_of(token)]}
+    assert list(Catalog.load(old).versions) == [version_of(old)]
+    # the live one is refused, with exit 2
+    assert main(["versions", "drop", version_of(old), *state]) == 2
+    assert "is live" in capsys.readouterr().err

@@ -8,17 +8,21 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mdindex.runtime import state_path
-from mdindex.writer import CRASH_ENV, CRASH_POINTS
+from mdindex.versions import Catalog, reader_settings, version_of
+from mdindex.writer import CRASH_ENV, CRASH_POINTS, ROLLOUT_CRASH_POINTS
 from tests.conftest import (
     CORPUS,
     TinyEmbedder,
     assert_same,
     build_indexer,
+    rollout_for,
     run_backfill,
+    run_rollout,
     settings_for,
     stored_points,
 )
@@ -132,6 +136,85 @@ def test_kill_9_at_random_moments_then_one_clean_run(tmp_path: Path) -> None:
     assert result["chunks_embedded"] == len(needed - held), "re-embedded chunks the store held"
     assert killed >= runs // 2
     print(f"kill -9 runs: {killed} of {runs}; clean run embedded {result['chunks_embedded']}")
+
+
+def assert_live_is_complete(settings: Any, wanted: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """The catalog's live version is complete and holds exactly what a fresh
+    build of its settings holds: a search at this moment finds everything."""
+    catalog = Catalog.load(settings)
+    assert catalog.live is not None
+    assert catalog.versions[catalog.live].status == "complete"
+    assert_same(stored_points(reader_settings(settings), vectors=True), wanted[catalog.live])
+    return catalog.live
+
+
+@pytest.mark.parametrize("point", ["after_upsert@2", "after_commit@2", *ROLLOUT_CRASH_POINTS])
+def test_version_switch_crash_then_rerun_converges(tmp_path: Path, point: str) -> None:
+    """A build, the switch and the drop of the old version, killed at each point:
+    the live version is complete at every moment, and a re-run finishes the job."""
+    root = make_tree(tmp_path / "docs")
+    old = settings_for(tmp_path, [str(root)], keep_versions=0)
+    new = settings_for(tmp_path, [str(root)], keep_versions=0, strategy="token")
+    wanted = {
+        version_of(old): fresh_points(tmp_path, root),
+        version_of(new): fresh_points(tmp_path, root, strategy="token"),
+    }
+    run_rollout(old, TinyEmbedder())
+
+    def crashing_rollout() -> None:
+        os.environ[CRASH_ENV] = point
+        rollout_for(new, TinyEmbedder(), group_docs=1).backfill()
+
+    assert wait(fork(crashing_rollout)) == CRASHED
+    live = assert_live_is_complete(new, wanted)
+    switched = point in ("after_switch", "during_drop")
+    assert live == (version_of(new) if switched else version_of(old))
+    tiny = TinyEmbedder()
+    rerun = run_rollout(new, tiny)
+    assert rerun["errors"] == []
+    assert assert_live_is_complete(new, wanted) == version_of(new)
+    # the old version is gone (keep_versions = 0), its collection and state too
+    assert list(Catalog.load(new).versions) == [version_of(new)]
+    assert stored_points(old) == {} and not state_path(old).exists()
+    # the re-run embedded only what the crashed run had not stored
+    assert tiny.texts_embedded <= len({p["vector_key"] for p in wanted[version_of(new)].values()})
+    assert run_rollout(new, TinyEmbedder())["points_upserted"] == 0
+
+
+def test_kill_9_during_version_switches_never_leaves_an_incomplete_live_version(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL backfills that alternate between two settings at random moments:
+    after every kill the live version is complete; a clean run then converges."""
+    root = make_tree(tmp_path / "docs", docs=150)
+    pair = [
+        settings_for(tmp_path, [str(root)]),
+        settings_for(tmp_path, [str(root)], strategy="token"),
+    ]
+    wanted = {
+        version_of(pair[0]): fresh_points(tmp_path, root),
+        version_of(pair[1]): fresh_points(tmp_path, root, strategy="token"),
+    }
+    run_rollout(pair[0], TinyEmbedder())
+    rng = random.Random(20261201)
+    runs = 100 if LONG else 6
+    killed = 0
+    for i in range(runs):
+        s = pair[(i + 1) % 2]
+        pid = fork(lambda s=s: rollout_for(s, TinyEmbedder(), group_docs=8).backfill())
+        time.sleep(rng.uniform(0.05, 1.5))
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            pass
+        wait(pid)
+        assert_live_is_complete(s, wanted)
+    final = pair[runs % 2]
+    run_rollout(final, TinyEmbedder())
+    assert assert_live_is_complete(final, wanted) == version_of(final)
+    assert killed >= runs // 2
+    print(f"kill -9 during switches: {killed} of {runs}")
 
 
 @pytest.mark.parametrize("damage", ["delete", "truncate-empty", "truncate-half", "garbage", "wal"])

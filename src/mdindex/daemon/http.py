@@ -35,7 +35,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from mdindex.errors import MdindexError
+from mdindex.errors import ConfigError, MdindexError
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,7 @@ class Api:
         reconcile: Callable[[], dict[str, Any]],
         token: str,
         mcp: Any = None,
+        versions: Callable[[str, list[str]], dict[str, Any]] | None = None,
     ) -> None:
         self.metrics = metrics
         self.health = health
@@ -94,6 +95,7 @@ class Api:
         self.reconcile = reconcile
         self.token = token
         self.mcp = mcp  # a daemon.mcp_http.McpBridge, or None
+        self.versions = versions  # (action, fingerprints) -> result: `mdindex versions`
 
 
 def token_path(state_dir: Path, collection: str) -> Path:
@@ -178,6 +180,19 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if path == "/mcp":
             self._mcp()
+            return
+        if path == "/versions" and self.api.versions is not None:
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+            action = (query.get("action") or [""])[0]
+            if action not in ("use", "drop"):
+                self._json(400, {"error": "action must be use or drop"})
+                return
+            try:
+                self._json(200, self.api.versions(action, query.get("fingerprint", [])))
+            except ConfigError as exc:
+                self._json(400, {"error": str(exc)})
+            except MdindexError as exc:
+                self._json(503, {"error": str(exc)})
             return
         if path != "/reconcile":
             self._json(404, {"error": "not found"})

@@ -35,15 +35,25 @@ from mdindex.daemon.http import (
 from mdindex.daemon.mcp_http import McpBridge
 from mdindex.daemon.notify import Notifier
 from mdindex.daemon.watcher import Batch, Debouncer, Watcher
-from mdindex.errors import EXIT_OK, MdindexError, PruneRefused, StoreError, StoreMismatch
+from mdindex.errors import (
+    EXIT_OK,
+    ConfigError,
+    LockError,
+    MdindexError,
+    PruneRefused,
+    SpaceRefused,
+    StoreError,
+    StoreMismatch,
+)
 from mdindex.files import FileRef
 from mdindex.lock import WriterLock
 from mdindex.mcp_server import build_server
 from mdindex.models import Summary
-from mdindex.runtime import make_indexer
+from mdindex.rollout import IndexerFactory, Progress, Rollout
 from mdindex.search import Query
 from mdindex.status import fields
 from mdindex.sync import Hooks, Indexer
+from mdindex.versions import version_of
 
 log = logging.getLogger(__name__)
 
@@ -58,16 +68,23 @@ DIR_RESCAN_DELAY_S = 2.0
 # Store housekeeping waits for this long a lull after the last write.
 SETTLE_AFTER_S = 5.0
 SOCKET_PATH_MAX = 100
-
-
-# (settings, hooks=..., group_chars=...) -> the sync core
-IndexerFactory = Callable[..., Indexer]
+# A version switched away from is closed this long after, so a search that
+# took it just before the switch still finishes on it.
+RETIRE_AFTER_S = 5.0
 
 
 class Daemon:
-    def __init__(self, settings: Settings, indexer_factory: IndexerFactory = make_indexer) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        indexer_factory: IndexerFactory | None = None,
+        reload: Callable[[], Settings] | None = None,
+    ) -> None:
         self.settings = settings
-        self.indexer_factory = indexer_factory
+        self.reload_settings = reload  # SIGHUP: the settings read again
+        self.reload_requested = False
+        self.rollout_pending = False  # the versions' opening waits for the store
+        self.rollout = Rollout(settings, indexer_factory)
         self.roots = settings.root_list()
         self.should_exit = False
         self.exit_code = EXIT_OK
@@ -76,7 +93,18 @@ class Daemon:
         self.lock = WriterLock(settings.state_dir, settings.collection, "watch")
         self.watcher = Watcher(self.roots, settings.queue_size)
         self.debouncer = Debouncer(settings.quiet_period_ms / 1000)
-        self.indexer: Indexer | None = None
+        self.indexer: Indexer | None = None  # the live version's, which searches use
+        self.serving = ""  # its fingerprint
+        # A version the settings ask for, built beside the live one while idle.
+        self.build: Indexer | None = None
+        self.building = ""  # its fingerprint
+        self.building_now = False  # the main loop is inside a build step
+        self.build_blocked = ""  # why a build waits (the disk, a missing root)
+        self.build_retry_at = 0.0
+        self.build_siblings: list[Indexer] = []  # old versions it takes vectors from
+        self.build_embedded = 0  # chunks the build embedded so far
+        self.retired: list[tuple[Indexer, float]] = []  # switched away from, closing soon
+        self.versions: list[dict[str, Any]] = []  # for status, from the main thread
         self.servers: list[HttpServer] = []
         self.mcp: McpBridge | None = None
         self.socket_dir: Path | None = None  # a private folder for a socket path too long
@@ -97,6 +125,10 @@ class Daemon:
         # Reconciles asked for over HTTP (`mdindex backfill`, `status --wait`):
         # each waits on its event for the main loop to fill in the result.
         self.requests: queue.Queue[tuple[threading.Event, dict[str, Any]]] = queue.Queue()
+        # `mdindex versions use|drop` asked over HTTP: (done, action, fingerprints, result)
+        self.version_requests: queue.Queue[
+            tuple[threading.Event, str, list[str], dict[str, Any]]
+        ] = queue.Queue()
 
     # -- signals ---------------------------------------------------------
 
@@ -105,9 +137,13 @@ class Daemon:
             return
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.handle_exit)
+        signal.signal(signal.SIGHUP, self.handle_reload)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.should_exit = True
+
+    def handle_reload(self, sig: int, frame: FrameType | None) -> None:
+        self.reload_requested = True
 
     # -- lifecycle -------------------------------------------------------
 
@@ -127,13 +163,22 @@ class Daemon:
             if not root.path.is_dir():
                 raise PruneRefused(f"root {root.label!r}: {root.path} is not a folder")
         self.lock.acquire()
-        hooks = Hooks(
+        try:
+            self.rollout.open()
+        except StoreError as exc:
+            # the catalog alone says what to serve until the store answers
+            self.store_failed(exc)
+            self.rollout_pending = True
+        self.hooks = Hooks(
             on_progress=lambda n: self.ping(),
-            stop_requested=lambda: self.should_exit,
-            on_indexed=self.observe_latency,
+            stop_requested=self.stop_requested,
+            on_indexed=self.indexed,
         )
-        self.indexer = indexer = self.indexer_factory(
-            self.settings, hooks=hooks, group_chars=DAEMON_GROUP_CHARS
+        self.serving = self.rollout.live or self.rollout.target()
+        if self.rollout.live is None:
+            self.rollout.begin(self.serving)  # a first version: live once complete
+        self.indexer = indexer = self.rollout.indexer(
+            self.serving, hooks=self.hooks, group_chars=DAEMON_GROUP_CHARS
         )
         # Watch first, so nothing that changes during the reconcile is missed.
         self.watcher.start()
@@ -166,6 +211,7 @@ class Daemon:
             self.request_reconcile,
             token,
             mcp=self.mcp,
+            versions=self.request_versions,
         )
         path = socket_path(s.state_dir, s.collection)
         if len(os.fsencode(path)) >= SOCKET_PATH_MAX:  # sun_path is 108 bytes
@@ -195,13 +241,19 @@ class Daemon:
             if not self.check_observer():
                 return
             self.serve_requests()
+            self.serve_version_requests()
+            if self.reload_requested:
+                self.reload()
             if self.watcher.overflowed.is_set() or time.monotonic() >= self.next_rescan:
                 self.watcher.overflowed.clear()
                 self.reconcile("rescan")
                 continue
+            self.close_retired()
             batch = self.debouncer.ready()
             if batch:
                 self.process(batch)
+            elif self.build is not None and time.monotonic() >= self.build_retry_at:
+                self.build_step()
             elif self.settle_due and time.monotonic() - self.last_work >= SETTLE_AFTER_S:
                 self.settle()
             self.queue = (
@@ -220,10 +272,204 @@ class Daemon:
             self.mcp.stop()
         if self.socket_dir is not None:
             self.socket_dir.rmdir()
+        for indexer, _ in self.retired:
+            indexer.close()
+        if self.build is not None:
+            self.build.close()
+        for sibling in self.build_siblings:
+            sibling.close()
         if self.indexer is not None:
             self.indexer.close()
         self.lock.release()
         log.info("stopped")
+
+    # -- versions --------------------------------------------------------
+
+    def reload(self) -> None:
+        """Read the settings again (SIGHUP, `systemctl reload`): a change of the
+        index settings builds its version beside the live one, which goes on
+        answering. Roots, the store and the endpoints need a restart."""
+        self.reload_requested = False
+        if self.reload_settings is None:
+            return
+        try:
+            new = self.reload_settings()
+        except MdindexError as exc:
+            log.error("reload: %s; keeping the settings as they were", exc)
+            return
+        fixed = ("roots", "collection", "state_dir", "qdrant_url", "qdrant_path", "store")
+        changed = [k for k in fixed if getattr(new, k) != getattr(self.settings, k)]
+        if changed:
+            log.warning("reload: %s change only with a restart; ignored", ", ".join(changed))
+            new = new.model_copy(update={k: getattr(self.settings, k) for k in changed})
+        self.settings = new
+        self.rollout.settings = new
+        self.retarget()
+
+    def retarget(self) -> None:
+        """Build what the settings (or a rollback) ask for now, if it is not live."""
+        target = self.rollout.target()
+        log.info("the settings ask for version %s (live: %s)", target, self.serving)
+        if self.build is not None and self.building != target:
+            log.info("version %s is no longer asked for; its build stops", self.building)
+            self.build.close()
+            for sibling in self.build_siblings:
+                sibling.close()
+            self.build, self.building, self.build_siblings = None, "", []
+        self.build_blocked = ""
+        self.plan_build()
+        self.update_gauges()
+
+    def plan_build(self) -> None:
+        """Start building the version the settings ask for, when it is not live."""
+        target = self.rollout.target()
+        if target == self.serving or self.build is not None:
+            return
+        assert self.indexer is not None
+        self.close_retired(wait=False)  # a retired version may be the one asked for
+        try:
+            self.rollout.begin(target)
+            self.build_siblings = self.rollout.siblings(target, opened=[self.serving])
+            self.build = self.rollout.indexer(
+                target,
+                hooks=self.hooks,
+                group_chars=DAEMON_GROUP_CHARS,
+                siblings=[self.indexer, *self.build_siblings],
+            )
+        except (SpaceRefused, StoreError, LockError) as exc:
+            log.error("version %s cannot be built now: %s", target, exc)
+            self.build_blocked = str(exc)
+            for sibling in self.build_siblings:
+                sibling.close()
+            self.build_siblings = []
+            return
+        self.building = target
+        self.build_embedded = 0
+        log.info("serving version %s while version %s is built", self.serving, target)
+
+    def build_step(self) -> None:
+        """Go on building while nothing else waits; switch once it is complete."""
+        assert self.build is not None
+        if self.busy():
+            return
+        self.building_now = True
+        self.notify.status(self.status_line(f"building version {self.building}"))
+        try:
+            summary = self.build.backfill(prune=True, force=True)
+            self.metrics.embedded.inc(summary.chunks_embedded)
+            self.build_embedded += summary.chunks_embedded
+            if summary.interrupted:
+                return
+            self.rollout.complete(self.building, self.build, self.build_embedded)
+            self.rollout.switch(self.building, self.build.store)
+        except (PruneRefused, StoreError) as exc:
+            log.error("version %s: %s; trying again later", self.building, exc)
+            self.build_blocked = str(exc)
+            self.build_retry_at = time.monotonic() + STORE_RETRY_S
+            return
+        finally:
+            self.building_now = False
+        self.promote(self.build, self.building)
+        self.build, self.building, self.build_blocked = None, "", ""
+
+    def promote(self, indexer: Indexer, fp: str) -> None:
+        """Searches go to ``indexer`` from now on; the one before closes soon."""
+        old = self.indexer
+        indexer.release_siblings()
+        for sibling in self.build_siblings:
+            sibling.close()
+        self.build_siblings = []
+        self.indexer, self.serving = indexer, fp
+        if old is not None and old is not indexer:
+            self.retired.append((old, time.monotonic()))
+        self.settle_due = True
+        self.update_gauges()
+        self.notify.status(self.status_line("watching"))
+
+    def close_retired(self, wait: bool = True) -> None:
+        """Close versions switched away from a while ago (or now: not ``wait``),
+        then apply keep_versions."""
+        if not self.retired or (wait and time.monotonic() - self.retired[0][1] < RETIRE_AFTER_S):
+            return
+        for indexer, _ in self.retired:
+            indexer.close()
+        self.retired = []
+        try:
+            self.rollout.retain()
+        except StoreError as exc:
+            log.error("dropping old versions failed (tried again after the next switch): %s", exc)
+        self.update_gauges()
+
+    def request_versions(self, action: str, fingerprints: list[str]) -> dict[str, Any]:
+        """`versions use|drop` (HTTP thread), done on the main loop."""
+        done = threading.Event()
+        result: dict[str, Any] = {}
+        self.version_requests.put((done, action, fingerprints, result))
+        while not done.wait(1.0):
+            if self.should_exit:
+                raise StoreError("the daemon is stopping; nothing changed")
+        if "error" in result:
+            raise result["error"]
+        return result
+
+    def serve_version_requests(self) -> None:
+        while True:
+            try:
+                done, action, fingerprints, result = self.version_requests.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                result |= self.use(fingerprints) if action == "use" else self.drop(fingerprints)
+            except MdindexError as exc:
+                result["error"] = exc
+            done.set()
+
+    def use(self, fingerprints: list[str]) -> dict[str, Any]:
+        """Roll back (or forward): pin a complete version; it is caught up and
+        switched to like any build, while the live one answers."""
+        if len(fingerprints) != 1:
+            raise ConfigError("versions use: give one FINGERPRINT (see mdindex versions list)")
+        catalog = self.rollout.catalog
+        fp = catalog.find(fingerprints[0])
+        if catalog.versions[fp].status != "complete":
+            raise ConfigError(f"versions: {fp} is {catalog.versions[fp].status}, not complete")
+        own = version_of(self.settings)
+        catalog.pinned = None if fp == own else {"fingerprint": fp, "over": own}
+        catalog.commit()
+        self.retarget()
+        return {"live": self.serving, "target": fp}
+
+    def drop(self, fingerprints: list[str]) -> dict[str, Any]:
+        catalog = self.rollout.catalog
+        busy = {self.serving, self.building}
+        fps = [catalog.find(f) for f in fingerprints] or [
+            fp for fp in catalog.versions if fp not in busy | {self.rollout.target()}
+        ]
+        self.close_retired(wait=False)
+        for fp in fps:
+            if fp in busy or any(version_of(s.settings) == fp for s in self.build_siblings):
+                raise ConfigError(f"versions: {fp} is live or in use by a build; not dropped")
+            self.rollout.drop(fp)
+        self.update_gauges()
+        return {"dropped": fps}
+
+    def busy(self) -> bool:
+        """Something waits that comes before building: events, requests, a stop."""
+        self.drain(timeout=0)
+        return bool(
+            self.should_exit
+            or len(self.debouncer)
+            or not self.requests.empty()
+            or not self.version_requests.empty()
+            or self.watcher.overflowed.is_set()
+        )
+
+    def stop_requested(self) -> bool:
+        return self.should_exit or (self.building_now and self.busy())
+
+    def indexed(self, refs: list[FileRef]) -> None:
+        if not self.building_now:  # a build's writes are not what users wait for
+            self.observe_latency(refs)
 
     # -- work ------------------------------------------------------------
 
@@ -316,6 +562,8 @@ class Daemon:
         if why == "rescan":
             self.metrics.rescans.inc()
         try:
+            if self.rollout_pending:
+                self.open_rollout()
             summary = self.indexer.backfill(prune=True, force=False)
         except PruneRefused as exc:
             self.reconciling = False
@@ -334,7 +582,36 @@ class Daemon:
         self.files_seen = summary.files_seen
         self.account(summary)
         log.info("%s: %s", why, summary.line())
+        self.after_sync(summary)
         return summary
+
+    def open_rollout(self) -> None:
+        """The versions' opening (adoption, a crash's leftovers), once the store
+        answers; an adopted index is what is served from then on."""
+        self.rollout.open()
+        self.rollout_pending = False
+        live = self.rollout.live
+        if live is not None and live != self.serving:
+            indexer = self.rollout.indexer(live, hooks=self.hooks, group_chars=DAEMON_GROUP_CHARS)
+            self.promote(indexer, live)
+
+    def after_sync(self, summary: Summary) -> None:
+        """A first version is live once complete; any other the settings ask
+        for is built beside it."""
+        assert self.indexer is not None
+        if summary.interrupted:
+            return
+        try:
+            if self.serving != self.rollout.live:
+                self.rollout.complete(self.serving, self.indexer, summary.chunks_embedded)
+                self.rollout.switch(self.serving, self.indexer.store)
+            else:
+                self.rollout.record(self.serving, self.indexer)
+        except (PruneRefused, StoreError) as exc:
+            log.error("version %s: %s", self.serving, exc)
+            return
+        self.plan_build()
+        self.update_gauges()
 
     def process(self, batch: Batch) -> None:
         """Event handling: the paths a batch names go to the sync core."""
@@ -404,6 +681,10 @@ class Daemon:
         self.last_sync = self.indexer.last_sync()
         self.metrics.documents.set(self.documents)
         self.metrics.points.set(self.points)
+        progress = None
+        if self.build is not None:
+            progress = Progress(self.building, self.build.state.doc_count(), self.files_seen)
+        self.versions = self.rollout.rows(progress)
         self.metrics.healthy.set(1 if not self.unhealthy else 0)
 
     @property
@@ -444,7 +725,7 @@ class Daemon:
             caught_up = bool(self.request_reconcile(timeout=wait))
         waiting, oldest = self.queue
         data = fields(
-            self.settings,
+            self.indexer.settings,  # the live version's model and strategy
             # the engine's own report never waits for a busy store
             self.indexer.store_status(self.points),
             documents=self.documents,
@@ -454,8 +735,10 @@ class Daemon:
             phase=self.phase,
             reason=self.unhealthy,
             embedding=self.indexer.embedding_status(),
+            versions=self.versions,
         ) | {
             "daemon": True,
+            "build_blocked": self.build_blocked,
             "healthy": not self.unhealthy,
             "queue_paths": waiting,
             "oldest_wait_s": None if oldest is None else round(time.monotonic() - oldest, 3),
@@ -466,8 +749,8 @@ class Daemon:
         return data
 
 
-def run_daemon(settings: Settings) -> int:
-    return Daemon(settings).run()
+def run_daemon(settings: Settings, reload: Callable[[], Settings] | None = None) -> int:
+    return Daemon(settings, reload=reload).run()
 
 
 class _DaemonTools:

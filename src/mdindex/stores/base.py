@@ -135,6 +135,23 @@ class Store(Protocol):
         it may go on, and is asked often. False when it gave way unfinished."""
         ...
 
+    def drop(self) -> None:
+        """Delete the collection and everything in it."""
+        ...
+
+    def point_alias(self, alias: str) -> bool:
+        """Make ``alias`` name this collection, in one atomic step; False when
+        the engine has no aliases (the catalog then names the live version)."""
+        ...
+
+    def alias_target(self, alias: str) -> str | None:
+        """The collection ``alias`` names; None when none (or no aliases)."""
+        ...
+
+    def disk_bytes(self) -> int | None:
+        """Bytes the collection takes on this machine's disk; None for a server."""
+        ...
+
 
 class Scrolling:
     """What both stores build on their own scroll: every point, and one document's."""
@@ -298,6 +315,18 @@ def free_bytes(path: Path) -> int | None:
     except OSError:
         return None
     return stat.f_bavail * stat.f_frsize
+
+
+def folder_bytes(folder: Path) -> int:
+    """Disk blocks in use under ``folder``, in bytes (0 when it is missing)."""
+    total = 0
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except FileNotFoundError:
+                continue
+    return total
 
 
 def files_signature(folder: Path) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import shutil
 import subprocess
 import sys
 import time
@@ -44,6 +45,7 @@ from mdindex.stores.base import (
     SearchFilter,
     StoreQuery,
     files_signature,
+    folder_bytes,
     free_bytes,
     paged,
     sparse_of,
@@ -422,6 +424,26 @@ class EdgeStore(Scrolling):
         finally:
             self._retry.lock.release()
         return out
+
+    # -- versions ----------------------------------------------------------
+
+    def drop(self) -> None:
+        """Delete the collection: the shard folder goes."""
+        with self._retry.lock:
+            self.close()
+            if self.path.exists():
+                shutil.rmtree(self.path)
+            self._sparse = None
+
+    def point_alias(self, alias: str) -> bool:
+        """Edge has no aliases: the catalog alone names the live version."""
+        return False
+
+    def alias_target(self, alias: str) -> str | None:
+        return None
+
+    def disk_bytes(self) -> int | None:
+        return folder_bytes(self.path)
 
     # -- index building ----------------------------------------------------
 

@@ -7,10 +7,12 @@ qdrant-client's errors into mdindex's own.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import json
 import logging
 import sqlite3
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ from mdindex.stores.base import (
     Scrolling,
     SearchFilter,
     StoreQuery,
+    folder_bytes,
     paged,
     short,
     sparse_of,
@@ -41,6 +44,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# One local-mode folder is one QdrantClient (it locks the folder), however many
+# collections in it are open: the versions of a collection live side by side.
+_LOCAL_CLIENTS: dict[Path, tuple[QdrantClient, int]] = {}
+_LOCAL_LOCKS: dict[Path, threading.RLock] = {}
+
+
+@atexit.register
+def _close_local_clients() -> None:
+    """Clients a caller never closed, closed while the interpreter still can."""
+    for client, _ in list(_LOCAL_CLIENTS.values()):
+        try:
+            client.close()
+        except Exception as exc:  # exiting anyway
+            log.debug("closing qdrant client at exit: %s", exc)
+    _LOCAL_CLIENTS.clear()
 
 
 def _transient(exc: BaseException) -> bool:
@@ -124,6 +143,8 @@ class QdrantStore(Scrolling):
         self.cluster = cluster or ClusterSpec()
         self._client: QdrantClient | None = None
         self._retry = Retrier("qdrant", self.where, retry_budget_s, _transient, path)
+        if path is not None:  # local mode is not thread-safe: one lock per folder
+            self._retry.lock = _LOCAL_LOCKS.setdefault(path.resolve(), threading.RLock())
         self._sparse: bool | None = None  # the collection has the sparse vector; None: unread
 
     @property
@@ -180,8 +201,15 @@ class QdrantStore(Scrolling):
                 check_compatibility=False,
             )
         self.path.mkdir(parents=True, exist_ok=True)
+        key = self.path.resolve()
+        if key in _LOCAL_CLIENTS:
+            client, users = _LOCAL_CLIENTS[key]
+            _LOCAL_CLIENTS[key] = (client, users + 1)
+            return client
         try:
-            return QdrantClient(path=str(self.path))
+            client = QdrantClient(path=str(self.path))
+            _LOCAL_CLIENTS[key] = (client, 1)
+            return client
         except RuntimeError as exc:
             if "already accessed" not in str(exc):
                 raise StoreError(f"cannot open embedded store {self.path}: {exc}") from exc
@@ -201,7 +229,16 @@ class QdrantStore(Scrolling):
         return self.open()._client  # type: ignore[return-value]
 
     def close(self) -> None:
-        if self._client is not None:
+        if self._client is None:
+            return
+        with self._retry.lock:
+            if self.path is not None:
+                key = self.path.resolve()
+                _, users = _LOCAL_CLIENTS.pop(key, (None, 1))
+                if users > 1:  # another version in the folder still uses it
+                    _LOCAL_CLIENTS[key] = (self._client, users - 1)
+                    self._client = None
+                    return
             try:
                 self._client.close()
             except Exception as exc:  # closing must never mask the real outcome
@@ -523,3 +560,35 @@ class QdrantStore(Scrolling):
         """Nothing to do: qdrant-client's local mode has no index, and a server
         optimizes on its own."""
         return True
+
+    # -- versions ----------------------------------------------------------
+
+    def drop(self) -> None:
+        self._call("drop collection", lambda: self.client.delete_collection(self.collection))
+        self._sparse = None
+
+    def point_alias(self, alias: str) -> bool:
+        """One ``update_collection_aliases`` call: the old alias deleted and the
+        new one created together, so a reader never finds it missing. A legacy
+        collection of that name must have been moved away first."""
+        from qdrant_client import models as qm
+
+        ops: list[Any] = []
+        if self.alias_target(alias) is not None:
+            ops.append(qm.DeleteAliasOperation(delete_alias=qm.DeleteAlias(alias_name=alias)))
+        ops.append(
+            qm.CreateAliasOperation(
+                create_alias=qm.CreateAlias(collection_name=self.collection, alias_name=alias)
+            )
+        )
+        self._call("switch alias", lambda: self.client.update_collection_aliases(ops))
+        return True
+
+    def alias_target(self, alias: str) -> str | None:
+        aliases = self._call("aliases", lambda: self.client.get_aliases().aliases)
+        return next((a.collection_name for a in aliases if a.alias_name == alias), None)
+
+    def disk_bytes(self) -> int | None:
+        if self.path is None:
+            return None
+        return folder_bytes(self.path / "collection" / self.collection)

@@ -1,0 +1,357 @@
+"""Rollout: a settings change builds a version beside the live one, reusing its
+vectors, and switches in one step; rollback, retention, disk space, adoption.
+Both embedded engines, real stores; the last test runs the real model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mdindex import rollout as rollout_module
+from mdindex.cli import main
+from mdindex.config import Settings
+from mdindex.errors import ConfigError, PruneRefused, SpaceRefused
+from mdindex.runtime import make_models, make_store, state_path
+from mdindex.state import State
+from mdindex.stores import Store
+from mdindex.sync import Hooks, Indexer
+from mdindex.versions import Catalog, reader_settings, version_of
+from tests.conftest import (
+    TinyEmbedder,
+    assert_same,
+    rollout_for,
+    run_rollout,
+    settings_for,
+    stored_points,
+)
+from tests.faults.helpers import fresh_points
+
+ENGINES = ["edge", "client"]
+
+
+def live_points(settings: Settings) -> dict[str, dict[str, Any]]:
+    """What a search sees: the live version's points, with vectors."""
+    return stored_points(reader_settings(settings), vectors=True)
+
+
+def keys(points: dict[str, dict[str, Any]]) -> set[str]:
+    return {p["vector_key"] for p in points.values()}
+
+
+def alias_of(settings: Settings) -> str | None:
+    store = make_store(settings)
+    try:
+        return store.open().alias_target(settings.collection)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("store", ENGINES)
+def test_a_settings_change_is_built_beside_and_switched_to_when_complete(
+    docs_tree: Path, make_settings: Any, tmp_path: Path, store: str
+) -> None:
+    a = make_settings(docs_tree, store=store)
+    run_rollout(a, TinyEmbedder())
+    before = stored_points(a, vectors=True)
+    b = make_settings(docs_tree, store=store, strategy="token")
+    live_during_build: list[str | None] = []
+    hooks = Hooks(on_progress=lambda n: live_during_build.append(Catalog.load(b).live))
+
+    summary = rollout_for(b, TinyEmbedder()).backfill(hooks=hooks)
+
+    assert summary.files_changed == 3 and summary.errors == []
+    # the old version answered for the whole build; the new one only once complete
+    assert live_during_build and set(live_during_build) == {version_of(a)}
+    catalog = Catalog.load(b)
+    assert catalog.live == version_of(b)
+    assert {fp: v.status for fp, v in catalog.versions.items()} == {
+        version_of(a): "complete",
+        version_of(b): "complete",
+    }
+    assert_same(live_points(b), fresh_points(tmp_path, docs_tree, store=store, strategy="token"))
+    assert_same(stored_points(a, vectors=True), before)  # kept as it was, for a rollback
+    if store == "client":  # a real alias, switched in one call
+        assert alias_of(b) == make_store(b).collection
+    else:
+        assert alias_of(b) is None  # edge has none: the catalog names the live version
+
+
+@pytest.mark.parametrize("store", ENGINES)
+def test_vectors_are_reused_across_versions(
+    docs_tree: Path, make_settings: Any, tmp_path: Path, store: str
+) -> None:
+    (docs_tree / "long.md").write_text(
+        "# Long\n\n" + " ".join(f"word{i} and more text" for i in range(200)) + "\n"
+    )
+    a = make_settings(docs_tree, store=store, keep_versions=5)
+    run_rollout(a, TinyEmbedder())
+    held = keys(stored_points(a))
+
+    # a smaller max_tokens: only the long section's windows are new
+    b = make_settings(docs_tree, store=store, keep_versions=5, max_tokens=64)
+    tiny = TinyEmbedder()
+    result = run_rollout(b, tiny)
+    new = keys(live_points(b))
+    assert 0 < result["chunks_embedded"] == len(new - held) < len(new)
+    assert tiny.texts_embedded == len(new - held)
+
+    # the context prefix off: exactly the chunks whose embedded text changed
+    c = make_settings(docs_tree, store=store, keep_versions=5, prepend_context=False)
+    held |= new
+    result = run_rollout(c, TinyEmbedder())
+    assert result["chunks_embedded"] == len(keys(live_points(c)) - held)
+
+    # sparse vectors off: the same embedded texts, nothing dense embedded
+    d = make_settings(docs_tree, store=store, keep_versions=5, sparse_vectors=False)
+    tiny = TinyEmbedder()
+    assert run_rollout(d, tiny)["chunks_embedded"] == 0 and tiny.texts_embedded == 0
+    assert all(p["_sparse"] is None for p in live_points(d).values())
+    assert_same(
+        live_points(d), fresh_points(tmp_path, docs_tree, store=store, sparse_vectors=False)
+    )
+
+    # back to the first settings: that version is still there, nothing is embedded
+    tiny = TinyEmbedder()
+    result = run_rollout(a, tiny)
+    assert result["chunks_embedded"] == 0 and tiny.texts_embedded == 0
+    assert Catalog.load(a).live == version_of(a)
+    assert_same(live_points(a), fresh_points(tmp_path, docs_tree, store=store))
+
+
+@pytest.mark.parametrize("keep", [0, 1])
+def test_keep_versions_drops_what_it_does_not_keep(
+    docs_tree: Path, make_settings: Any, keep: int
+) -> None:
+    chain = [
+        make_settings(docs_tree, keep_versions=keep, **change)
+        for change in ({}, {"strategy": "token"}, {"prepend_context": False})
+    ]
+    for s in chain:
+        run_rollout(s, TinyEmbedder())
+    catalog = Catalog.load(chain[-1])
+    kept = [version_of(s) for s in chain[-1 - keep :]]
+    assert sorted(catalog.versions) == sorted(kept)
+    for s in chain:
+        fp = version_of(s)
+        assert state_path(s).exists() == (fp in kept)
+        assert bool(stored_points(s)) == (fp in kept)
+
+
+def test_use_rolls_back_pins_and_keeps_the_old_version_current(
+    docs_tree: Path, make_settings: Any, tmp_path: Path
+) -> None:
+    a = make_settings(docs_tree)
+    b = make_settings(docs_tree, strategy="token")
+    run_rollout(a, TinyEmbedder())
+    run_rollout(b, TinyEmbedder())
+
+    tiny = TinyEmbedder()
+    summary = rollout_for(b, tiny).use(version_of(a))
+    assert summary is not None and summary.chunks_embedded == 0
+    assert Catalog.load(b).live == version_of(a)
+
+    # settings unchanged (still b's): the rollback holds, and follows the files
+    (docs_tree / "guide" / "b.md").write_text("# Beta\n\nBeta text about cherries now.\n")
+    run_rollout(b, TinyEmbedder())
+    assert Catalog.load(b).live == version_of(a)
+    assert_same(live_points(b), fresh_points(tmp_path, docs_tree))
+
+    # other settings end the pin
+    c = make_settings(docs_tree, prepend_context=False)
+    run_rollout(c, TinyEmbedder())
+    catalog = Catalog.load(c)
+    assert catalog.live == version_of(c) and catalog.pinned is None
+
+
+def test_drop_refuses_the_live_version_and_removes_an_old_one(
+    docs_tree: Path, make_settings: Any
+) -> None:
+    a = make_settings(docs_tree)
+    b = make_settings(docs_tree, strategy="token")
+    run_rollout(a, TinyEmbedder())
+    run_rollout(b, TinyEmbedder())
+    rollout = rollout_for(b, TinyEmbedder())
+    with pytest.raises(ConfigError, match="is live"):
+        rollout.drop(version_of(b))
+    rollout.drop(version_of(a))
+    assert list(Catalog.load(b).versions) == [version_of(b)]
+    assert not state_path(a).exists() and stored_points(a) == {}
+    assert stored_points(b)
+
+
+def test_a_build_the_disk_cannot_hold_is_refused_before_it_starts(
+    docs_tree: Path, make_settings: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    a = make_settings(docs_tree)
+    run_rollout(a, TinyEmbedder())
+    before = Catalog.load(a).versions.keys()
+    monkeypatch.setattr(rollout_module, "free_bytes", lambda path: 1 << 20)
+    b = make_settings(docs_tree, strategy="token")
+    with pytest.raises(SpaceRefused, match="MB are free"):
+        run_rollout(b, TinyEmbedder())
+    assert Catalog.load(b).versions.keys() == before and not state_path(b).exists()
+    assert not make_store(b).disk_bytes()  # no collection made
+    # at the command line: exit 2, one line
+    argv = ["backfill", str(docs_tree), "--state-dir", str(a.state_dir), "--strategy", "token"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "mdindex versions drop" in err[0]
+    assert Catalog.load(a).live == version_of(a)
+
+
+def test_a_version_missing_most_documents_is_not_switched_to(
+    docs_tree: Path, make_settings: Any, tmp_path: Path
+) -> None:
+    """A root that is empty now (an unmounted disk) must not replace the index."""
+    a = make_settings(docs_tree)
+    run_rollout(a, TinyEmbedder())
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    b = make_settings(f"docs={empty}", strategy="token")
+    with pytest.raises(PruneRefused, match="not switching"):
+        run_rollout(b, TinyEmbedder())
+    assert Catalog.load(b).live == version_of(a)
+    assert live_points(b)
+
+
+def legacy_store(settings: Settings) -> Store:
+    """A collection named like the alias, as releases before versions made it."""
+    from mdindex.stores.edge import EdgeStore
+    from mdindex.stores.qdrant import QdrantStore
+
+    if settings.store == "edge":
+        return EdgeStore(settings.collection, path=settings.store_path / settings.collection)
+    return QdrantStore(settings.collection, path=settings.store_path)
+
+
+@pytest.mark.parametrize("store", ENGINES)
+def test_an_index_from_before_versions_is_adopted_without_embedding(
+    docs_tree: Path, make_settings: Any, tmp_path: Path, store: str
+) -> None:
+    s = make_settings(docs_tree, store=store)
+    build_legacy(s, TinyEmbedder())
+    legacy = legacy_store(s)
+    held = {pid: p for pid, p, _ in legacy_store(s).open().scroll(payload=True, with_vectors=False)}
+    legacy.close()
+
+    tiny = TinyEmbedder()
+    result = run_rollout(s, tiny)
+
+    assert result["chunks_embedded"] == 0 and tiny.texts_embedded == 0
+    assert result["points_upserted"] == 0  # the old state was adopted with its store
+    catalog = Catalog.load(s)
+    assert catalog.live == version_of(s) and list(catalog.versions) == [version_of(s)]
+    got = live_points(s)
+    assert got.keys() == held.keys()
+    assert_same(got, fresh_points(tmp_path, docs_tree, store=store))
+    assert not (s.state_dir / f"{s.collection}.sqlite3").exists()
+    if store == "edge":
+        assert not (s.store_path / s.collection).exists()
+    else:
+        assert alias_of(s) == make_store(s).collection  # the alias took the old name
+
+
+def build_legacy(settings: Settings, embedder: Any) -> dict[str, Any]:
+    """Index ``settings`` as a release before versions did: a collection named
+    like the alias, a state named like it; returns the summary."""
+    models = make_models(settings)
+    models.chunker.embed = embedder
+    state = State(settings.state_dir / f"{settings.collection}.sqlite3")
+    store = legacy_store(settings)
+    with Indexer(
+        settings, planner=models.planner, embedder=embedder, store=store, state=state
+    ) as old:
+        return old.backfill().as_dict()
+
+
+@pytest.mark.parametrize("store", ENGINES)
+def test_a_dense_only_index_from_before_versions_gains_sparse_vectors_without_embedding(
+    docs_tree: Path, make_settings: Any, tmp_path: Path, store: str
+) -> None:
+    """Adopted as what it is (no sparse vectors), then the settings' version,
+    with them, is built beside it from its vectors."""
+    build_legacy(make_settings(docs_tree, store=store, sparse_vectors=False), TinyEmbedder())
+    s = make_settings(docs_tree, store=store)
+    tiny = TinyEmbedder()
+    result = run_rollout(s, tiny)
+    assert result["chunks_embedded"] == 0 and tiny.texts_embedded == 0
+    catalog = Catalog.load(s)
+    dense = make_settings(docs_tree, store=store, sparse_vectors=False)
+    assert catalog.live == version_of(s) and set(catalog.versions) == {
+        version_of(s),
+        version_of(dense),
+    }
+    assert_same(live_points(s), fresh_points(tmp_path, docs_tree, store=store))
+    assert all(p["_sparse"] is not None for p in live_points(s).values())
+
+
+def test_a_legacy_index_of_another_model_is_adopted_as_that_model(
+    docs_tree: Path, make_settings: Any
+) -> None:
+    """The model its points name is the adopted version's, so the settings'
+    model gets a version of its own (it cannot reuse the other's vectors)."""
+    s = make_settings(docs_tree)
+    build_legacy(s, TinyEmbedder())
+    other = s.model_copy(update={"model": "sentence-transformers/some-other-model"})
+    rollout = rollout_for(other, TinyEmbedder())
+    live = rollout.catalog.versions[rollout.live or ""]
+    assert live.params["model"] == s.model and rollout.live == version_of(s)
+    assert rollout.target() == version_of(other) != rollout.live
+
+
+@pytest.mark.model
+def test_with_the_real_model_a_dense_only_legacy_index_gains_sparse_embedding_nothing(
+    tmp_path: Path, docs_tree: Path
+) -> None:
+    from mdindex.search import Query
+    from mdindex.search import search as run_search
+
+    dense_only = settings_for(tmp_path, [docs_tree], sparse_vectors=False)
+    models = make_models(dense_only)
+    first = build_legacy(dense_only, models.embedder)
+    assert first["chunks_embedded"] > 0
+    s = settings_for(tmp_path, [docs_tree])
+    second = rollout_for(s, models.embedder).backfill()
+    assert second.chunks_embedded == 0 and second.files_changed == first["files_changed"]
+    store = make_store(reader_settings(s)).open()
+    try:
+        assert store.has_sparse
+        hits = run_search(
+            models.embedder,
+            make_models(s).planner.sparse,
+            store,
+            Query("apples", k=1, mode="sparse"),
+        )
+        assert hits[0]["doc_path"] == "guide/a.md"
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("store", ENGINES)
+def test_with_the_real_model_switch_and_back_and_search(
+    docs_tree: Path, tmp_path: Path, store: str, capsys: Any
+) -> None:
+    state = str(tmp_path / "state")
+    common = ["--state-dir", state, "--store", store, "--json"]
+
+    def backfill(*extra: str) -> dict[str, Any]:
+        assert main(["backfill", str(docs_tree), *common, *extra]) == 0
+        return dict(json.loads(capsys.readouterr().out))
+
+    first = backfill()
+    token = backfill("--strategy", "token")
+    assert token["files_changed"] == 3 and token["chunks_embedded"] > 0
+    back = backfill()
+    assert back["files_changed"] == 0 and back["chunks_embedded"] == 0  # it was kept current
+    assert first["chunks_embedded"] > 0
+
+    assert main(["search", "apples", *common]) == 0
+    hits = json.loads(capsys.readouterr().out)
+    assert hits and hits[0]["strategy"] == "heading" and hits[0]["doc_path"] == "guide/a.md"
+    assert main(["versions", "list", *common]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["live"], r["status"]) for r in rows] == [(False, "complete"), (True, "complete")]
+    assert {r["settings"].split(", ")[1] for r in rows} == {"heading", "token"}

@@ -1,0 +1,121 @@
+"""Versions: fingerprints of the index settings, and the catalog that names the live one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mdindex.errors import ConfigError
+from mdindex.versions import (
+    Catalog,
+    Version,
+    index_params,
+    physical_name,
+    reader_settings,
+    version_of,
+    write_atomic,
+)
+from tests.conftest import settings_for
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"model": "another-model"},
+        {"strategy": "token"},
+        {"max_tokens": 100},
+        {"overlap_tokens": 8},
+        {"noise_sections": ["Contributors"]},
+        {"prepend_context": False},
+        {"sparse_vectors": False},
+    ],
+)
+def test_each_index_setting_makes_another_version(tmp_path: Path, change: dict) -> None:
+    base = settings_for(tmp_path, [])
+    assert version_of(settings_for(tmp_path, [], **change)) != version_of(base)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"base_url": "https://example.org"},  # payloads only: rewritten in place
+        {"url_style": "html"},
+        {"search_mode": "dense"},
+        {"batch_size": 7},
+        {"semantic_threshold": 0.2},  # not a heading chunker's parameter
+        {"keep_versions": 3},
+    ],
+)
+def test_settings_that_leave_points_and_vectors_keep_the_version(
+    tmp_path: Path, change: dict
+) -> None:
+    base = settings_for(tmp_path, [])
+    assert version_of(settings_for(tmp_path, [], **change)) == version_of(base)
+
+
+def test_semantic_parameters_count_under_the_semantic_chunker(tmp_path: Path) -> None:
+    a = settings_for(tmp_path, [], strategy="semantic")
+    b = settings_for(tmp_path, [], strategy="semantic", semantic_threshold=0.2)
+    assert version_of(a) != version_of(b)
+
+
+def test_a_versions_settings_come_back_from_its_params(tmp_path: Path) -> None:
+    token = settings_for(tmp_path, [], strategy="token", max_tokens=64, prepend_context=False)
+    heading = settings_for(tmp_path, [])
+    catalog = Catalog.load(heading)
+    fp = version_of(token)
+    catalog.versions[fp] = Version(physical_name("mdindex", fp), index_params(token))
+    back = catalog.settings_for(heading, fp)
+    assert version_of(back) == fp
+    assert (back.strategy, back.max_tokens, back.prepend_context) == ("token", 64, False)
+    assert back.state_dir == heading.state_dir  # everything else stays the settings'
+
+
+def test_catalog_round_trip_live_and_pin(tmp_path: Path) -> None:
+    s = settings_for(tmp_path, [])
+    old = settings_for(tmp_path, [], strategy="token")
+    catalog = Catalog.load(s)
+    assert catalog.live is None and catalog.target(s) == version_of(s)
+    fp = version_of(old)
+    catalog.versions[fp] = Version(physical_name("mdindex", fp), index_params(old), "complete")
+    catalog.live = fp
+    catalog.pinned = {"fingerprint": fp, "over": version_of(s)}
+    catalog.commit()
+    again = Catalog.load(s)
+    assert again.live == fp and again.versions[fp].status == "complete"
+    # the pin holds while the settings are those it was made over
+    assert again.target(s) == fp
+    other = settings_for(tmp_path, [], prepend_context=False)
+    assert again.target(other) == version_of(other)
+    # searches use the live version's settings
+    assert reader_settings(s).strategy == "token"
+
+
+def test_find_names_one_version_by_a_unique_prefix(tmp_path: Path) -> None:
+    s = settings_for(tmp_path, [])
+    catalog = Catalog.load(s)
+    for fp in ("abc123", "abd456"):
+        catalog.versions[fp] = Version(physical_name("mdindex", fp), index_params(s))
+    assert catalog.find("abc") == "abc123"
+    with pytest.raises(ConfigError, match="several"):
+        catalog.find("ab")
+    with pytest.raises(ConfigError, match="names no version"):
+        catalog.find("zzz")
+
+
+def test_an_unreadable_catalog_is_a_clear_error(tmp_path: Path) -> None:
+    s = settings_for(tmp_path, [])
+    s.state_dir.mkdir(parents=True)
+    (s.state_dir / "mdindex.versions.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=r"versions\.json is unreadable"):
+        Catalog.load(s)
+
+
+def test_write_atomic_leaves_the_file_whole_and_nothing_beside(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    write_atomic(path, {"a": 1})
+    write_atomic(path, {"a": 2})
+    assert json.loads(path.read_text()) == {"a": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["c.json"]
