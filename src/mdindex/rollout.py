@@ -62,6 +62,12 @@ log = logging.getLogger(__name__)
 SPACE_MARGIN = 1.2
 
 
+def remove_state(path: Path) -> None:
+    """A version's local state, with SQLite's files beside it."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
 @dataclass
 class Progress:
     """A build under way, for status."""
@@ -412,9 +418,7 @@ class Rollout:
         finally:
             store.close()
         crash_point("during_drop")
-        path = state_path(self.settings_for(fp))
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        remove_state(state_path(self.settings_for(fp)))
         del self.catalog.versions[fp]
         if self.catalog.pinned and self.catalog.pinned.get("fingerprint") == fp:
             self.catalog.pinned = None
@@ -440,9 +444,9 @@ class Rollout:
             self.begin(target)  # before anything of it exists
             # a new version holds nothing to prune: the document count decides
             prune, force = True, True
+        if dry_run:
+            return self._dry_run(target, live, hooks, prune, force)
         with self._indexers(target, live, hooks) as indexer:
-            if dry_run:
-                return indexer.backfill(dry_run=True, prune=prune, force=force)
             if run is not None:
                 summary = run(indexer, prune, force)
             else:
@@ -454,6 +458,16 @@ class Rollout:
             self.complete(target, indexer, summary.chunks_embedded)
         self.switch(target)
         self.retain()
+        return summary
+
+    def _dry_run(
+        self, target: str, live: str | None, hooks: Hooks | None, prune: bool, force: bool
+    ) -> Summary:
+        """What a backfill would do; a version not built yet leaves no state behind."""
+        with self._indexers(target, live, hooks) as indexer:
+            summary = indexer.backfill(dry_run=True, prune=prune, force=force)
+        if target not in self.catalog.versions:
+            remove_state(state_path(self.settings_for(target)))
         return summary
 
     @contextmanager
