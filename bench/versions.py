@@ -76,7 +76,7 @@ class Searcher(threading.Thread):
     def __init__(self, client: Any) -> None:
         super().__init__(daemon=True)
         self.client = client
-        self.log: list[tuple[float, str, str]] = []  # (time, outcome, strategy)
+        self.log: list[tuple[float, str, str, float]] = []  # (time, outcome, strategy, s)
         self.running = True
 
     def run(self) -> None:
@@ -84,21 +84,26 @@ class Searcher(threading.Thread):
         while self.running:
             q = urllib.parse.urlencode({"q": QUERIES[i % len(QUERIES)], "k": 5})
             i += 1
+            t = time.monotonic()
             try:
                 hits = self.client.ask(f"/search?{q}")
+                took = time.monotonic() - t
                 if hits:
-                    self.log.append((time.monotonic(), "answered", str(hits[0]["strategy"])))
+                    self.log.append((t, "answered", str(hits[0]["strategy"]), took))
                 else:
-                    self.log.append((time.monotonic(), "empty", ""))
+                    self.log.append((t, "empty", "", took))
             except Exception as exc:
-                self.log.append((time.monotonic(), "failed", repr(exc)[:80]))
+                self.log.append((t, "failed", repr(exc)[:80], time.monotonic() - t))
             time.sleep(0.05)
 
-    def between(self, t0: float, t1: float) -> dict[str, int]:
-        out = {"answered": 0, "failed": 0, "empty": 0}
-        for t, outcome, _ in self.log:
+    def between(self, t0: float, t1: float) -> dict[str, Any]:
+        out: dict[str, Any] = {"answered": 0, "failed": 0, "empty": 0}
+        took = sorted(s for t, _, _, s in self.log if t0 <= t <= t1)
+        for t, outcome, _, _ in self.log:
             if t0 <= t <= t1:
                 out[outcome] += 1
+        out["p50_ms"] = round(1000 * took[len(took) // 2]) if took else None
+        out["p95_ms"] = round(1000 * took[int(0.95 * (len(took) - 1))]) if took else None
         return out
 
 
@@ -141,6 +146,7 @@ def main() -> None:
 
     daemon = subprocess.Popen([sys.executable, "-m", "mdindex", "watch"], env=env)
     rows: list[dict[str, Any]] = []
+    idle: dict[str, Any] = {}
     try:
         deadline = time.monotonic() + 300
         client = None
@@ -156,7 +162,9 @@ def main() -> None:
             raise SystemExit("the daemon did not come up")
         searcher = Searcher(client)
         searcher.start()
-        time.sleep(3)
+        time.sleep(10)
+        idle = searcher.between(0, time.monotonic())
+        print(f"idle searches: p50 {idle['p50_ms']} ms, p95 {idle['p95_ms']} ms")
         for name, index in PHASES:
             held = set().union(
                 *(
@@ -179,13 +187,15 @@ def main() -> None:
             version = Catalog.load(settings()).versions[target]
             keys = vector_keys(state_path(settings()))
             counts = searcher.between(t0, time.monotonic())
-            strategies = {s for t, o, s in searcher.log if t >= switched + 1 and o == "answered"}
+            strategies = {s for t, o, s, _ in searcher.log if t >= switched + 1 and o == "answered"}
             rows.append(
                 {
                     "switch": name,
                     "answered": counts["answered"],
                     "failed": counts["failed"],
                     "empty": counts["empty"],
+                    "p50_ms": counts["p50_ms"],
+                    "p95_ms": counts["p95_ms"],
                     "switch_s": round(switched - t0, 1),
                     "embedded": version.embedded - before,
                     "cold_build": len(keys),
@@ -201,7 +211,8 @@ def main() -> None:
         daemon.wait(timeout=60)
 
     print(f"\nCPU: {cpu_identity().get('cpu')}; corpus {corpus} ({cold['files_seen']} files)")
-    print(f"cold build of the first version: {cold_s:.1f}s, {cold['chunks_embedded']} chunks\n")
+    print(f"cold build of the first version: {cold_s:.1f}s, {cold['chunks_embedded']} chunks")
+    print(f"searches with nothing else running: p50 {idle['p50_ms']} ms, p95 {idle['p95_ms']} ms\n")
     print(
         table(
             rows,
@@ -210,6 +221,8 @@ def main() -> None:
                 "answered",
                 "failed",
                 "empty",
+                "p50_ms",
+                "p95_ms",
                 "switch_s",
                 "embedded",
                 "cold_build",
@@ -225,7 +238,7 @@ def main() -> None:
     )
     write_json(
         "versions",
-        {"cpu": cpu_identity(), "cold_s": cold_s, "cold": cold, "switches": rows},
+        {"cpu": cpu_identity(), "cold_s": cold_s, "cold": cold, "idle": idle, "switches": rows},
     )
 
 

@@ -103,7 +103,7 @@ class Rollout:
     def settings_for(self, fp: str) -> Settings:
         return self.catalog.settings_for(self.settings, fp)
 
-    def models(self, settings: Settings, queries_only: bool = False) -> Models:
+    def models(self, settings: Settings) -> Models:
         """The models of a version's settings; one embedder per model, shared."""
         key = version_of(settings)
         if key not in self._models:
@@ -111,9 +111,7 @@ class Rollout:
                 (m.embedder for m in self._models.values() if m.settings.model == settings.model),
                 None,
             )
-            self._models[key] = make_models(
-                settings, queries_only=queries_only, embedder=same_model
-            )
+            self._models[key] = make_models(settings, embedder=same_model)
         return self._models[key]
 
     def indexer(

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from mdindex.runtime import state_path
+from mdindex.runtime import make_store, state_path
 from mdindex.versions import Catalog, reader_settings, version_of
 from mdindex.writer import CRASH_ENV, CRASH_POINTS, ROLLOUT_CRASH_POINTS
 from tests.conftest import (
@@ -144,7 +144,16 @@ def assert_live_is_complete(settings: Any, wanted: dict[str, dict[str, dict[str,
     catalog = Catalog.load(settings)
     assert catalog.live is not None
     assert catalog.versions[catalog.live].status == "complete"
-    assert_same(stored_points(reader_settings(settings), vectors=True), wanted[catalog.live])
+    live = reader_settings(settings)
+    assert_same(stored_points(live, vectors=True), wanted[catalog.live])
+    store = make_store(live)
+    try:  # where there are aliases (client), the alias names a complete version
+        named = store.open().alias_target(settings.collection)
+    finally:
+        store.close()
+    if named is not None:
+        complete = {v.collection for v in catalog.versions.values() if v.status == "complete"}
+        assert named in complete
     return catalog.live
 
 
