@@ -365,7 +365,9 @@ class Daemon:
         except (PruneRefused, StoreError) as exc:
             log.error("version %s: %s; trying again later", self.building, exc)
             self.build_blocked = str(exc)
-            self.build_retry_at = time.monotonic() + STORE_RETRY_S
+            # a store error may pass soon; a missing root waits for the next rescan
+            wait = STORE_RETRY_S if isinstance(exc, StoreError) else self.settings.rescan_interval_s
+            self.build_retry_at = time.monotonic() + wait
             return
         finally:
             self.building_now = False
