@@ -42,7 +42,7 @@ from mdindex.search import Query, parse_where, search
 from mdindex.status import offline_status
 from mdindex.sync import Hooks, Indexer
 from mdindex.verify import verify
-from mdindex.versions import reader_settings
+from mdindex.versions import Catalog, reader_settings
 
 log = logging.getLogger("mdindex")
 
@@ -238,7 +238,7 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError("--ray-address: give --ray too")
     daemon = find_daemon(settings, required=False) if not args.ray else None
     if daemon is not None:
-        return _backfill_through_daemon(args, daemon)
+        return _backfill_through_daemon(args, daemon, settings)
     bar = _progress(args)
     hooks = Hooks(on_progress=(lambda n: bar.update(1)) if bar is not None else None)
     run = None
@@ -270,11 +270,22 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_PARTIAL if summary.errors else EXIT_OK
 
 
-def _backfill_through_daemon(args: argparse.Namespace, daemon: DaemonClient) -> int:
+def _backfill_through_daemon(
+    args: argparse.Namespace, daemon: DaemonClient, settings: Settings
+) -> int:
     """The daemon holds the store: ask it to reconcile and report its summary."""
     if args.dry_run or args.no_prune or args.force:
         raise LockError(
             "the watch daemon holds the store; --dry-run, --no-prune and --force need it stopped"
+        )
+    rows = daemon.ask("/status").get("versions") or []
+    theirs = next((r["fingerprint"] for r in rows if r.get("target")), None)
+    wanted = Catalog.load(settings).target(settings)  # a rollback pin counts
+    if theirs is not None and theirs != wanted:
+        raise LockError(
+            f"the watch daemon holds the store and keeps version {theirs}; these settings ask "
+            f"for {wanted}: put them in its config and reload it "
+            "(systemctl reload mdindex, or kill -HUP its pid), or stop it first"
         )
     log.info("the watch daemon holds the store; asking it to reconcile")
     data = daemon.ask("/reconcile", post=True)

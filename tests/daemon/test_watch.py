@@ -521,6 +521,12 @@ def test_versions_use_and_drop_through_the_running_daemon(
     want = fresh_points(tmp_path, root, vectors=False)
     wait_for(lambda: d.points() == want, 30, "the old version equal to the files")
 
+    # a backfill asking the daemon for other settings is refused: it says how
+    assert main(["backfill", str(root), "--strategy", "semantic", *state]) == 2
+    assert "reload it" in capsys.readouterr().err
+    assert main(["backfill", str(root), *state]) == 0  # the daemon's own: a reconcile
+    assert json.loads(capsys.readouterr().out)["errors"] == []
+
     assert main(["versions", "drop", *state]) == 0
     assert json.loads(capsys.readouterr().out) == {"dropped": [version_of(token)]}
     assert list(Catalog.load(old).versions) == [version_of(old)]
