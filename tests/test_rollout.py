@@ -232,6 +232,9 @@ def test_a_version_missing_most_documents_is_not_switched_to(
         run_rollout(b, TinyEmbedder())
     assert Catalog.load(b).live == version_of(a)
     assert live_points(b)
+    # unless that is what is meant
+    run_rollout(b, TinyEmbedder(), force=True)
+    assert Catalog.load(b).live == version_of(b) and live_points(b) == {}
 
 
 def legacy_store(settings: Settings) -> Store:
@@ -372,3 +375,7 @@ def test_with_the_real_model_switch_and_back_and_search(
     rows = json.loads(capsys.readouterr().out)
     assert [(r["live"], r["status"]) for r in rows] == [(False, "complete"), (True, "complete")]
     assert {r["settings"].split(", ")[1] for r in rows} == {"heading", "token"}
+    assert main(["status", str(docs_tree), *common]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["strategy"] == "heading" and status["caught_up"]
+    assert [r["live"] for r in status["versions"]] == [False, True]

@@ -438,6 +438,7 @@ class Rollout:
         build it beside the live one (which goes on answering) and switch to it
         once complete. ``run(indexer, prune, force)`` does the sync when given (Ray)."""
         target, live = self.target(), self.live
+        switch_anyway = force  # a version with far fewer documents than the live one
         if target != live and not dry_run:
             self.begin(target)  # before anything of it exists
             # a new version holds nothing to prune: the document count decides
@@ -453,7 +454,7 @@ class Rollout:
             if target == live:
                 self.record(target, indexer)
                 return summary
-            self.complete(target, indexer, summary.chunks_embedded)
+            self.complete(target, indexer, summary.chunks_embedded, force=switch_anyway)
         self.switch(target)
         self.retain()
         return summary
