@@ -117,3 +117,30 @@ def test_heading_chunks_carry_their_ids_to_the_embedder(
         indexer.close()
     assert summary.chunks_embedded > 0
     assert embedder.texts_pretokenized == summary.chunks_embedded
+
+
+def test_a_query_is_answered_between_the_batches_of_a_long_embedding(
+    real_embedder: ModelEmbedder,
+) -> None:
+    """A search in the daemon's HTTP thread embeds its query while the main
+    thread embeds a build's documents: it waits for one batch, not the group."""
+    import threading
+
+    texts = [f"Document {i} tells a longer story about item {i} and its parts." for i in range(960)]
+    real_embedder.embed(texts[:64])  # loaded and warm
+    group_done = threading.Event()
+    started = threading.Event()
+
+    def group() -> None:
+        started.set()
+        real_embedder.embed(texts)  # 15 batches
+        group_done.set()
+
+    worker = threading.Thread(target=group)
+    worker.start()
+    started.wait()
+    vector = real_embedder.embed_query("what does item 7 consist of")
+    answered_first = not group_done.is_set()
+    worker.join()
+    assert answered_first, "the query waited for the whole group"
+    assert abs(float(np.linalg.norm(vector)) - 1.0) < 1e-3

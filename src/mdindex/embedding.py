@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,7 +213,9 @@ class ModelEmbedder:
         self._wrap: tuple[list[int], list[int]] | None = None
         self.texts_pretokenized = 0
         self._lock = threading.Lock()
-        self._encode_lock = threading.Lock()
+        self._encode_lock = threading.Lock()  # one forward of the model at a time
+        self._queries_lock = threading.Lock()
+        self._queries_waiting = 0  # queries that want the model next
         self.texts_embedded = 0
 
     @property
@@ -440,15 +443,14 @@ class ModelEmbedder:
         (fp32) then rank as the daemon's do. bf16 query vectors gave a different
         top-10 set for 3.5 % of 200 queries (bench/cold_search.py)."""
         self.load()
+        engine: Engine | None = self._engine
         if isinstance(self._engine, TorchEngine) and self._engine.precision == "bf16":
-            engine = self._fp32_engine
-            if engine is None:
-                engine = self._fp32_engine = TorchEngine(
+            if self._fp32_engine is None:
+                self._fp32_engine = TorchEngine(
                     self._engine.model, self.device, "fp32", self._features
                 )
-            vector: NDArray[np.float32] = self._run(engine, [text], None)[0]
-        else:
-            vector = self.embed([text])[0]
+            engine = self._fp32_engine
+        vector: NDArray[np.float32] = self._run(engine, [text], None, query=True)[0]
         return vector
 
     def embed(
@@ -466,14 +468,15 @@ class ModelEmbedder:
         engine: Engine | None,
         texts: Sequence[str],
         token_ids: Sequence[list[int] | None] | None,
+        query: bool = False,
     ) -> NDArray[np.float32]:
         import numpy as np
 
         try:
-            with self._encode_lock:
-                if engine is not None and self._tokenizer is not None:
-                    vectors = self._forward(engine, self._tokenizer, texts, token_ids)
-                else:
+            if engine is not None and self._tokenizer is not None:
+                vectors = self._forward(engine, self._tokenizer, texts, token_ids, query)
+            else:
+                with self._encode_lock:
                     vectors = self._encode(self.model(), self.precision, texts)
         except Exception as exc:
             raise EmbeddingError(f"embedding failed: {exc}") from exc
@@ -508,6 +511,7 @@ class ModelEmbedder:
         tokenizer: Tokenizer,
         texts: Sequence[str],
         known: Sequence[list[int] | None] | None,
+        query: bool = False,
     ) -> NDArray[np.float32]:
         import numpy as np
 
@@ -520,12 +524,32 @@ class ModelEmbedder:
         for lo in range(0, len(order), self.batch_size):
             rows = order[lo : lo + self.batch_size]
             ids, mask = pad([rows_ids[i] for i in rows])
-            emb = engine(ids, mask)
+            emb = self._batch(engine, ids, mask, query)
             if out is None:
                 out = np.zeros((len(texts), emb.shape[1]), dtype=np.float32)
             out[rows] = emb
         assert out is not None
         return out
+
+    def _batch(
+        self, engine: Engine, ids: NDArray[np.int64], mask: NDArray[np.int64], query: bool
+    ) -> NDArray[np.float32]:
+        """One forward at a time, and a query first: a search in the daemon's
+        HTTP thread waited behind a whole group of a build's documents (p95
+        2.4 s against 22 ms idle, bench/versions.py); now behind one batch."""
+        if query:
+            with self._queries_lock:
+                self._queries_waiting += 1
+            try:
+                with self._encode_lock:
+                    return engine(ids, mask)
+            finally:
+                with self._queries_lock:
+                    self._queries_waiting -= 1
+        while self._queries_waiting:  # a query is waiting for the model: it goes first
+            time.sleep(0.001)
+        with self._encode_lock:
+            return engine(ids, mask)
 
     def _token_rows(
         self, tokenizer: Tokenizer, texts: Sequence[str], known: Sequence[list[int] | None] | None
