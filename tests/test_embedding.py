@@ -126,14 +126,14 @@ def test_a_query_is_answered_between_the_batches_of_a_long_embedding(
     thread embeds a build's documents: it waits for one batch, not the group."""
     import threading
 
-    texts = [f"Document {i} tells a longer story about item {i} and its parts." for i in range(960)]
+    texts = [f"Document {i} tells a longer story about item {i} and its parts." for i in range(512)]
     real_embedder.embed(texts[:64])  # loaded and warm
     group_done = threading.Event()
     started = threading.Event()
 
     def group() -> None:
         started.set()
-        real_embedder.embed(texts)  # 15 batches
+        real_embedder.embed(texts)  # 8 batches
         group_done.set()
 
     worker = threading.Thread(target=group)
