@@ -115,8 +115,8 @@ def test_kill_9_at_random_moments_then_one_clean_run(tmp_path: Path) -> None:
     root = CORPUS if CORPUS.is_dir() else make_tree(tmp_path / "docs", docs=300)
     s = settings_for(tmp_path, [str(root)])
     rng = random.Random(20261130)
-    # 6 moments in CI (each about 4 s); MDINDEX_FAULTS=long tries 100
-    runs = 100 if LONG else 6
+    # 4 moments in CI (each about 4 s); MDINDEX_FAULTS=long tries 100
+    runs = 100 if LONG else 4
     killed = 0
     for _ in range(runs):
         pid = fork(lambda: run_backfill(s, TinyEmbedder()))
@@ -206,7 +206,7 @@ def test_kill_9_during_version_switches_never_leaves_an_incomplete_live_version(
     }
     run_rollout(pair[0], TinyEmbedder())
     rng = random.Random(20261201)
-    runs = 100 if LONG else 6
+    runs = 100 if LONG else 4
     killed = 0
     for i in range(runs):
         s = pair[(i + 1) % 2]
