@@ -47,6 +47,20 @@ def wait(pid: int, timeout: float = 120) -> int:
     raise AssertionError("child did not finish in time")
 
 
+def kill_at_random(fn: Callable[[], Any], rng: Any, latest_s: float) -> bool:
+    """Run ``fn`` in a forked child and SIGKILL it at a random moment up to
+    ``latest_s``; True when it was still running to be killed."""
+    pid = fork(fn)
+    time.sleep(rng.uniform(0.05, latest_s))
+    try:
+        os.kill(pid, signal.SIGKILL)
+        killed = True
+    except ProcessLookupError:
+        killed = False
+    wait(pid)
+    return killed
+
+
 def fresh_points(
     tmp_path: Path, root: Path, vectors: bool = True, **overrides: Any
 ) -> dict[str, dict[str, Any]]:

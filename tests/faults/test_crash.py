@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import threading
 import time
 from pathlib import Path
@@ -27,7 +26,15 @@ from tests.conftest import (
     stored_points,
 )
 from tests.daemon.test_watch import Running, converges
-from tests.faults.helpers import LONG, fork, fresh_points, make_tree, mutate, wait
+from tests.faults.helpers import (
+    LONG,
+    fork,
+    fresh_points,
+    kill_at_random,
+    make_tree,
+    mutate,
+    wait,
+)
 
 CRASHED = 86  # what crash_point() exits with
 
@@ -119,14 +126,7 @@ def test_kill_9_at_random_moments_then_one_clean_run(tmp_path: Path) -> None:
     runs = 100 if LONG else 4
     killed = 0
     for _ in range(runs):
-        pid = fork(lambda: run_backfill(s, TinyEmbedder()))
-        time.sleep(rng.uniform(0.05, 2.5))
-        try:
-            os.kill(pid, signal.SIGKILL)
-            killed += 1
-        except ProcessLookupError:
-            pass
-        wait(pid)
+        killed += kill_at_random(lambda: run_backfill(s, TinyEmbedder()), rng, 2.5)
     held = {p["vector_key"] for p in stored_points(s).values()}
     tiny = TinyEmbedder()
     result = run_backfill(s, tiny)
@@ -210,14 +210,9 @@ def test_kill_9_during_version_switches_never_leaves_an_incomplete_live_version(
     killed = 0
     for i in range(runs):
         s = pair[(i + 1) % 2]
-        pid = fork(lambda s=s: rollout_for(s, TinyEmbedder(), group_docs=8).backfill())
-        time.sleep(rng.uniform(0.05, 1.5))
-        try:
-            os.kill(pid, signal.SIGKILL)
-            killed += 1
-        except ProcessLookupError:
-            pass
-        wait(pid)
+        killed += kill_at_random(
+            lambda s=s: rollout_for(s, TinyEmbedder(), group_docs=8).backfill(), rng, 1.5
+        )
         assert_live_is_complete(s, wanted)
     final = pair[runs % 2]
     run_rollout(final, TinyEmbedder())
