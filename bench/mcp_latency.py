@@ -94,7 +94,7 @@ def main() -> None:
     )
     daemon = subprocess.Popen([*mdindex, "watch", str(corpus)], env=env, stderr=subprocess.DEVNULL)
     try:
-        from mdindex.cli import find_daemon
+        from mdindex.client import find_daemon
         from mdindex.config import load_settings
 
         settings = load_settings(

@@ -116,7 +116,7 @@ def main() -> None:
     args = ap.parse_args()
     offline()
     from mdindex.calibration import cpu_identity
-    from mdindex.cli import find_daemon
+    from mdindex.client import find_daemon
     from mdindex.config import load_settings
     from mdindex.errors import StoreUnavailable
     from mdindex.runtime import state_path

@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--quiet-ms", type=int, default=300)
     args = ap.parse_args()
     offline()
-    from mdindex.cli import find_daemon
+    from mdindex.client import find_daemon
     from mdindex.config import load_settings
     from mdindex.lock import lock_path, read_holder
 

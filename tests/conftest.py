@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -79,6 +80,17 @@ class TinyEmbedder:
 
     def describe(self) -> dict[str, Any]:
         return {"name": "tiny", "reason": "a test's deterministic embedder"}
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """`mdindex.cli.main` points the root logger at the sys.stderr of its call,
+    which pytest replaces per test: later tests must not log to a closed one."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

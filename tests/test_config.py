@@ -105,3 +105,10 @@ def test_an_index_built_on_client_stays_there_unless_a_store_is_named(tmp_path: 
     assert load_settings({"state_dir": str(state), "collection": "wiki"}).store == "edge"
     (state / "edge" / "mdindex").mkdir(parents=True)  # after `mdindex migrate --to edge`
     assert load_settings({"state_dir": str(state)}).store == "edge"
+
+
+def test_credentials_are_masked_up_to_the_last_at() -> None:
+    """Issue 23, defect 13: `http://alice:hunter2@secret@host` showed as `***@secret@host`."""
+    assert redact("http://alice:hunter2@secret@host:6333/x") == "http://***@host:6333/x"
+    assert redact("at http://u:p@h/a@b and https://h2/x") == "at http://***@h/a@b and https://h2/x"
+    assert redact("https://host:6333") == "https://host:6333"

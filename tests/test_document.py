@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+import math
 import time
 
 import pytest
@@ -9,10 +11,13 @@ from mdindex.document import (
     document_url,
     github_slug,
     parse_document,
+    payload_meta,
     read_bytes,
     split_frontmatter,
+    text_digest,
 )
 from mdindex.errors import BinaryFile, DecodeError, FileTooLarge, UnreadableFile
+from mdindex.models import digest
 
 
 def test_decode_strips_bom_and_normalises_newlines() -> None:
@@ -127,3 +132,89 @@ def test_ten_thousand_headings_parse_in_bounded_time() -> None:
     assert time.perf_counter() - t < 20
     assert len(doc.headings) == 10_000
     assert doc.headings[-1].anchor == "heading-9999"
+
+
+def test_duplicate_headings_are_linear() -> None:
+    """Issue 23, defect 11: a 50 KB file of `# a` lines took 11.8 s to chunk (the
+    anchor de-duplication started from suffix 0 for every heading)."""
+    text = "# a\n" * 12_500 + "# a-3\n# a-1\n# a\n"
+    started = time.perf_counter()
+    doc = parse_document(text, "dupes.md")
+    assert time.perf_counter() - started < 2
+    anchors = [h.anchor for h in doc.headings]
+    # the anchors GitHub gives: the smallest free suffix, as before
+    assert anchors[:4] == ["a", "a-1", "a-2", "a-3"]
+    assert anchors[-3:] == ["a-3-1", "a-1-1", "a-12500"]
+    assert len(set(anchors)) == len(anchors)
+
+
+@pytest.mark.parametrize(
+    ("yaml", "meta", "problem"),
+    [
+        # defect 1: 130 levels bricked qdrant-edge's WAL; 8 levels are kept, deeper is text
+        ("tags: " + "[" * 130 + "]" * 130, None, "nested over 8 levels"),
+        ("a: [[[[[[[1]]]]]]]", {"a": [[[[[[[1]]]]]]]}, None),
+        ("a: [[[[[[[[1]]]]]]]]", {"a": [[[[[[["[1]"]]]]]]]}, "nested over 8 levels"),
+        # defect 2: NaN and infinities crashed every backfill on edge
+        ("w: .nan\nx: .inf\ny: -.inf\nz: 1.5", {"z": 1.5}, "not a finite number"),
+        (
+            "big: 123456789012345678901234567890",
+            {"big": "123456789012345678901234567890"},
+            "64 bits",
+        ),
+        ("s: !!set {b, a}", {"s": ["a", "b"]}, None),
+        ("d: 2024-01-02\nt: 2001-12-14t21:59:43.10-05:00", None, None),
+        ("1: one\n'1': again", {"1": "again"}, "given twice"),
+        ("k: " + "x" * 20_000, {"k": "x" * 16_384}, "over 16384 characters"),
+    ],
+)
+def test_frontmatter_becomes_values_every_store_reads_back(
+    yaml: str, meta: dict | None, problem: str | None
+) -> None:
+    got, _, warnings = split_frontmatter(f"---\n{yaml}\n---\n# Body\n")
+    if meta is not None:
+        assert got == meta
+    assert depth(got) <= 8 and finite(got)
+    if problem is None:
+        assert warnings == []
+    else:
+        assert any(problem in w for w in warnings), warnings
+    json.dumps(got, allow_nan=False).encode("utf-8")
+
+
+def test_frontmatter_with_lone_surrogates_and_many_keys() -> None:
+    data = {"a": "\ud83dx", **{f"k{i}": i for i in range(600)}}
+    meta, problems = payload_meta(data)
+    assert meta["a"] == "?x" and len(meta) == 512
+    assert any("surrogates" in p for p in problems) and any("past the first" in p for p in problems)
+    json.dumps(meta).encode("utf-8")
+
+
+def depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max((depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((depth(v) for v in value), default=0)
+    return 0
+
+
+def finite(value: object) -> bool:
+    if isinstance(value, dict):
+        return all(finite(v) for v in value.values())
+    if isinstance(value, list):
+        return all(finite(v) for v in value)
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+def test_text_digest_streams_what_decode_gives(tmp_path) -> None:
+    path = tmp_path / "f.md"
+    for data in (
+        "\ufeffa\r\nb\rc\n".encode(),
+        b"x" * (1 << 20) + b"\r\n" + "é".encode() * 600_000 + b"\r",  # CRLF across a piece
+        b"",
+    ):
+        path.write_bytes(data)
+        assert text_digest(path, 10**8) == digest(decode(data))
+    path.write_bytes(b"ok\xff")
+    with pytest.raises(DecodeError):
+        text_digest(path, 10**8)

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import re
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mdindex.config import load_settings
-from mdindex.mcp_server import read_document, resolve_document
-from tests.conftest import TinyEmbedder, run_backfill, settings_for
+from mdindex.mcp_server import MAX_READ_BYTES, locate_document, mark_stale, read_document
+from mdindex.models import digest
+from tests.conftest import TinyEmbedder, run_backfill, run_rollout, settings_for
 
 
 def write(root: Path, rel: str, text: str) -> None:
@@ -36,33 +42,162 @@ def notes(tmp_path: Path) -> Path:
     return root
 
 
-def test_reads_are_confined_to_the_roots(tmp_path: Path, notes: Path) -> None:
-    s = settings_for(tmp_path, [notes])
-    roots = s.root_list()
-    assert (
-        resolve_document(roots, "notes", "guide/keys.md", False)
-        == (notes / "guide/keys.md").resolve()
-    )
+def test_reads_are_confined_to_indexed_documents(tmp_path: Path, notes: Path) -> None:
+    """Issue 23, defect 4: `read` served `.env`, `.git/config`, excluded and .txt files."""
+    s = settings_for(tmp_path, [notes], exclude=["private/**"])
+    (notes / ".env").write_text("TOKEN=hunter2\n")
+    (notes / ".git").mkdir()
+    (notes / ".git" / "config").write_text('[remote "origin"]\nurl = https://tok@host/x\n')
+    (notes / "private").mkdir()
+    (notes / "private" / "plan.md").write_text("# Plan\n\nExcluded from the index.\n")
+    (notes / "todo.txt").write_text("not markdown\n")
+    write(notes, "later.md", "# Later\n\nWritten after the backfill.\n")
+    run_backfill(s, TinyEmbedder())
+    (notes / "later.md").rename(notes / "later.md.bak")
+    write(notes, "unindexed.md", "# New\n\nNot indexed yet.\n")
+    assert locate_document(s, "notes", "guide/keys.md").path == notes / "guide/keys.md"
     for bad, reason in [
+        (".env", "not an indexed document"),
+        (".git/config", "not an indexed document"),
+        ("private/plan.md", "not an indexed document"),
+        ("todo.txt", "not an indexed document"),
+        ("unindexed.md", "not an indexed document"),
+        ("later.md", "no such document"),
         ("../secret.md", "without . or .. parts"),
         ("guide/../../secret.md", "without . or .. parts"),
         (str(tmp_path / "secret.md"), "must be relative"),
-        ("link.md", "goes through a link"),
-        ("guide", "is not a file"),
-        ("nope.md", "no such document"),
+        ("link.md", "or a link"),
+        ("guide", "not an indexed document"),
         ("a\x00b", "relative POSIX path"),
     ]:
-        with pytest.raises(ValueError, match=reason):
-            resolve_document(roots, "notes", bad, False)
+        with pytest.raises(ValueError, match=re.escape(reason)):
+            read_document(s, "notes", bad)
     with pytest.raises(ValueError, match="no root labelled"):
-        resolve_document(roots, "other", "guide/keys.md", False)
-    # a link that stays inside the root is read when links are followed
-    os.symlink(notes / "guide/otters.md", notes / "inside.md")
-    assert resolve_document(roots, "notes", "inside.md", True) == (notes / "guide/otters.md")
-    with pytest.raises(ValueError, match="goes through a link"):
-        resolve_document(roots, "notes", "link.md", True)
+        read_document(s, "other", "guide/keys.md")
     part = read_document(s, "notes", "guide/keys.md", 5, 6)
     assert part["text"] == "# Keys\n" and part["total_lines"] == 10
+    # a link that stays inside the root is read when links are followed, one out never
+    os.symlink(notes / "guide/otters.md", notes / "inside.md")
+    followed = settings_for(tmp_path, [notes], follow_symlinks=True, state_dir=str(tmp_path / "f"))
+    run_backfill(followed, TinyEmbedder())
+    assert "Otters hold hands" in read_document(followed, "notes", "inside.md")["text"]
+    with pytest.raises(ValueError, match="outside its root"):
+        read_document(followed, "notes", "link.md")
+
+
+def test_a_file_swapped_after_the_check_is_never_read(
+    tmp_path: Path, notes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23, defect 5: `read` checked the path, then opened it later; a file
+    swapped for a link out of the root in between was served, a FIFO hung."""
+    import mdindex.mcp_server as server
+
+    s = settings_for(tmp_path, [notes])
+    run_backfill(s, TinyEmbedder())
+    target = notes / "guide/otters.md"
+    original = target.read_text()
+    check = server.locate_document
+
+    def swap_after_check(swap: Callable[[], None]) -> None:
+        def checked_then_swapped(*args: Any, **kw: Any) -> Any:
+            found = check(*args, **kw)
+            swap()
+            return found
+
+        monkeypatch.setattr(server, "locate_document", checked_then_swapped)
+
+    def to_link() -> None:
+        target.unlink()
+        os.symlink(tmp_path / "secret.md", target)
+
+    swap_after_check(to_link)
+    with pytest.raises(ValueError, match="symlink"):
+        read_document(s, "notes", "guide/otters.md")
+    hit = {"root": "notes", "doc_path": "guide/otters.md", "doc_hash": digest(original)}
+    assert server.mark_stale(s, [hit])[0]["stale"] is True
+
+    def to_fifo() -> None:
+        target.unlink()
+        os.mkfifo(target)
+
+    swap_after_check(lambda: None)
+    target.unlink()
+    target.write_text(original)
+    swap_after_check(to_fifo)
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=r"not a regular file|replaced"):
+        read_document(s, "notes", "guide/otters.md")
+    assert time.monotonic() - started < 2
+
+    # and under a race, as the hostile review ran it: a thread swaps the file
+    # for a link out of the root and back while reads go on
+    monkeypatch.setattr(server, "locate_document", check)
+    target.unlink()
+    target.write_text(original)
+    stop = threading.Event()
+
+    def swapper() -> None:
+        link = notes / "guide/.swap"
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                os.symlink(tmp_path / "secret.md", link)
+                os.replace(link, target)
+                target.unlink()
+                target.write_text(original)
+
+    thread = threading.Thread(target=swapper)
+    thread.start()
+    leaked = reads = 0
+    try:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ValueError):
+                reads += 1
+                leaked += (
+                    "Outside every root" in read_document(s, "notes", "guide/otters.md")["text"]
+                )
+    finally:
+        stop.set()
+        thread.join()
+    assert reads > 100 and leaked == 0
+
+
+def test_the_stale_check_streams_and_bounds_what_it_reads(tmp_path: Path, notes: Path) -> None:
+    """Issue 23, defect 6: a search's stale check read whole files: an indexed file
+    grown to 1.5 GB took the process from 332 MB to 1.8 GB per search."""
+    import tracemalloc
+
+    s = settings_for(tmp_path, [notes], max_file_bytes=12_000_000)
+    big = notes / "guide/big.md"
+    big.write_text("# Big\n\n" + "A line of the big note.\n" * 400_000)  # 9.6 MB
+    run_backfill(s, TinyEmbedder())
+    text = big.read_text()
+    hit = {"root": "notes", "doc_path": "guide/big.md", "doc_hash": digest(text)}
+    tracemalloc.start()
+    try:
+        assert mark_stale(s, [hit])[0]["stale"] is False
+        _, peak = tracemalloc.get_traced_memory()
+        assert peak < 6_000_000, peak  # a few 1 MB pieces, not the 9.6 MB file
+        with open(big, "r+b") as fh:
+            fh.truncate(1_500_000_000)  # grown, sparse
+        tracemalloc.reset_peak()
+        assert mark_stale(s, [hit])[0]["stale"] is True
+        _, peak = tracemalloc.get_traced_memory()
+        assert peak < 6_000_000, peak
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_read_cut_inside_a_character_decodes(tmp_path: Path, notes: Path) -> None:
+    """Issue 23, defect 14: a read of a file over 2 MB failed ("invalid UTF-8")
+    when the 2 MB cut fell inside a multi-byte character."""
+    s = settings_for(tmp_path, [notes])
+    write(notes, "long.md", "# Long!\n\n" + "é" * 1_200_000 + "\n")  # 9 bytes, then 2 each
+    run_backfill(s, TinyEmbedder())
+    part = read_document(s, "notes", "long.md", 3, 3)
+    assert part["truncated"] is True
+    assert (MAX_READ_BYTES - 9) % 2 == 1  # the cut falls inside a character
+    assert part["text"] == "é" * ((MAX_READ_BYTES - 9) // 2)
 
 
 async def session(tmp_path: Path, notes: Path, body: Any) -> Any:
@@ -133,7 +268,7 @@ def test_an_assistant_searches_reads_and_refreshes_over_stdio(tmp_path: Path, no
     )
     for key, reason in [
         ("escape", "without . or .. parts"),
-        ("link", "goes through a link"),
+        ("link", "or a link"),
         ("bad_k", "k must be 1 to 100"),
         ("bad_type", "query"),
     ]:
@@ -167,3 +302,49 @@ def test_refresh_is_not_offered_when_settings_say_so(tmp_path: Path, notes: Path
     server = build_server(s, Nothing(), allow_refresh=False)
     names = {t.name for t in asyncio.run(server.list_tools())}
     assert names == {"search", "read", "status"}
+
+
+@pytest.mark.model
+def test_a_long_session_follows_switches_drops_and_daemon_restarts(
+    tmp_path: Path, notes: Path, real_embedder: Any
+) -> None:
+    """Issue 23, defect 9: a long-lived `mdindex mcp` kept the version it started
+    with (after a switch it missed a new file; after a drop it answered [] with no
+    error), and after a daemon restart every call failed with 401 and never fell
+    back to the store."""
+    from tests.daemon.test_watch import Running, wait_for
+
+    s = settings_for(tmp_path, [notes], keep_versions=0)
+    run_rollout(s, real_embedder)
+    token = settings_for(tmp_path, [notes], keep_versions=0, strategy="token")
+
+    async def body(client: Any) -> dict[str, Any]:
+        async def paths(query: str) -> list[str]:
+            result = await client.call_tool("search", {"query": query, "k": 3})
+            assert not result.is_error, result.content
+            return [h["path"] for h in result.structured_content["hits"]]
+
+        out: dict[str, Any] = {"first": await paths("rotate api keys")}
+        # a switch to another version, the first one dropped (keep_versions = 0)
+        write(notes, "guide/beavers.md", "# Beavers\n\nBeavers build dams from birch.\n")
+        run_rollout(token, real_embedder)
+        out["after_switch"] = await paths("who builds dams from birch")
+        # a daemon starts, restarts (another token), and stops: each call finds it, or not
+        for n in (1, 2):
+            d = Running(token, real_embedder, group_chars=64_000).start()
+            try:
+                wait_for(lambda d=d: d.daemon.phase == "watching", 60, "the daemon")
+                write(notes, f"guide/daemon{n}.md", f"# Daemon {n}\n\nHerons number {n}.\n")
+                assert d.daemon.status(60)["caught_up"] is True
+                out[f"daemon{n}"] = await paths(f"herons number {n}")
+            finally:
+                d.stop()
+        out["after_daemons"] = await paths("who builds dams from birch")
+        return out
+
+    out = asyncio.run(session(tmp_path, notes, body))
+    assert out["first"][0] == "guide/keys.md"
+    assert out["after_switch"][0] == "guide/beavers.md"
+    assert out["daemon1"][0] == "guide/daemon1.md"
+    assert out["daemon2"][0] == "guide/daemon2.md"
+    assert out["after_daemons"][0] == "guide/beavers.md"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from mdindex.versions import (
     version_of,
     write_atomic,
 )
-from tests.conftest import settings_for
+from tests.conftest import TinyEmbedder, run_rollout, settings_for
 
 
 @pytest.mark.parametrize(
@@ -119,3 +120,60 @@ def test_write_atomic_leaves_the_file_whole_and_nothing_beside(tmp_path: Path) -
     write_atomic(path, {"a": 2})
     assert json.loads(path.read_text()) == {"a": 2}
     assert [p.name for p in tmp_path.iterdir()] == ["c.json"]
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda c, fp: c["versions"][fp].update(collection="../victim/important"),
+        lambda c, fp: c["versions"][fp]["params"].update(collection="../victim/important"),
+        lambda c, fp: c["versions"][fp]["params"].update(state_dir="/"),
+        lambda c, fp: c["versions"].update({"../x": c["versions"].pop(fp)}),
+        lambda c, fp: c.update(live="../../etc"),
+        lambda c, fp: c["versions"][fp].update(status="gone", points="many"),
+        lambda c, fp: c.update(extra=1),
+        lambda c, fp: c.clear() or c.update(alias="other"),
+    ],
+)
+def test_a_hand_edited_catalog_never_names_a_path_outside(
+    tmp_path: Path, edit: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 23, defect 12: the catalog was trusted: `"collection": "../victim/important"`
+    made `versions drop` delete a file outside the state folder."""
+    from mdindex.cli import main
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nApples.\n")
+    s = settings_for(tmp_path, [root], keep_versions=1)
+    run_rollout(s, TinyEmbedder())
+    run_rollout(settings_for(tmp_path, [root], keep_versions=1, strategy="token"), TinyEmbedder())
+    path = s.state_dir / "mdindex.versions.json"
+    catalog = json.loads(path.read_text())
+    old = next(fp for fp in catalog["versions"] if fp != catalog["live"])
+    victims = tmp_path / "victim"
+    victims.mkdir()
+    for name in (f"important__{old}.sqlite3", "important.sqlite3", "important"):
+        (victims / name).write_text("keep me")
+    edit(catalog, old)
+    path.write_text(json.dumps(catalog))
+    code = main(["versions", "drop", "--state-dir", str(s.state_dir)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "versions.json is unreadable" in err
+    assert sorted(p.read_text() for p in victims.iterdir()) == ["keep me"] * 3
+
+
+def test_a_catalog_that_is_no_mapping_is_a_configuration_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 23, defect 12: a catalog of `[]` was an internal error (exit 3)."""
+    from mdindex.cli import main
+
+    s = settings_for(tmp_path, [])
+    s.state_dir.mkdir(parents=True)
+    for garbage in ("[]", "null", '"x"', '{"alias": "mdindex", "versions": []}'):
+        (s.state_dir / "mdindex.versions.json").write_text(garbage)
+        assert main(["versions", "list", "--state-dir", str(s.state_dir)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "unreadable" in err, err

@@ -18,13 +18,16 @@ from mdindex.files import (
     FileRef,
     PathFilter,
     locate,
+    printable,
     scan,
     stat_file,
+    storable,
     under_failed_folder,
 )
 from mdindex.state import DocRow, State
 
 Key = tuple[str, str]  # (root label, path relative to the root)
+UNNAMEABLE = "file name is not valid UTF-8"
 
 
 @dataclass
@@ -41,6 +44,7 @@ class Changes:
     rows: dict[Key, DocRow] = field(default_factory=dict, repr=False)  # state rows of what was seen
     # What was looked at: failures recorded before for these are cleared. None: everything.
     scope: set[Key] | None = field(default=None, repr=False)
+    refused: str = ""  # deletions the guard left out, and why (mdindex.guard)
 
     def __bool__(self) -> bool:
         return bool(self.files or self.deleted)
@@ -96,6 +100,10 @@ class Detector:
             if loc is None or not loc[1]:
                 continue
             root, rel = loc
+            if not storable(rel):  # never a document: say why, and look no further
+                seen.seen += 1
+                seen.failures.append(Failure(root.label, printable(rel), UNNAMEABLE))
+                continue
             seen.scope.append((root.label, rel, False))
             seen.seen += 1
             found = stat_file(root, rel, self.accept, self.follow)
@@ -108,6 +116,9 @@ class Detector:
             if loc is None:
                 continue
             root, rel = loc
+            if not storable(rel):
+                seen.failures.append(Failure(root.label, printable(rel), UNNAMEABLE, folder=True))
+                continue
             if not root.path.is_dir():
                 seen.missing_roots.append(root.label)
                 continue

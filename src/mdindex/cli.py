@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import logging
 import math
 import os
-import socket
 import sys
 import time
 import traceback
 import urllib.parse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mdindex import __version__
+from mdindex.client import IndexClient, find_daemon
 from mdindex.config import Root, Settings, load_settings
 from mdindex.errors import (
     EXIT_DRIFT,
@@ -30,16 +28,16 @@ from mdindex.errors import (
     ConfigError,
     LockError,
     MdindexError,
+    PruneRefused,
     StoreUnavailable,
 )
 from mdindex.files import Failure, stat_file
-from mdindex.lock import WriterLock, lock_path, read_holder
+from mdindex.lock import WriterLock
 from mdindex.models import Document, Summary
 from mdindex.planning import DocWork, public
 from mdindex.rollout import Rollout
-from mdindex.runtime import make_indexer, make_models, make_store, setup_logging
-from mdindex.search import Query, parse_where, search
-from mdindex.status import offline_status
+from mdindex.runtime import make_indexer, make_models, setup_logging
+from mdindex.search import Query, parse_where
 from mdindex.sync import Hooks, Indexer
 from mdindex.verify import verify
 from mdindex.versions import Catalog, reader_settings
@@ -170,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("verify", "compare the collection with the files")
     _common(p, roots=True)
     p.add_argument("--repair", action="store_true", help="fix missing, stale and duplicate points")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="repair even when the guard would refuse deleting documents (a root missing, "
+        "empty, replaced, or losing more than half of its documents)",
+    )
     p.set_defaults(func=cmd_verify)
 
     p = command("migrate", "copy the collection, vectors included, to another store")
@@ -236,9 +240,9 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     settings.require_roots()
     if args.ray_address and not args.ray:
         raise ConfigError("--ray-address: give --ray too")
-    daemon = find_daemon(settings, required=False) if not args.ray else None
-    if daemon is not None:
-        return _backfill_through_daemon(args, daemon, settings)
+    client = IndexClient(settings)
+    if not args.ray and find_daemon(settings, required=False) is not None:
+        return _backfill_through_daemon(args, client, settings)
     bar = _progress(args)
     hooks = Hooks(on_progress=(lambda n: bar.update(1)) if bar is not None else None)
     run = None
@@ -267,18 +271,20 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     emit(args, summary.as_dict(), summary.line())
     for err in summary.errors if not args.json else []:
         print(f"  failed: {err['root']}:{err['path']}: {err['reason']}", file=sys.stderr)
+    for note in summary.warnings if not args.json else []:
+        print(f"  warning: {note['root']}:{note['path']}: {note['reason']}", file=sys.stderr)
     return EXIT_PARTIAL if summary.errors else EXIT_OK
 
 
 def _backfill_through_daemon(
-    args: argparse.Namespace, daemon: DaemonClient, settings: Settings
+    args: argparse.Namespace, client: IndexClient, settings: Settings
 ) -> int:
     """The daemon holds the store: ask it to reconcile and report its summary."""
-    if args.dry_run or args.no_prune or args.force:
+    if args.dry_run or args.no_prune:
         raise LockError(
-            "the watch daemon holds the store; --dry-run, --no-prune and --force need it stopped"
+            "the watch daemon holds the store; --dry-run and --no-prune need it stopped"
         )
-    rows = daemon.ask("/status").get("versions") or []
+    rows = client.status().get("versions") or []
     theirs = next((r["fingerprint"] for r in rows if r.get("target")), None)
     wanted = Catalog.load(settings).target(settings)  # a rollback pin counts
     if theirs is not None and theirs != wanted:
@@ -288,7 +294,11 @@ def _backfill_through_daemon(
             "(systemctl reload mdindex, or kill -HUP its pid), or stop it first"
         )
     log.info("the watch daemon holds the store; asking it to reconcile")
-    data = daemon.ask("/reconcile", post=True)
+    data = client.reconcile(force=args.force)
+    if data is None:  # it stopped meanwhile: run here
+        raise LockError("the watch daemon stopped while asked to reconcile; run it again")
+    if data.get("refused"):
+        raise PruneRefused(f"{data['refused']} (the watch daemon indexed the rest)")
     summary = Summary(**{k: data[k] for k in Summary.__dataclass_fields__ if k in data})
     emit(args, data, summary.line() + " (reconciled by the watch daemon)")
     return EXIT_PARTIAL if data.get("errors") else EXIT_OK
@@ -309,95 +319,6 @@ def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
     return run_daemon(settings, reload=lambda: settings_from(args))
 
 
-@dataclass(frozen=True)
-class DaemonClient:
-    """How to ask the running daemon: its Unix socket (or TCP endpoint) and token."""
-
-    socket: str
-    url: str
-    token: str
-
-    def ask(self, path: str, post: bool = False, timeout: float | None = None) -> Any:
-        """GET (or POST, for a reconcile that may run for hours) one endpoint."""
-        timeout = timeout or (24 * 3600 if post else 30)
-        conn: http.client.HTTPConnection
-        if self.socket:
-            conn = _UnixConnection(self.socket, timeout)
-        else:
-            parts = urllib.parse.urlsplit(self.url)
-            conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
-        try:
-            conn.request(
-                "POST" if post else "GET", path, headers={"Authorization": f"Bearer {self.token}"}
-            )
-            resp = conn.getresponse()
-            body = resp.read().decode()
-        except OSError as exc:
-            raise StoreUnavailable(f"the daemon at {self.where} did not answer: {exc}") from exc
-        finally:
-            conn.close()
-        try:
-            data = json.loads(body or "null")
-        except ValueError:
-            data = None
-        if resp.status != 200:
-            detail = data.get("error") if isinstance(data, dict) else body[:200]
-            if resp.status == 400:  # our request, not the daemon, is at fault
-                raise ConfigError(f"the daemon refused {path.split('?')[0]}: {detail}")
-            raise StoreUnavailable(f"the daemon at {self.where} refused {path}: {detail}")
-        return data
-
-    @property
-    def where(self) -> str:
-        return self.socket or self.url
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.socket_path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self.socket_path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
-
-
-def find_daemon(settings: Settings, required: bool = True) -> DaemonClient | None:
-    """The running daemon when it holds this state dir and collection: found
-    through the lock file, with the token it wrote beside it."""
-    holder = read_holder(lock_path(settings.state_dir, settings.collection))
-    if not holder or holder.get("command") != "watch":
-        return None
-    sock = str(holder.get("socket") or "")
-    url = (
-        f"http://{holder.get('http_host')}:{holder['http_port']}" if holder.get("http_port") else ""
-    )
-    if not (sock or url):
-        if settings.qdrant_url or not required:
-            return None  # a server store can be shared; go to it directly
-        raise StoreUnavailable(
-            f"the daemon (pid {holder.get('pid')}) holds the embedded store but is still "
-            "starting; try again in a moment"
-        )
-    from mdindex.daemon.http import token_path
-
-    path = token_path(settings.state_dir, settings.collection)
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise StoreUnavailable(
-            f"the daemon (pid {holder.get('pid')}) holds the store, and its token {path} "
-            f"cannot be read ({exc.strerror}); run this as the daemon's user"
-        ) from exc
-    return DaemonClient(sock, url, token)
-
-
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     try:
         query = Query(
@@ -412,11 +333,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         )
     except ValueError as exc:
         raise ConfigError(f"search: {exc}") from None
-    daemon = find_daemon(settings)
-    if daemon is not None:
-        hits = daemon.ask("/search?" + urllib.parse.urlencode(query.as_params()))
-    else:
-        hits = search_offline(settings, query)
+    hits = IndexClient(settings).search(query)
     lines = []
     for hit in hits:
         where = f"{hit.get('doc_path')}:{hit.get('line_start')}-{hit.get('line_end')}"
@@ -429,29 +346,12 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-def search_offline(settings: Settings, query: Query) -> list[dict[str, Any]]:
-    """Search without a daemon: the live version's model and store, opened here."""
-    settings = reader_settings(settings)
-    models = make_models(settings, queries_only=True)
-    store = make_store(settings)
-    try:
-        store.open()
-        try:
-            return search(models.embedder, models.planner.sparse, store, query)
-        except ValueError as exc:
-            raise ConfigError(f"search: {exc}") from None
-    finally:
-        store.close()
-
-
 def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
     """An MCP server on stdin/stdout: through the daemon when one holds the
     store, else over the store itself. Logs go to stderr, never stdout."""
-    from mdindex.mcp_server import DaemonBackend, LocalBackend, serve_stdio
+    from mdindex.mcp_server import serve_stdio
 
-    daemon = find_daemon(settings)
-    backend = DaemonBackend(daemon.ask) if daemon is not None else LocalBackend(settings)
-    serve_stdio(settings, backend)
+    serve_stdio(settings, IndexClient(settings))
     return EXIT_OK
 
 
@@ -495,14 +395,7 @@ def _indent(text: str, limit: int = 400) -> str:
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    daemon = find_daemon(settings)
-    if daemon is None:
-        data = offline_status(settings)
-    elif args.wait:
-        query = urllib.parse.urlencode({"wait": 1, "timeout": args.timeout})
-        data = daemon.ask(f"/status?{query}", timeout=args.timeout + 30)
-    else:
-        data = daemon.ask("/status")
+    data = IndexClient(settings).status(args.timeout if args.wait else None)
     emit(args, data, _status_text(data))
     if args.wait and not data["caught_up"]:
         return EXIT_PENDING
@@ -529,7 +422,7 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
         WriterLock(settings.state_dir, settings.collection, "verify"),
         make_indexer(reader_settings(settings)) as indexer,
     ):
-        report = verify(indexer, repair=args.repair)
+        report = verify(indexer, repair=args.repair, force=args.force)
     data = report.as_dict()
     lines = [
         f"missing: {len(report.missing)}, stale: {len(report.stale)}, "
@@ -564,7 +457,7 @@ def cmd_versions(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_OK
     daemon = find_daemon(settings, required=False)
     if daemon is not None:
-        return _versions_through_daemon(args, daemon, fps)
+        return _versions_through_daemon(args, IndexClient(settings), fps)
     with WriterLock(settings.state_dir, settings.collection, f"versions {args.action}"):
         rollout = Rollout(settings).open()
         if args.action == "use":
@@ -586,10 +479,10 @@ def cmd_versions(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-def _versions_through_daemon(args: argparse.Namespace, daemon: DaemonClient, fps: list[str]) -> int:
+def _versions_through_daemon(args: argparse.Namespace, client: IndexClient, fps: list[str]) -> int:
     """The daemon holds the store: it drops, or builds and switches while it answers."""
     query = urllib.parse.urlencode({"action": args.action, "fingerprint": fps}, doseq=True)
-    data = daemon.ask(f"/versions?{query}", post=True)
+    data = client.ask(f"/versions?{query}", post=True)
     if args.action == "drop":
         emit(args, data, f"dropped {len(data['dropped'])} version(s) (by the watch daemon)")
         return EXIT_OK
@@ -597,7 +490,7 @@ def _versions_through_daemon(args: argparse.Namespace, daemon: DaemonClient, fps
     log.info("the watch daemon is switching to version %s", target)
     deadline = time.monotonic() + args.timeout
     while True:
-        status = daemon.ask("/status")
+        status = client.status()
         live: dict[str, Any] = next((r for r in status["versions"] if r["live"]), {})
         if live.get("fingerprint") == target:
             emit(args, {"live": target}, f"version {target} is live (switched by the watch daemon)")

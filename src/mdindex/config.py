@@ -60,7 +60,9 @@ def _default_cache_dir() -> Path:
     return Path(base) / "mdindex"
 
 
-_USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
+# Up to the authority's last "@": a password may hold an unescaped "@" itself
+# (http://alice:hunter2@secret@host), and every parser takes the last one.
+_USERINFO = re.compile(r"(?<=://)[^/?#\s]*@")
 
 
 def redact(text: str) -> str:

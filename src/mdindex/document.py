@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import errno
 import functools
+import hashlib
+import json
+import math
 import os
 import re
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -50,12 +56,16 @@ def _yaml() -> tuple[Any, Any]:
     return yaml, getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def read_bytes(path: Path, max_bytes: int, ref: FileRef | None = None) -> bytes:
-    """Read a regular file, refusing FIFOs and devices and anything over ``max_bytes``.
+@contextmanager
+def open_checked(path: Path, max_bytes: int, ref: FileRef | None = None) -> Iterator[int]:
+    """Open a regular file for reading, refusing FIFOs and devices and anything
+    over ``max_bytes``; yields the descriptor.
 
-    With ``ref`` (what the scan saw), the opened file must still be that file
-    and inside its root: a link swapped in after the scan is never followed
-    when links are not, and a followed one must still land inside the root.
+    With ``ref`` (what the scan or a check saw), the opened file must still be
+    that file and inside its root: a link swapped in afterwards is never
+    followed when links are not, and a followed one must still land inside
+    the root. What is checked is the open file itself, so nothing can be
+    swapped between the check and the read.
     """
     # O_NONBLOCK so a FIFO named .md cannot hang the open; fstat then rejects it.
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
@@ -81,22 +91,68 @@ def read_bytes(path: Path, max_bytes: int, ref: FileRef | None = None) -> bytes:
             _check_opened(fd, st, ref)
         if st.st_size > max_bytes:
             raise FileTooLarge(f"{st.st_size} bytes is over max_file_bytes ({max_bytes})")
-        chunks: list[bytes] = []
-        remaining = max_bytes + 1
-        while remaining > 0:
-            piece = os.read(fd, min(remaining, 1 << 20))
-            if not piece:
-                break
-            chunks.append(piece)
-            remaining -= len(piece)
-        data = b"".join(chunks)
+        yield fd
     except OSError as exc:
         raise UnreadableFile(f"read failed: {exc.strerror}") from exc
     finally:
         os.close(fd)
-    if len(data) > max_bytes:
+
+
+def _pieces(fd: int, limit: int) -> Iterator[bytes]:
+    """The file's bytes in pieces of at most 1 MB, ``limit`` at most."""
+    remaining = limit
+    while remaining > 0:
+        piece = os.read(fd, min(remaining, 1 << 20))
+        if not piece:
+            return
+        remaining -= len(piece)
+        yield piece
+
+
+def read_bytes(
+    path: Path, max_bytes: int, ref: FileRef | None = None, head: int | None = None
+) -> bytes:
+    """A regular file's bytes (see ``open_checked``); with ``head``, only that
+    many from its start."""
+    with open_checked(path, max_bytes, ref) as fd:
+        data = b"".join(_pieces(fd, max_bytes + 1 if head is None else head))
+    if head is None and len(data) > max_bytes:
         raise FileTooLarge(f"grew past max_file_bytes ({max_bytes}) while being read")
     return data
+
+
+def text_digest(path: Path, max_bytes: int, ref: FileRef | None = None) -> str:
+    """``digest(decode(read_bytes(...)))``, streamed: a search's stale check of a
+    file grown to gigabytes holds one piece of it in memory, not the whole."""
+    h = hashlib.sha256()
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    first, carry_cr, total = True, False, 0
+    with open_checked(path, max_bytes, ref) as fd:
+        for piece in _pieces(fd, max_bytes + 1):
+            total += len(piece)
+            if b"\x00" in piece:
+                raise BinaryFile("contains NUL bytes; binary file?")
+            try:
+                text = decoder.decode(piece)
+            except UnicodeDecodeError as exc:
+                at = total - len(piece) + exc.start
+                raise DecodeError(f"invalid UTF-8 near byte {at}") from exc
+            if first and text:
+                text, first = text.removeprefix("\ufeff"), False
+            if carry_cr:
+                text = "\r" + text
+            carry_cr = text.endswith("\r")
+            if carry_cr:
+                text = text[:-1]
+            h.update(text.replace("\r\n", "\n").replace("\r", "\n").encode("utf-8"))
+    if total > max_bytes:
+        raise FileTooLarge(f"grew past max_file_bytes ({max_bytes}) while being read")
+    try:
+        tail = decoder.decode(b"", final=True)
+    except UnicodeDecodeError as exc:
+        raise DecodeError("invalid UTF-8 at the end") from exc
+    h.update((tail + ("\n" if carry_cr else "")).encode("utf-8"))
+    return h.hexdigest()
 
 
 def _check_opened(fd: int, st: os.stat_result, ref: FileRef) -> None:
@@ -116,12 +172,14 @@ def _check_opened(fd: int, st: os.stat_result, ref: FileRef) -> None:
         raise UnreadableFile("resolves outside its root through a symlink; not read")
 
 
-def decode(data: bytes) -> str:
-    """UTF-8 without BOM, with CRLF and CR normalised to LF."""
+def decode(data: bytes, cut: bool = False) -> str:
+    """UTF-8 without BOM, with CRLF and CR normalised to LF. ``cut``: the bytes
+    are the start of a longer file, so a character cut at their end is left
+    out rather than refused."""
     if b"\x00" in data:
         raise BinaryFile(f"contains NUL bytes at offset {data.index(0)}; binary file?")
     try:
-        text = data.decode("utf-8")
+        text = codecs.getincrementaldecoder("utf-8")().decode(data, final=not cut)
     except UnicodeDecodeError as exc:
         raise DecodeError(f"invalid UTF-8 at byte {exc.start}") from exc
     text = text.removeprefix("\ufeff")
@@ -151,20 +209,101 @@ def _load_yaml_mapping(source: str) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise _FrontmatterProblem(f"is a YAML {type(data).__name__}, not a mapping")
-    return {str(k): _jsonable(v) for k, v in data.items()}
+    return data
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dt.date | dt.datetime | dt.time):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
+# What a frontmatter value may be once it is a payload value. Every store must
+# take it and read it back: qdrant-edge accepted a 130-deep list and then could
+# not read its own WAL again (serde's recursion limit, about 125 levels), and
+# refused NaN and infinities outright.
+MAX_DEPTH = 8  # containers inside containers, the frontmatter mapping counting as 1
+MAX_KEYS = 512  # keys in all the mappings together
+MAX_STRING = 16_384  # characters in one string (key or value)
+MAX_META_BYTES = FRONTMATTER_MAX_BYTES  # the whole meta object as JSON
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def payload_meta(data: dict[Any, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Frontmatter as payload values every store takes and reads back, and a line
+    for each thing that did not fit: nested deeper than MAX_DEPTH (stringified),
+    NaN or infinite (dropped), an integer beyond 64 bits (stringified), a string
+    over MAX_STRING or with lone surrogates, a key past MAX_KEYS, the whole over
+    MAX_META_BYTES (the largest keys dropped)."""
+    problems: list[str] = []
+    keys = [0]
+
+    def clean(value: Any, where: str, depth: int) -> tuple[bool, Any]:
+        if isinstance(value, dict):
+            if depth >= MAX_DEPTH:
+                problems.append(f"{where} is nested over {MAX_DEPTH} levels; stored as text")
+                return True, _text(value, where, problems)
+            out: dict[str, Any] = {}
+            for k, v in value.items():
+                keys[0] += 1
+                if keys[0] > MAX_KEYS:
+                    problems.append(f"{where} has keys past the first {MAX_KEYS}; dropped")
+                    break
+                key = _text(k, f"a key of {where}", problems)
+                if key in out:
+                    problems.append(f"{where}.{key[:40]} is given twice; the last one kept")
+                keep, item = clean(v, f"{where}.{key[:40]}", depth + 1)
+                if keep:
+                    out[key] = item
+            return True, out
+        if isinstance(value, list | tuple | set | frozenset):
+            if depth >= MAX_DEPTH:
+                problems.append(f"{where} is nested over {MAX_DEPTH} levels; stored as text")
+                return True, _text(value, where, problems)
+            items = sorted(value, key=repr) if isinstance(value, set | frozenset) else value
+            cleaned = [clean(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(items)]
+            return True, [item for keep, item in cleaned if keep]
+        if isinstance(value, bool) or value is None:
+            return True, value
+        if isinstance(value, int):
+            if INT64[0] <= value <= INT64[1]:
+                return True, value
+            problems.append(f"{where} is an integer beyond 64 bits; stored as text")
+            return True, str(value)
+        if isinstance(value, float):
+            if math.isfinite(value):
+                return True, value
+            problems.append(f"{where} is {value} (not a finite number); dropped")
+            return False, None
+        if isinstance(value, dt.date | dt.datetime | dt.time):
+            return True, value.isoformat()
+        if isinstance(value, bytes):
+            return True, _text(value.decode("utf-8", "replace"), where, problems)
+        return True, _text(value, where, problems)
+
+    _, meta = clean(data, "frontmatter", 0)
+    size = len(json.dumps(meta, ensure_ascii=False))
+    if size > MAX_META_BYTES:
+        for key in sorted(meta, key=lambda k: -len(json.dumps(meta[k], ensure_ascii=False))):
+            size -= len(json.dumps({key: meta.pop(key)}, ensure_ascii=False)) - 2
+            problems.append(f"frontmatter.{key[:40]} is too large; dropped (over {MAX_META_BYTES})")
+            if size <= MAX_META_BYTES:
+                break
+    return meta, problems
+
+
+def _text(value: Any, where: str, problems: list[str]) -> str:
+    """A value as a string a store can hold: valid UTF-8, at most MAX_STRING."""
+    text = value if isinstance(value, str) else _as_text(value)
+    if len(text) > MAX_STRING:
+        problems.append(f"{where} is over {MAX_STRING} characters; cut")
+        text = text[:MAX_STRING]
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        problems.append(f"{where} holds lone surrogates; replaced")
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, dict | list | tuple | set | frozenset):
+        # compact JSON of the part that would not nest, bounded before it is cut
+        return json.dumps(value, ensure_ascii=False, default=str)[: MAX_STRING + 1]
     return str(value)
 
 
@@ -184,11 +323,11 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any], int, list[str]]:
         return {}, 0, ["unterminated frontmatter; treated as body text"]
     source = text[4 : close.start()]
     try:
-        meta = _load_yaml_mapping(source)
+        meta, problems = payload_meta(_load_yaml_mapping(source))
     except _FrontmatterProblem as exc:
         return {}, 0, [f"frontmatter {exc}; treated as body text"]
     body_start = min(close.end() + 1, len(text))
-    return meta, body_start, []
+    return meta, body_start, problems
 
 
 def custom_id(heading: str) -> tuple[str, str]:
@@ -242,6 +381,7 @@ def _outline(
     blocks: list[Block] = []
     code: list[tuple[int, int]] = []
     used: set[str] = set()
+    suffix: dict[str, int] = {}  # base slug -> the suffix it took last
     stack: list[tuple[int, str]] = []
     for i, tok in enumerate(tokens):
         check()
@@ -253,11 +393,15 @@ def _outline(
             raw, custom = custom_id(tokens[i + 1].content)
             plain = _plain_inline(raw)
             base = custom or github_slug(plain)
-            anchor, n = base, 0
+            # The smallest free suffix of a base only grows, so the search goes
+            # on from the last one: from 0 each time, 25,000 "# a" took 11.8 s.
+            n = suffix.get(base, 0)
+            anchor = f"{base}-{n}" if n else base
             while anchor in used:
                 n += 1
                 anchor = f"{base}-{n}"
             used.add(anchor)
+            suffix[base] = n
             while stack and stack[-1][0] >= level:
                 stack.pop()
             stack.append((level, plain))

@@ -5,6 +5,7 @@ MdindexError
 ├── LockError              another writer holds the state       (exit 2)
 ├── PruneRefused           a guarded prune would go too far     (exit 2)
 ├── SpaceRefused           a new version would not fit on the disk (exit 2)
+├── FreshnessUnknown       `status --wait` with nothing that can tell      (exit 4)
 ├── InputError             one file cannot be indexed; the run goes on
 │   ├── FileTooLarge
 │   ├── BinaryFile
@@ -43,6 +44,12 @@ class ConfigError(MdindexError):
 
 class SpaceRefused(MdindexError):
     exit_code = EXIT_USAGE
+
+
+class FreshnessUnknown(MdindexError):
+    """No daemon and no roots: whether the index is caught up cannot be known."""
+
+    exit_code = EXIT_PENDING
 
 
 class LockError(MdindexError):

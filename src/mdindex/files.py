@@ -183,12 +183,14 @@ def printable(path: str) -> str:
     )
 
 
-def _rel_name(rel: str) -> str | None:
+def storable(rel: str) -> bool:
+    """Whether a path can be a document's name: valid UTF-8 (a name with
+    undecodable bytes reaches Python with surrogates, which no payload holds)."""
     try:
         rel.encode("utf-8")
     except UnicodeEncodeError:
-        return None
-    return rel
+        return False
+    return True
 
 
 def stat_file(
@@ -205,7 +207,7 @@ def stat_file(
         return None
     except OSError as exc:
         return Failure(root.label, rel, f"cannot stat: {exc.strerror}")
-    if _rel_name(rel) is None:
+    if not storable(rel):
         return Failure(root.label, printable(rel), "file name is not valid UTF-8")
     st = lst
     if stat.S_ISLNK(lst.st_mode):

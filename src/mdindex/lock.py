@@ -25,6 +25,16 @@ def lock_path(state_dir: Path, collection: str) -> Path:
     return state_dir / f"{collection}.lock"
 
 
+def token_path(state_dir: Path, collection: str) -> Path:
+    """Where a daemon writes its API token (0600), for the clients of its user."""
+    return state_dir / f"{collection}.token"
+
+
+def socket_path(state_dir: Path, collection: str) -> Path:
+    """The daemon's Unix socket (the lock's record says where it really listens)."""
+    return state_dir / f"{collection}.sock"
+
+
 def _record(fd: int) -> dict[str, Any]:
     """The holder's record in an open lock file: {} when it is empty or garbled."""
     raw = os.pread(fd, 4096, 0)

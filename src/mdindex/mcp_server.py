@@ -10,6 +10,8 @@ Documents are resources ``mdindex://ROOT/PATH``.
 Where the answers come from (a ``Backend``): the running daemon when one
 holds the store, asked as the CLI asks it; otherwise the store, opened for
 each call and closed again, so a daemon started later is not locked out.
+Which one is decided again at every call, so a session outlives a daemon's
+restart and follows the live version through a switch.
 Every argument is checked; a bad one is a tool error with one line, never a
 crash of the server.
 """
@@ -17,17 +19,14 @@ crash of the server.
 from __future__ import annotations
 
 import logging
-import os
-import stat
 import urllib.parse
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
-from mdindex.config import Root, Settings
-from mdindex.document import decode
+from mdindex.config import Settings
+from mdindex.document import decode, read_bytes, text_digest
 from mdindex.errors import MdindexError
-from mdindex.models import digest
+from mdindex.files import Failure, FileRef, PathFilter, printable, stat_file
 from mdindex.search import Query
 
 log = logging.getLogger(__name__)
@@ -43,7 +42,9 @@ INSTRUCTIONS = (
 
 
 class Backend(Protocol):
-    """Where search, status and refresh are answered."""
+    """Where search, status and refresh are answered: ``client.IndexClient`` (the
+    daemon, or the store opened here, found anew for every call), or the
+    daemon's own tools when it serves MCP itself."""
 
     def search(self, query: Query) -> list[dict[str, Any]]: ...
 
@@ -52,105 +53,41 @@ class Backend(Protocol):
     def refresh(self, timeout_s: float) -> dict[str, Any]: ...
 
 
-class DaemonBackend:
-    """The running daemon, over its socket, as `mdindex search` asks it."""
-
-    def __init__(self, ask: Callable[..., Any]) -> None:
-        self.ask = ask
-
-    def search(self, query: Query) -> list[dict[str, Any]]:
-        return list(self.ask("/search?" + urllib.parse.urlencode(query.as_params())))
-
-    def status(self) -> dict[str, Any]:
-        return dict(self.ask("/status"))
-
-    def refresh(self, timeout_s: float) -> dict[str, Any]:
-        wait = urllib.parse.urlencode({"wait": 1, "timeout": timeout_s})
-        return dict(self.ask(f"/status?{wait}", timeout=timeout_s + 30))
-
-
-class LocalBackend:
-    """No daemon: the model loaded once, the store opened for each call."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.live: Settings | None = None
-        self._follow_live()
-
-    def _follow_live(self) -> None:
-        """The live version's settings and model (a refresh may switch versions)."""
-        from mdindex.runtime import make_models
-        from mdindex.versions import reader_settings, version_of
-
-        live = reader_settings(self.settings)
-        if self.live is None or version_of(live) != version_of(self.live):
-            self.live = live
-            self.models = make_models(live, queries_only=True)
-
-    def search(self, query: Query) -> list[dict[str, Any]]:
-        from mdindex.runtime import make_store
-        from mdindex.search import search
-
-        assert self.live is not None
-        store = make_store(self.live)
-        try:
-            store.open()
-            return search(self.models.embedder, self.models.planner.sparse, store, query)
-        finally:
-            store.close()
-
-    def status(self) -> dict[str, Any]:
-        from mdindex.status import offline_status
-
-        return offline_status(self.settings)
-
-    def refresh(self, timeout_s: float) -> dict[str, Any]:
-        """A backfill of the roots under the writer lock (what `mdindex backfill` does)."""
-        from mdindex.lock import WriterLock
-        from mdindex.rollout import Rollout
-
-        s = self.settings
-        with WriterLock(s.state_dir, s.collection, "mcp refresh"):
-            summary = Rollout(s).open().backfill()
-        self._follow_live()
-        return {"caught_up": True, **summary.as_dict()}
-
-
 # -- reading files, confined to the roots -------------------------------------
 
 
-def resolve_document(roots: list[Root], root: str, path: str, follow: bool) -> Path:
-    """The file ``path`` names under the root labelled ``root``; ValueError when
-    it is not a plain relative path to a regular file inside that root (no
-    ``..``, nothing absolute, no link out of the root, no link at all unless
-    links are followed)."""
-    match = next((r for r in roots if r.label == root), None)
+def locate_document(settings: Settings, root: str, path: str, *, indexed: bool = True) -> FileRef:
+    """The document ``path`` names under the root labelled ``root``, as the scan
+    would see it; ValueError unless it is one the index may hold: a plain
+    relative path (no ``..``, nothing absolute), accepted by the path filter
+    (no hidden files, the include and exclude globs), a regular file inside
+    the root (no link at all unless links are followed, and none out of the
+    root), at most ``max_file_bytes``, and, with ``indexed``, recorded in the
+    live version's state. Reading it must then go through ``open_checked``
+    with the result, which refuses a file swapped after this check."""
+    match = next((r for r in settings.root_list() if r.label == root), None)
     if match is None:
-        labels = ", ".join(r.label for r in roots) or "none configured"
+        labels = ", ".join(r.label for r in settings.root_list()) or "none configured"
         raise ValueError(f"no root labelled {root[:64]!r} (roots: {labels})")
     if not path or "\x00" in path or "\\" in path or len(path) > 4096:
         raise ValueError("path must be a relative POSIX path inside the root")
     parts = path.split("/")
     if path.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        raise ValueError(f"path {path[:80]!r} must be relative, without . or .. parts")
-    base = match.path.resolve()
-    current = base
-    for part in parts:
-        current = current / part
-        try:
-            info = os.lstat(current)
-        except OSError:
-            raise ValueError(f"no such document: {root}:{path[:200]}") from None
-        if stat.S_ISLNK(info.st_mode):
-            target = current.resolve()
-            if not follow or not target.is_relative_to(base):
-                raise ValueError(f"{root}:{path[:200]} goes through a link, which is not read")
-            current = target
-    if not current.is_file():
-        raise ValueError(f"{root}:{path[:200]} is not a file")
-    if not current.resolve().is_relative_to(base):
-        raise ValueError(f"{root}:{path[:200]} lies outside its root")
-    return current
+        raise ValueError(f"path {printable(path[:80])!r} must be relative, without . or .. parts")
+    shown = f"{root}:{printable(path[:200])}"
+    accept = PathFilter(settings.include, settings.exclude)
+    if not accept(path):
+        raise ValueError(f"{shown} is not an indexed document (hidden, or outside include/exclude)")
+    found = stat_file(match, path, accept, settings.follow_symlinks)
+    if found is None:
+        raise ValueError(f"no such document: {shown} (or a link, which is not read)")
+    if isinstance(found, Failure):
+        raise ValueError(f"{shown}: {found.reason}")
+    if found.size > settings.max_file_bytes:
+        raise ValueError(f"{shown} is over max_file_bytes ({settings.max_file_bytes})")
+    if indexed and not is_indexed(settings, root, path):
+        raise ValueError(f"{shown} is not an indexed document")
+    return found
 
 
 def read_document(
@@ -161,11 +98,14 @@ def read_document(
     end_line: int | None = None,
 ) -> dict[str, Any]:
     """Lines of a document as the file holds them now, numbered from 1."""
-    file = resolve_document(settings.root_list(), root, path, settings.follow_symlinks)
-    with open(file, "rb") as handle:
-        data = handle.read(MAX_READ_BYTES + 1)
+    ref = locate_document(settings, root, path)
+    try:
+        data = read_bytes(ref.path, settings.max_file_bytes, ref, head=MAX_READ_BYTES + 1)
+    except MdindexError as exc:
+        raise ValueError(f"{root}:{printable(path[:200])}: {exc}") from None
     truncated = len(data) > MAX_READ_BYTES
-    text = decode(data[:MAX_READ_BYTES]) if truncated else decode(data)
+    # a cut may fall inside a character: it is left out, not refused
+    text = decode(data[:MAX_READ_BYTES], cut=True) if truncated else decode(data)
     lines = text.split("\n")
     first = max(1, start_line or 1)
     last = min(len(lines), end_line or len(lines), first + MAX_READ_LINES - 1)
@@ -186,16 +126,17 @@ def read_document(
 
 def mark_stale(settings: Settings, hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The hits as a tool returns them, each with ``stale``: its file's text
-    now differs from what was indexed (or the file is gone)."""
+    now differs from what was indexed (or the file is gone, or cannot be
+    read). The text is hashed as it streams through one checked open."""
     now: dict[tuple[str, str], str] = {}
     out = []
     for hit in hits:
         key = (str(hit.get("root")), str(hit.get("doc_path")))
         if key not in now:
             try:
-                file = resolve_document(settings.root_list(), *key, settings.follow_symlinks)
-                now[key] = digest(decode(file.read_bytes()))
-            except (ValueError, OSError, MdindexError):
+                ref = locate_document(settings, *key, indexed=False)
+                now[key] = text_digest(ref.path, settings.max_file_bytes, ref)
+            except (ValueError, MdindexError):
                 now[key] = ""
         out.append(
             {
@@ -338,7 +279,21 @@ MAX_RESOURCES = 10_000
 
 
 def indexed_documents(settings: Settings) -> list[tuple[str, str]]:
-    """(root, path) of the documents the state records, read without writing."""
+    """(root, path) of the documents the live version's state records, read
+    without writing, at most MAX_RESOURCES."""
+    rows = _query_state(
+        settings, "SELECT root, path FROM docs ORDER BY root, path LIMIT ?", (MAX_RESOURCES,)
+    )
+    return [(str(r), str(p)) for r, p in rows]
+
+
+def is_indexed(settings: Settings, root: str, path: str) -> bool:
+    """Whether the live version's state records this document."""
+    return bool(_query_state(settings, "SELECT 1 FROM docs WHERE root=? AND path=?", (root, path)))
+
+
+def _query_state(settings: Settings, sql: str, args: tuple[Any, ...]) -> list[Any]:
+    """Rows of a read-only query of the live version's state; [] when there is none."""
     import sqlite3
 
     from mdindex.runtime import state_path
@@ -347,17 +302,18 @@ def indexed_documents(settings: Settings) -> list[tuple[str, str]]:
     path = state_path(reader_settings(settings))
     if not path.exists():
         return []
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
     try:
-        rows = db.execute(
-            "SELECT root, path FROM docs ORDER BY root, path LIMIT ?", (MAX_RESOURCES,)
-        ).fetchall()
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
     except sqlite3.Error as exc:
-        log.debug("listing documents: %s", exc)
+        log.debug("reading the state: %s", exc)
+        return []
+    try:
+        return db.execute(sql, args).fetchall()
+    except sqlite3.Error as exc:
+        log.debug("reading the state: %s", exc)
         return []
     finally:
         db.close()
-    return [(str(r), str(p)) for r, p in rows]
 
 
 def serve_stdio(settings: Settings, backend: Backend) -> None:

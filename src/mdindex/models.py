@@ -114,9 +114,12 @@ class Summary:
     points_deleted: int = 0
     seconds: float = 0.0
     errors: list[dict[str, str]] = field(default_factory=list)
+    # indexed, but part of it was left out or changed (frontmatter over a limit, ...)
+    warnings: list[dict[str, str]] = field(default_factory=list)
     dry_run: bool = False
     failures: list[Failure] = field(default_factory=list, repr=False)
     interrupted: bool = False  # a stop was asked for before everything was written
+    refused: str = ""  # why deletions were not made (mdindex.guard), when they were not
 
     def fail(self, failure: Failure) -> None:
         self.files_failed += 1
@@ -125,6 +128,10 @@ class Summary:
             {"path": printable(failure.rel), "root": failure.root, "reason": failure.reason}
         )
         log.warning("skipped %s: %s", printable(f"{failure.root}:{failure.rel}"), failure.reason)
+
+    def warn(self, root: str, rel: str, reason: str) -> None:
+        self.warnings.append({"path": printable(rel), "root": root, "reason": reason})
+        log.warning("%s: %s", printable(f"{root}:{rel}"), reason)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -138,6 +145,8 @@ class Summary:
             "points_deleted": self.points_deleted,
             "seconds": round(self.seconds, 3),
             "errors": self.errors,
+            "warnings": self.warnings,
+            "refused": self.refused,
             "dry_run": self.dry_run,
         }
 

@@ -144,6 +144,22 @@ class State:
             )
         }
 
+    def doc_count_by_root(self, with_points: bool = False) -> dict[str, int]:
+        """Documents recorded, per root label; ``with_points``: also those known
+        only by their points (pending ones, a state rebuilt from the store)."""
+        docs = "SELECT root, path FROM docs"
+        if with_points:
+            docs += " UNION SELECT root, path FROM points"
+        rows = self.db.execute(f"SELECT root, count(*) FROM ({docs}) GROUP BY root")
+        return {r: int(n) for r, n in rows}
+
+    def is_empty(self) -> bool:
+        """No document and no point recorded."""
+        return (
+            self.db.execute("SELECT 1 FROM docs UNION ALL SELECT 1 FROM points LIMIT 1").fetchone()
+            is None
+        )
+
     def doc_count(self) -> int:
         return int(self.db.execute("SELECT count(*) FROM docs").fetchone()[0])
 
@@ -182,9 +198,15 @@ class State:
 
     # -- points ----------------------------------------------------------
 
-    def point_ids(self, root: str, rel: str) -> set[str]:
-        rows = self.db.execute("SELECT id FROM points WHERE root=? AND path=?", (root, rel))
+    def point_ids(self, root: str, rel: str, committed_only: bool = False) -> set[str]:
+        sql = "SELECT id FROM points WHERE root=? AND path=?"
+        rows = self.db.execute(sql + (" AND pending=0" if committed_only else ""), (root, rel))
         return {r[0] for r in rows}
+
+    def drop_pending(self, root: str, rel: str) -> None:
+        """Forget the IDs a write of this document was about to add (it failed)."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM points WHERE root=? AND path=? AND pending=1", (root, rel))
 
     def point_counts(self) -> tuple[int, int]:
         """(committed, pending) point rows."""

@@ -67,6 +67,8 @@ def offline_status(settings: Settings) -> dict[str, Any]:
         # size and mtime only say a file may have changed; its text decides
         changed, unreadable = indexer.confirm(changes)
         documents, _ = indexer.counts()
+        # what the guard would refuse of the pending deletions (mdindex.guard)
+        refused = indexer.deletion_refused(changes.deleted)
         failed = {(f["root"], f["path"]): f for f in indexer.failures()}
         failed |= {
             f.key: {"root": f.root, "path": f.rel, "reason": f.reason}
@@ -80,6 +82,7 @@ def offline_status(settings: Settings) -> dict[str, Any]:
             failed=sorted(failed.values(), key=lambda f: (f["root"], f["path"])),
             last_sync=indexer.last_sync(),
             phase="stopped",
+            reason=f"deletions refused: {refused}" if refused else "",
             embedding=indexer.embedding_status(),
             versions=Rollout(settings).rows(),
         )

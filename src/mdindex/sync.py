@@ -17,13 +17,16 @@ and the state.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from mdindex.changes import Changes, Detector, Key, Seen
+from mdindex import guard
+from mdindex.changes import Changes, Detector, Key
 from mdindex.config import Settings
 from mdindex.embedding import Embedder
 from mdindex.errors import PruneRefused
@@ -31,7 +34,6 @@ from mdindex.files import (
     Failure,
     FileRef,
     PathFilter,
-    printable,
     under_failed_folder,
 )
 from mdindex.models import Document, Summary
@@ -153,9 +155,11 @@ class Indexer:
         self.store.ensure_collection(self.embedder.dimension, sparse=self.settings.sparse_vectors)
         identity = store_identity(self.store)
         reason = ""
-        if self.state.fresh:
+        described = self.state.get("store")
+        if self.state.fresh or (described is None and self.state.is_empty()):
+            # a new state (or one a read-only command left empty, never told a store)
             reason = "no local state" if self.store.count() else ""
-        elif self.state.get("store") != identity:
+        elif described != identity:
             reason = "state belongs to another store"
         else:
             self._recover_inflight()
@@ -247,10 +251,14 @@ class Indexer:
         prune: bool = True,
         force: bool = False,
         runner: SyncRunner | None = None,
+        keep_going: bool = False,
     ) -> Summary:
         """Make the store equal to the roots. ``runner`` does the syncing of what
         changed (the Ray backfill hands its own); deciding what changed, the
-        prune guard and the state stay here."""
+        guard on deletions and the state stay here. Deletions the guard refuses
+        raise PruneRefused before anything is written, or, with ``keep_going``
+        (the daemon), are left out while the rest is synced, and
+        ``summary.refused`` says why."""
         started = time.monotonic()
         summary = Summary(dry_run=dry_run)
         for root in self.roots:
@@ -260,53 +268,91 @@ class Indexer:
                     "or pass --force to prune its documents"
                 )
         seen = self.detector.tree()
+        present = Counter(label for label, _ in seen.present)
         changes = self.detector.compare(seen, self.state, prune)
-        if prune and not force:
-            self._guard_prune(seen, changes)
+        changes = self._guarded(changes, force, keep_going, present)
         must_open = bool(changes or self.state.fresh)
         if not dry_run and (must_open or not self.store_unchanged_since_last_run()):
             self.open_store()
             # the state may have been rebuilt from the store
             changes = self.detector.compare(seen, self.state, prune)
-            if prune and not force:
-                self._guard_prune(seen, changes)
+            changes = self._guarded(changes, force, keep_going, present)
+        summary.refused = changes.refused
         if runner is not None and not dry_run:
             self._account(changes, summary)
             runner(changes, summary)
             self._finish(changes, summary)
         else:
-            self.apply(changes, summary, dry_run=dry_run)
+            self.apply(changes, summary, dry_run=dry_run, guarded=False)
+        if not dry_run and not summary.interrupted and not summary.refused:
+            self.state.put(guard.STATE_KEY, json.dumps(guard.identities(self.roots)))
         summary.seconds = time.monotonic() - started
         return summary
 
-    def _guard_prune(self, seen: Seen, changes: Changes) -> None:
-        known = len(self.state.known_docs())
-        for root in self.roots:
-            empty = not any(key[0] == root.label for key in seen.present)
-            # An empty root whose documents are indexed looks like an unmounted
-            # disk or a wrong path, not like a user deleting everything.
-            if empty and any(label == root.label for label, _ in changes.deleted):
-                raise PruneRefused(
-                    f"root {root.label!r} has no markdown files; refusing to prune its documents "
-                    "(pass --force if that is intended, or --no-prune)"
-                )
-        if known and len(changes.deleted) > known / 2:
-            raise PruneRefused(
-                f"{len(changes.deleted)} of {known} indexed documents would be deleted; "
-                "refusing to prune more than half (pass --force if that is intended)"
-            )
+    def deletion_refused(
+        self, deleted: Sequence[Key], present: dict[str, int] | None = None
+    ) -> str:
+        """Why deleting these documents would be a guess (``mdindex.guard``); "" if
+        not. ``present``: files per root label, when a whole scan counted them."""
+        if not deleted:
+            return ""
+        indexed = self.state.doc_count_by_root()
+        gone = Counter(label for label, _ in deleted)
+        if any(n > indexed.get(label, 0) / 2 for label, n in gone.items()):
+            # documents known only by their points count too (a state rebuilt
+            # from the store has no rows yet); costlier, so only when it matters
+            indexed = self.state.doc_count_by_root(with_points=True)
+        return guard.refusal(
+            self.roots,
+            deleted,
+            indexed,
+            guard.parse_recorded(self.state.get(guard.STATE_KEY)),
+            present,
+        )
+
+    def check_deletes(self, deleted: Sequence[Key], present: dict[str, int] | None = None) -> None:
+        """Raise PruneRefused when deleting these documents would be a guess."""
+        reason = self.deletion_refused(deleted, present)
+        if reason:
+            raise PruneRefused(reason)
+
+    def _guarded(
+        self,
+        changes: Changes,
+        force: bool,
+        keep_going: bool,
+        present: dict[str, int] | None = None,
+    ) -> Changes:
+        """The changes with the deletions the guard refuses: raised, or left out."""
+        reason = "" if force else self.deletion_refused(changes.deleted, present)
+        if not reason:
+            return changes
+        if not keep_going:
+            raise PruneRefused(reason)
+        log.error("not deleting: %s", reason)
+        return replace(changes, deleted=[], refused=reason)
 
     # -- writing -----------------------------------------------------------
 
     def apply(
-        self, changes: Changes, summary: Summary | None = None, *, dry_run: bool = False
+        self,
+        changes: Changes,
+        summary: Summary | None = None,
+        *,
+        dry_run: bool = False,
+        guarded: bool = True,
     ) -> Summary:
         """Index the changed files and remove the deleted documents.
 
         Deletes run after all writes, so a file renamed within the same batch
-        finds its old vectors still in the store and reuses them.
+        finds its old vectors still in the store and reuses them. With
+        ``guarded`` (a watcher's paths), deletions the guard refuses are not
+        made, the changed files still are, and ``summary.refused`` says why.
         """
         summary = summary if summary is not None else Summary(dry_run=dry_run)
+        if guarded:
+            changes = self._guarded(changes, force=False, keep_going=True)
+            summary.refused = changes.refused
         self._account(changes, summary)
         # Two stages: while the worker thread embeds one group, this thread
         # writes the group before it and reads and chunks the group after it.
@@ -390,7 +436,7 @@ class Indexer:
             summary.files_unchanged += 1
             return None
         for warning in doc.warnings:
-            log.warning("%s:%s: %s", ref.root, printable(ref.rel), warning)
+            summary.warn(ref.root, ref.rel, warning)
         return ref, doc
 
     def _plan(self, loaded: list[tuple[FileRef, Document]], summary: Summary) -> list[DocWork]:

@@ -9,7 +9,9 @@ and deletes the rest, through the sync core.
 from __future__ import annotations
 
 import logging
+import math
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +74,9 @@ def expected_points(
     return expected, {w.ref.key: w for w in works}, failed
 
 
-def verify(indexer: Indexer, *, repair: bool = False) -> VerifyReport:
+def verify(indexer: Indexer, *, repair: bool = False, force: bool = False) -> VerifyReport:
+    """Compare the store with the files; with ``repair``, fix what differs, under
+    the same guard on deletions as backfill (``force`` overrides it)."""
     report = VerifyReport()
     indexer.open_store()
     expected, works, failed = expected_points(indexer, report)
@@ -96,7 +100,7 @@ def verify(indexer: Indexer, *, repair: bool = False) -> VerifyReport:
             got = {k: v for k, v in payload.items() if k != "indexed_at"}
             if payload.get("vector_key") != expected[pid].vector_key:
                 report.stale.append({**entry, "reason": "vector key differs"})
-            elif got != want:
+            elif not same_payload(got, want):
                 report.stale.append({**entry, "reason": "payload differs"})
         elif key in failed:
             continue  # unreadable for now; its points stay until it is readable or gone
@@ -108,8 +112,26 @@ def verify(indexer: Indexer, *, repair: bool = False) -> VerifyReport:
     _check_sparse(indexer, report, expected, stored)
     report.missing = [_entry(pid, p) for pid, p in expected.items() if pid not in stored]
     if repair and not report.in_sync:
+        # documents whose every point would go: the guard decides, as for a prune
+        gone = {(e["root"], e["doc_path"]) for e in report.stale if e["id"] not in expected}
+        gone -= works.keys()
+        if not force:
+            present = Counter(label for label, _ in works) + Counter(label for label, _ in failed)
+            indexer.check_deletes(sorted(gone), present)
         _repair(indexer, report, expected, works)
     return report
+
+
+def same_payload(a: Any, b: Any) -> bool:
+    """Equal payloads, floats to 12 digits: qdrant-edge reads some floats back a
+    unit in the last place off (1.5732984201623415e+41 as ...17e+41)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-12)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_payload(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_payload(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and bool(a == b)
 
 
 def _check_vectors(

@@ -28,7 +28,9 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mdindex.chunking import CHUNKER_VERSION
 from mdindex.config import Settings
@@ -117,25 +119,33 @@ class Catalog:
 
     @classmethod
     def load(cls, settings: Settings) -> Catalog:
+        """The catalog, checked: nothing in it is trusted to name a path, a
+        setting or a collection outside what this collection's versions may be."""
         path = catalog_path(settings)
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
+            checked = _CatalogFile.model_validate(raw)
+            checked.check(settings.collection)
         except FileNotFoundError:
             return cls(path, settings.collection)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
             raise ConfigError(
-                f"versions: {path} is unreadable ({exc}); restore it, or remove it to "
-                "adopt the collections afresh"
-            ) from exc
-        versions = {fp: Version(**v) for fp, v in dict(raw.get("versions") or {}).items()}
+                f"versions: {path} is unreadable ({_first_line(exc)}); restore it, or remove "
+                "it to adopt the collections afresh"
+            ) from None
+        versions = {
+            # params: the settings keys the version was recorded with, and only those
+            fp: Version(**(v.model_dump() | {"params": v.params.model_dump(exclude_unset=True)}))
+            for fp, v in checked.versions.items()
+        }
         return cls(
             path,
             settings.collection,
-            raw.get("live"),
-            raw.get("pinned"),
+            checked.live,
+            checked.pinned.model_dump() if checked.pinned else None,
             versions,
-            raw.get("switching"),
-            raw.get("adopted_from"),
+            checked.switching,
+            checked.adopted_from,
         )
 
     def commit(self) -> None:
@@ -208,3 +218,76 @@ def write_atomic(path: Path, data: dict[str, Any]) -> None:
         os.fsync(folder)
     finally:
         os.close(folder)
+
+
+# -- what a catalog file may hold ----------------------------------------------
+
+_FP = r"^[0-9a-f]{12}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _Params(_Strict):
+    """The index settings a version records (``index_params``), typed as the settings are."""
+
+    model: str | None = Field(default=None, max_length=4096)
+    strategy: Literal["heading", "token", "semantic"] | None = None
+    max_tokens: int | None = Field(default=None, ge=8)
+    overlap_tokens: int | None = Field(default=None, ge=0)
+    noise_sections: list[Annotated[str, Field(max_length=1024)]] | None = None
+    prepend_context: bool | None = None
+    sparse_vectors: bool | None = None
+    semantic_threshold: float | None = Field(default=None, ge=-1.0, le=1.0, strict=False)
+    min_sentences: int | None = Field(default=None, ge=1)
+
+
+class _Version(_Strict):
+    collection: str
+    params: _Params
+    status: Literal["building", "complete", "dropping"] = "building"
+    created_at: str = ""
+    completed_at: str = ""
+    live_since: str = ""
+    points: int = Field(default=0, ge=0)
+    documents: int = Field(default=0, ge=0)
+    embedded: int = Field(default=0, ge=0)
+
+
+class _Pin(_Strict):
+    fingerprint: Annotated[str, Field(pattern=_FP)]
+    over: Annotated[str, Field(pattern=_FP)]
+
+
+class _CatalogFile(_Strict):
+    alias: str
+    live: Annotated[str, Field(pattern=_FP)] | None = None
+    pinned: _Pin | None = None
+    versions: dict[Annotated[str, Field(pattern=_FP)], _Version] = Field(default_factory=dict)
+    switching: Annotated[str, Field(pattern=_FP)] | None = None
+    adopted_from: str | None = None
+
+    def check(self, collection: str) -> None:
+        """What types alone cannot say: every name belongs to this collection."""
+        if self.alias != collection:
+            raise ValueError(f"alias {self.alias[:80]!r} is not the collection {collection!r}")
+        for fp, version in self.versions.items():
+            if version.collection != physical_name(collection, fp):
+                raise ValueError(
+                    f"version {fp} names collection {version.collection[:80]!r}, "
+                    f"not {physical_name(collection, fp)!r}"
+                )
+        for name, named in (("live", self.live), ("switching", self.switching)):
+            if named is not None and named not in self.versions:
+                raise ValueError(f"{name} names {named}, which is no version")
+        if self.adopted_from is not None and self.adopted_from != collection:
+            raise ValueError(f"adopted_from {self.adopted_from[:80]!r} is not {collection!r}")
+
+
+def _first_line(exc: BaseException) -> str:
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "catalog"
+        return f"{where[:120]}: {err['msg']}"
+    return " ".join(str(exc).split())[:200]

@@ -21,11 +21,13 @@ from typing import Any
 
 from mdindex.changes import Key
 from mdindex.embedding import Embedder
-from mdindex.files import FileRef, printable, trusted_mtime
+from mdindex.errors import StoreError, StoreUnavailable
+from mdindex.files import Failure, FileRef, printable, trusted_mtime
 from mdindex.models import Summary
 from mdindex.planning import DocWork, Planned, now_iso
 from mdindex.state import DocRow, PointRow, State
 from mdindex.stores import Store
+from mdindex.stores.base import short
 
 log = logging.getLogger(__name__)
 
@@ -176,9 +178,14 @@ class Writer:
                     for w in group
                 ]
             )
-            summary.points_upserted += self.store.upsert(
-                [p.point(vectors[p.vector_key], stamp) for p in planned]
-            )
+            try:
+                summary.points_upserted += self.store.upsert(
+                    [p.point(vectors[p.vector_key], stamp) for p in planned]
+                )
+            except StoreUnavailable:
+                raise
+            except StoreError:
+                group = self._one_by_one(group, vectors, stamp, summary)
         crash_point("after_upsert")
         stale: list[str] = []
         for w in group:
@@ -190,6 +197,36 @@ class Writer:
         crash_point("after_commit")
         if self.on_indexed is not None:
             self.on_indexed([w.ref for w in group])
+
+    def _one_by_one(
+        self, group: list[DocWork], vectors: dict[str, list[float]], stamp: str, summary: Summary
+    ) -> list[DocWork]:
+        """The store refused a group's points (not for being unreachable): each
+        document is written alone, and one the store refuses fails alone. Its
+        old points stay and its new ones are taken back, so the next sync tries
+        it again; every other document is written."""
+        written: list[DocWork] = []
+        refused: list[tuple[DocWork, StoreError]] = []
+        for w in group:
+            try:
+                summary.points_upserted += self.store.upsert(
+                    [p.point(vectors[p.vector_key], stamp) for p in w.points]
+                )
+            except StoreUnavailable:
+                raise
+            except StoreError as error:
+                refused.append((w, error))
+            else:
+                written.append(w)
+        if not written and len(refused) > 1:
+            raise refused[0][1]  # every document alike: the store's fault, not theirs
+        for w, why in refused:
+            new = {p.id for p in w.points} - self.state.point_ids(w.ref.root, w.ref.rel, True)
+            self.store.delete(sorted(new))
+            self.state.drop_pending(w.ref.root, w.ref.rel)
+            reason = f"the store refused its points ({short(why)}); its old points are kept"
+            summary.fail(Failure(w.ref.root, w.ref.rel, reason))
+        return written
 
     def rows(self, group: Iterable[DocWork]) -> list[tuple[str, str, DocRow, list[PointRow]]]:
         """The state rows that record these documents as written."""

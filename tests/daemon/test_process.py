@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mdindex.cli import DaemonClient, find_daemon
+from mdindex.client import DaemonClient, find_daemon
 from mdindex.lock import lock_path, read_holder
 from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_points
 
@@ -89,7 +89,7 @@ def test_sigterm_mid_burst_then_restart_converges(tmp_path: Path) -> None:
         deadline = time.monotonic() + 180
         while True:
             status = daemon.ask("/status")
-            if status["points"] == len(want) and status["queue_depth"] == 0:
+            if status["points"] == len(want) and status["queue_paths"] == 0:
                 break
             assert time.monotonic() < deadline, status
             time.sleep(0.3)
@@ -110,3 +110,40 @@ def test_sigterm_mid_burst_then_restart_converges(tmp_path: Path) -> None:
         code, seconds = stop(proc)
     assert code == 0 and seconds < 10
     assert stored_points(settings_for(tmp_path, [str(root)])) == want
+
+
+def test_clients_started_with_the_daemon_wait_for_it(tmp_path: Path) -> None:
+    """Issue 23, defect 15: `mdindex watch docs` in one terminal, then at once `mdindex
+    status --wait` in another: while the daemon loaded its model, status exited 3
+    ("still starting") and search errored the same way."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "otters.md").write_text("# Otters\n\nOtters hold hands while they sleep.\n")
+    state = tmp_path / "state"
+    assert cli("backfill", str(root), "--state-dir", str(state)).returncode == 0
+    (root / "beavers.md").write_text("# Beavers\n\nBeavers build dams from birch.\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mdindex", "watch", str(root), "--state-dir", str(state)], env=ENV
+    )
+    try:
+        common = ["--state-dir", str(state), "--json"]
+
+        def run(*args: str) -> subprocess.Popen[str]:
+            command = [sys.executable, "-m", "mdindex", *args, *common]
+            return subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV
+            )
+
+        # both at once, while the daemon starts and loads its model
+        search = run("search", "sleeping otters", "-k", "1")
+        status = run("status", "--wait", "--timeout", "120")
+        out, err = search.communicate(timeout=300)
+        assert search.returncode == 0, err
+        assert json.loads(out)[0]["doc_path"] == "otters.md"
+        out, err = status.communicate(timeout=300)
+        assert status.returncode == 0, err
+        data = json.loads(out)
+        assert data["caught_up"] is True and data["daemon"] is True and data["documents"] == 2
+    finally:
+        code, _ = stop(proc)
+    assert code == 0

@@ -94,7 +94,7 @@ def tcp_port(d: Running) -> int:
 
 
 def token_of(d: Running) -> str:
-    from mdindex.daemon.http import token_path
+    from mdindex.lock import token_path
 
     return token_path(d.settings.state_dir, d.settings.collection).read_text()
 
@@ -368,7 +368,7 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(
         )
         return build_indexer(settings, d.embedder, store=store, **options)
 
-    d.daemon.rollout.factory = factory
+    d.daemon.indexer_factory = factory
     d.start()
     try:
         points = len(fresh(tmp_path, root))
@@ -533,3 +533,89 @@ def test_versions_use_and_drop_through_the_running_daemon(
     # the live one is refused, with exit 2
     assert main(["versions", "drop", version_of(old), *state]) == 2
     assert "is live" in capsys.readouterr().err
+
+
+def test_a_replaced_root_is_watched_anew_and_nothing_is_deleted_on_a_guess(
+    tmp_path: Path, root: Path
+) -> None:
+    """Issue 23, defect 8: after `mv docs docs.bak; mkdir docs` the daemon still said
+    "watching", an edit in docs.bak was logged as a removal, and a new file in the
+    new docs waited for the 600 s rescan: the observer followed the moved inode."""
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        converges(d, tmp_path, root)
+        before = d.points()
+        moved = root.with_name("notes.bak")
+        os.rename(root, moved)
+        root.mkdir()
+        (moved / "a.md").write_text("# A\n\nEdited in the folder moved away.\n")
+        (root / "new.md").write_text("# New\n\nWritten in the new folder.\n")
+        wait_for(lambda: "new.md" in {p["doc_path"] for p in d.points().values()}, 10, "new.md")
+        status = d.daemon.status()
+        assert status["phase"] == "degraded" and "another folder" in status["reason"]
+        assert "notes" in status["reason"] and "--force" in status["reason"]
+        kept = {k: p for k, p in d.points().items() if p["doc_path"] != "new.md"}
+        assert kept == before  # nothing deleted, the edit in notes.bak not applied
+        assert d.daemon.watcher.alive()
+        # events in the new folder are followed
+        (root / "sub").mkdir()
+        (root / "sub" / "later.md").write_text("# Later\n\nAnother note.\n")
+        wait_for(
+            lambda: "sub/later.md" in {p["doc_path"] for p in d.points().values()}, 10, "later"
+        )
+        # `mdindex backfill --force` through the daemon takes the new folder as it is
+        assert d.daemon.request_reconcile(timeout=30, force=True)["files_deleted"] == 3
+        converges(d, tmp_path, root)
+        assert d.daemon.status()["phase"] == "watching"
+    finally:
+        d.stop()
+
+
+def test_deleting_a_whole_root_through_events_is_refused(tmp_path: Path, root: Path) -> None:
+    """The daemon's events share the guard: a root emptied (an unmount looks the same)."""
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        converges(d, tmp_path, root)
+        before = d.points()
+        for path in sorted(root.rglob("*.md")):
+            path.unlink()
+        wait_for(lambda: d.daemon.phase == "degraded", 10, "degraded")
+        assert "refusing" in d.daemon.status()["reason"]
+        time.sleep(QUIET_MS / 1000 * 4)
+        assert d.points() == before
+    finally:
+        d.stop()
+
+
+def test_the_daemon_reads_the_catalog_once_it_holds_the_lock(tmp_path: Path, root: Path) -> None:
+    """Issue 23, defect 10: the daemon read the catalog before it took the writer
+    lock; a backfill with other settings slipping in between made it recreate a
+    dropped version empty, re-embed every document into it, and point the catalog
+    back at it."""
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS, keep_versions=0)
+    run_backfill_rollout(s)
+    tiny = TinyEmbedder()
+    d = Running(s, tiny)  # made before the other backfill, started after it
+    other = settings_for(tmp_path, [str(root)], keep_versions=0, sparse_vectors=False)
+    run_backfill_rollout(other)
+    d.start()
+    try:
+        wait_for(lambda: d.daemon.serving == d.daemon.rollout.target(), 30, "the switch back")
+        converges(d, tmp_path, root)
+        # built beside the other version from its vectors, not re-embedded into an empty store
+        assert tiny.texts_embedded == 0
+        path = s.state_dir / "mdindex.versions.json"
+        wait_for(lambda: len(json.loads(path.read_text())["versions"]) == 1, 30, "the drop")
+        catalog = json.loads(path.read_text())
+        assert list(catalog["versions"]) == [catalog["live"]] == [d.daemon.serving]
+        assert [p.name for p in (s.state_dir / "edge").iterdir()] == [collection_of(s)]
+    finally:
+        d.stop()
+
+
+def run_backfill_rollout(settings: Any) -> None:
+    from tests.conftest import run_rollout
+
+    run_rollout(settings, TinyEmbedder())

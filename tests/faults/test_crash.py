@@ -122,8 +122,8 @@ def test_kill_9_at_random_moments_then_one_clean_run(tmp_path: Path) -> None:
     root = CORPUS if CORPUS.is_dir() else make_tree(tmp_path / "docs", docs=300)
     s = settings_for(tmp_path, [str(root)])
     rng = random.Random(20261130)
-    # 4 moments in CI (each about 4 s); MDINDEX_FAULTS=long tries 100
-    runs = 100 if LONG else 4
+    # 20 moments in CI (each about 4 s); MDINDEX_FAULTS=long tries 100
+    runs = 100 if LONG else 20
     killed = 0
     for _ in range(runs):
         killed += kill_at_random(lambda: run_backfill(s, TinyEmbedder()), rng, 2.5)
@@ -206,7 +206,7 @@ def test_kill_9_during_version_switches_never_leaves_an_incomplete_live_version(
     }
     run_rollout(pair[0], TinyEmbedder())
     rng = random.Random(20261201)
-    runs = 100 if LONG else 4
+    runs = 100 if LONG else 20
     killed = 0
     for i in range(runs):
         s = pair[(i + 1) % 2]

@@ -311,3 +311,44 @@ def _unlock(tmp_path: Path):
     for locked in (tmp_path / "hostile" / "mode000.md", tmp_path / "hostile" / "unlisted"):
         if locked.exists():
             locked.chmod(0o755)  # so pytest can clean up
+
+
+# -- frontmatter that bricked a store ---------------------------------------
+
+
+@pytest.mark.parametrize("store", ["edge", "client"])
+def test_frontmatter_that_bricked_the_store_costs_nothing(tmp_path: Path, store: str) -> None:
+    """Issue 23, defects 1 and 2: a 293-byte note (`tags:` and 130 nested lists)
+    bricked qdrant-edge for good: every later command failed reading its WAL,
+    even after the file was deleted. `.nan` or `.inf` in frontmatter crashed
+    every backfill and the daemon. Now both are indexed, their values cut down
+    to what every store reads back, and said so."""
+    from mdindex.search import Query
+    from mdindex.verify import verify
+    from mdindex.versions import reader_settings
+    from tests.conftest import run_rollout
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    deep = root / "deep.md"
+    deep.write_text("---\ntags: " + "[" * 130 + "]" * 130 + "\n---\n# Deep\n\nA deep note.\n")
+    assert len(deep.read_bytes()) < 300
+    (root / "nan.md").write_text("---\nw: .nan\nx: .inf\ny: -.inf\n---\n# Numbers\n\nNaN.\n")
+    (root / "ok.md").write_text("# Fine\n\nA perfectly normal otter note.\n")
+    s = settings_for(tmp_path, [root], store=store)
+    first = run_rollout(s, TinyEmbedder())
+    assert first["files_failed"] == 0 and first["files_changed"] == 3
+    reasons = " ".join(w["reason"] for w in first["warnings"])
+    assert "nested over 8 levels" in reasons and "not a finite number" in reasons
+    again = run_rollout(s, TinyEmbedder())  # the store opens again
+    assert again["files_unchanged"] == 3 and again["errors"] == []
+    with build_indexer(reader_settings(s), TinyEmbedder()) as indexer:
+        assert verify(indexer).in_sync
+        hits = indexer.search(Query("otter note", k=3))
+        assert hits[0]["doc_path"] == "ok.md"
+    points = {p["doc_path"]: p for p in stored_points(s).values()}
+    assert points["nan.md"]["meta"] == {}
+    assert isinstance(points["deep.md"]["meta"]["tags"], list)
+    deep.unlink()
+    assert run_rollout(s, TinyEmbedder())["files_deleted"] == 1
+    assert set(p["doc_path"] for p in stored_points(s).values()) == {"nan.md", "ok.md"}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from mdindex.cli import find_daemon
+from mdindex.client import find_daemon
 from mdindex.lock import lock_path, read_holder
 from mdindex.runtime import state_path
 from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_points

@@ -11,7 +11,14 @@ same way, since the index holds the text of every document:
 - on TCP, a ``Host`` that is the bound name and port (a web page reaching
   127.0.0.1 through DNS rebinding sends its own name), and no ``Origin``
   header at all (browsers send one with every cross-site request);
-- a timeout on every connection and a bound on concurrent ones.
+- a client cannot hold the API: a request must arrive whole (head and body)
+  within REQUEST_TIMEOUT_S of its connection, or the connection is closed;
+  past MAX_CONNECTIONS the oldest connection still sending its request gives
+  way to a new one; and of the WORK_SLOTS that run requests, only an
+  authenticated one takes one, once its request has arrived. So slow or
+  many unauthenticated connections leave ``/healthz`` and an authenticated
+  ``/search`` answering at once (tests/daemon/test_http.py, 64 connections
+  sending a byte every few seconds).
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ import secrets
 import socket
 import socketserver
 import threading
+import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -42,8 +50,9 @@ log = logging.getLogger(__name__)
 TOKEN_CREDENTIAL = "http-token"
 MAX_MCP_BODY = 1 << 20  # a tool call is a few hundred bytes
 OPEN_PATHS = ("/healthz", "/metrics")  # no token: they say nothing about the documents
-REQUEST_TIMEOUT_S = 10.0
-MAX_CONNECTIONS = 16
+REQUEST_TIMEOUT_S = 10.0  # for a whole request to arrive (not per receive)
+MAX_CONNECTIONS = 256  # open at once; a thread each
+WORK_SLOTS = 16  # authenticated requests being answered at once
 MAX_WAIT_S = 3600.0  # /status?wait=1&timeout=S
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -83,7 +92,7 @@ class Api:
         health: Callable[[], tuple[bool, str]],
         search: Callable[[dict[str, Any]], list[dict[str, Any]]],
         status: Callable[[float | None], dict[str, Any]],
-        reconcile: Callable[[], dict[str, Any]],
+        reconcile: Callable[..., dict[str, Any]],  # (force=False) -> the summary
         token: str,
         mcp: Any = None,
         versions: Callable[[str, list[str]], dict[str, Any]] | None = None,
@@ -96,14 +105,6 @@ class Api:
         self.token = token
         self.mcp = mcp  # a daemon.mcp_http.McpBridge, or None
         self.versions = versions  # (action, fingerprints) -> result: `mdindex versions`
-
-
-def token_path(state_dir: Path, collection: str) -> Path:
-    return state_dir / f"{collection}.token"
-
-
-def socket_path(state_dir: Path, collection: str) -> Path:
-    return state_dir / f"{collection}.sock"
 
 
 def load_token() -> str:
@@ -140,6 +141,63 @@ class _Handler(BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         if not self._allowed(url.path):
             return
+        with self._working(url.path) as slot:
+            if slot:
+                self._get(url)
+
+    def do_POST(self) -> None:
+        path = urllib.parse.urlsplit(self.path).path
+        if not self._allowed(path):
+            return
+        body = self._body() if path == "/mcp" else b""
+        if body is None:
+            return
+        with self._working(path) as slot:
+            if slot:
+                self._post(path, body)
+
+    def do_DELETE(self) -> None:
+        path = urllib.parse.urlsplit(self.path).path
+        if not self._allowed(path):
+            return
+        with self._working(path) as slot:
+            if slot:
+                if path == "/mcp":
+                    self._mcp(b"")
+                else:
+                    self._json(404, {"error": "not found"})
+
+    @contextlib.contextmanager
+    def _working(self, path: str) -> Iterator[bool]:
+        """The request has arrived: its connection is no longer timed, and one of
+        the work slots is taken for it (not for the open paths: they are cheap
+        and say nothing). False, with a 503 sent, when every slot is busy."""
+        server: _Connections = self.server  # type: ignore[assignment]
+        server.arrived(self.connection)
+        if path in OPEN_PATHS:
+            yield True
+            return
+        if not server.work.acquire(blocking=False):
+            self._json(503, {"error": f"busy: {WORK_SLOTS} requests are being answered"})
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            server.work.release()
+
+    def _body(self) -> bytes | None:
+        """An MCP request's body, read while the connection is still timed."""
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_MCP_BODY:
+            self._json(413, {"error": f"an MCP request is at most {MAX_MCP_BODY} bytes"})
+            return None
+        return self.rfile.read(length) if length else b""
+
+    def _get(self, url: urllib.parse.SplitResult) -> None:
         query = urllib.parse.parse_qs(url.query)
         try:
             if url.path == "/healthz":
@@ -174,15 +232,12 @@ class _Handler(BaseHTTPRequestHandler):
         except MdindexError as exc:
             self._json(503, {"error": str(exc)})
 
-    def do_POST(self) -> None:
-        path = urllib.parse.urlsplit(self.path).path
-        if not self._allowed(path):
-            return
+    def _post(self, path: str, body: bytes) -> None:
         if path == "/mcp":
-            self._mcp()
+            self._mcp(body)
             return
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
         if path == "/versions" and self.api.versions is not None:
-            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
             action = (query.get("action") or [""])[0]
             if action not in ("use", "drop"):
                 self._json(400, {"error": "action must be use or drop"})
@@ -197,33 +252,18 @@ class _Handler(BaseHTTPRequestHandler):
         if path != "/reconcile":
             self._json(404, {"error": "not found"})
             return
+        force = (query.get("force") or ["0"])[0] not in ("", "0")
         try:
-            self._json(200, self.api.reconcile())
+            self._json(200, self.api.reconcile(force=force))
         except MdindexError as exc:
             self._json(503, {"error": str(exc), "exit_code": exc.exit_code})
 
-    def do_DELETE(self) -> None:
-        path = urllib.parse.urlsplit(self.path).path
-        if self._allowed(path):
-            if path == "/mcp":
-                self._mcp()
-            else:
-                self._json(404, {"error": "not found"})
-
-    def _mcp(self) -> None:
+    def _mcp(self, body: bytes) -> None:
         """MCP's streamable HTTP transport (daemon.mcp_http), after the checks above."""
         bridge = self.api.mcp
         if bridge is None:
             self._json(404, {"error": "MCP is not served here"})
             return
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if not 0 <= length <= MAX_MCP_BODY:
-            self._json(413, {"error": f"an MCP request is at most {MAX_MCP_BODY} bytes"})
-            return
-        body = self.rfile.read(length) if length else b""
         headers = [(k, v) for k, v in self.headers.items() if k.lower() != "authorization"]
         status, out_headers, answer = bridge.handle(self.command, self.path, headers, body)
         self.send_response(status)
@@ -271,39 +311,97 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("http: " + format, *args)
 
 
-class _Bounded:
-    """At most MAX_CONNECTIONS connections at once; others get a short 503."""
+class _Connections:
+    """Connections held to a deadline and a bound, each on a thread of its own.
 
-    slots: threading.BoundedSemaphore
+    A connection is *waiting* from its accept until its request has arrived
+    (``arrived``); one still waiting REQUEST_TIMEOUT_S after its accept is
+    shut down, however slowly it trickles bytes in. Past MAX_CONNECTIONS the
+    oldest waiting connection is shut down to make room; only when every
+    connection is being answered is a new one turned away with a 503.
+    """
+
+    work: threading.BoundedSemaphore
+    daemon_threads = True
+
+    def setup_connections(self) -> None:
+        self.work = threading.BoundedSemaphore(WORK_SLOTS)
+        self._guard = threading.Lock()
+        self._open: dict[Any, float | None] = {}  # socket -> accepted at (None: arrived)
+        self._closing = threading.Event()
+        threading.Thread(target=self._reap, name="mdindex-http-reaper", daemon=True).start()
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            with contextlib.suppress(OSError):
-                request.sendall(
-                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
-                    b"Connection: close\r\n\r\n"
-                )
-            self.shutdown_request(request)  # type: ignore[attr-defined]
-            return
+        with self._guard:
+            if len(self._open) >= MAX_CONNECTIONS:
+                waiting = [(t, s) for s, t in self._open.items() if t is not None]
+                if not waiting:
+                    self._refuse(request)
+                    return
+                _, oldest = min(waiting, key=lambda ts: ts[0])
+                self._open[oldest] = None  # its thread ends as soon as it is shut down
+                _shut(oldest)
+            self._open[request] = time.monotonic()
         try:
             super().process_request(request, client_address)  # type: ignore[misc]
         except BaseException:
-            self.slots.release()
+            self._forget(request)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)  # type: ignore[misc]
         finally:
-            self.slots.release()
+            self._forget(request)
+
+    def arrived(self, request: Any) -> None:
+        """The connection's request is in: from now on it is not timed."""
+        with self._guard:
+            if request in self._open:
+                self._open[request] = None
+
+    def _forget(self, request: Any) -> None:
+        with self._guard:
+            self._open.pop(request, None)
+
+    def _refuse(self, request: Any) -> None:
+        with contextlib.suppress(OSError):
+            request.sendall(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                b"Connection: close\r\n\r\n"
+            )
+        self.shutdown_request(request)  # type: ignore[attr-defined]
+
+    def _reap(self) -> None:
+        while not self._closing.wait(0.25):
+            now = time.monotonic()
+            with self._guard:
+                late = [
+                    s
+                    for s, t in self._open.items()
+                    if t is not None and now - t > REQUEST_TIMEOUT_S
+                ]
+                for sock in late:
+                    self._open[sock] = None
+            for sock in late:
+                _shut(sock)
+
+    def stop_reaping(self) -> None:
+        self._closing.set()
 
 
-class _TcpServer(_Bounded, ThreadingHTTPServer):
-    daemon_threads = True
+def _shut(sock: Any) -> None:
+    """End a connection from here: its thread's next read returns nothing."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
 
 
-class _UnixServer(_Bounded, socketserver.ThreadingUnixStreamServer):
-    daemon_threads = True
+class _TcpServer(_Connections, ThreadingHTTPServer):
+    pass
+
+
+class _UnixServer(_Connections, socketserver.ThreadingUnixStreamServer):
+    pass
 
 
 class HttpServer:
@@ -329,7 +427,7 @@ class HttpServer:
                 handler.allowed_hosts = frozenset(
                     f"[{n}]:{self.port}" if ":" in n else f"{n}:{self.port}" for n in LOOPBACK
                 )
-        server.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        server.setup_connections()
         self.server = server
         self.thread = threading.Thread(
             target=server.serve_forever, name="mdindex-http", daemon=True
@@ -339,6 +437,7 @@ class HttpServer:
         self.thread.start()
 
     def stop(self) -> None:
+        self.server.stop_reaping()
         self.server.shutdown()
         self.server.server_close()
         if self.path is not None:

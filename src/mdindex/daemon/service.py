@@ -21,17 +21,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from mdindex import guard
 from mdindex.config import Settings
-from mdindex.daemon.http import (
-    LOOPBACK,
-    Api,
-    HttpServer,
-    Metrics,
-    load_token,
-    socket_path,
-    token_path,
-    write_token,
-)
+from mdindex.daemon.http import LOOPBACK, Api, HttpServer, Metrics, load_token, write_token
 from mdindex.daemon.mcp_http import McpBridge
 from mdindex.daemon.notify import Notifier
 from mdindex.daemon.watcher import Batch, Debouncer, Watcher
@@ -46,7 +38,7 @@ from mdindex.errors import (
     StoreMismatch,
 )
 from mdindex.files import FileRef
-from mdindex.lock import WriterLock
+from mdindex.lock import WriterLock, socket_path, token_path
 from mdindex.mcp_server import build_server
 from mdindex.models import Summary
 from mdindex.rollout import IndexerFactory, Progress, Rollout
@@ -71,6 +63,9 @@ SOCKET_PATH_MAX = 100
 # A version switched away from is closed this long after, so a search that
 # took it just before the switch still finishes on it.
 RETIRE_AFTER_S = 5.0
+# A search that arrives while the daemon loads its model waits this long for it
+# (the first load on a machine also exports and measures: about 15 s here).
+STARTING_WAIT_S = 120.0
 
 
 class Daemon:
@@ -84,8 +79,15 @@ class Daemon:
         self.reload_settings = reload  # SIGHUP: the settings read again
         self.reload_requested = False
         self.rollout_pending = False  # the versions' opening waits for the store
-        self.rollout = Rollout(settings, indexer_factory)
+        self.indexer_factory = indexer_factory
+        # The catalog is read once the writer lock is held (startup): read before,
+        # a backfill slipping in between could change it under the daemon.
+        self.rollout: Rollout
         self.roots = settings.root_list()
+        self.root_ids: dict[str, str] = {}  # the folders the observer watches (mdindex.guard)
+        self.ready = threading.Event()  # the model is loaded: searches can be answered
+        self.refused = ""  # deletions the guard refused, until a reconcile is not refused
+        self.force_next = False  # the next reconcile deletes what the guard would refuse
         self.should_exit = False
         self.exit_code = EXIT_OK
         self.notify = Notifier()
@@ -163,6 +165,10 @@ class Daemon:
             if not root.path.is_dir():
                 raise PruneRefused(f"root {root.label!r}: {root.path} is not a folder")
         self.lock.acquire()
+        self.rollout = Rollout(self.settings, self.indexer_factory)
+        # The socket first: a client started with the daemon waits for it to
+        # answer instead of finding nothing (searches wait for the model).
+        self.start_api()
         try:
             self.rollout.open()
         except StoreError as exc:
@@ -181,9 +187,8 @@ class Daemon:
             self.serving, hooks=self.hooks, group_chars=DAEMON_GROUP_CHARS
         )
         # Watch first, so nothing that changes during the reconcile is missed.
-        self.watcher.start()
+        self.start_watcher()
         indexer.load_model()
-        self.start_api()
         try:
             indexer.open_store()
         except StoreMismatch:
@@ -192,6 +197,7 @@ class Daemon:
             # Keep running: /healthz says why, and the main loop retries.
             self.store_failed(exc)
         self.update_gauges()
+        self.ready.set()
         self.notify.ready(self.status_line("ready; reconciling"))
         log.info("watching %s", ", ".join(f"{r.label}={r.path}" for r in self.roots))
 
@@ -235,9 +241,36 @@ class Daemon:
         self.lock.update(**record)
         log.info("api on %s", path)
 
+    def start_watcher(self) -> None:
+        """Watch the roots as they are now (each root's folder, by identity)."""
+        self.root_ids = guard.identities(self.roots)
+        self.watcher.start()
+
+    def check_roots(self) -> bool:
+        """A root replaced by another folder (``mv docs docs.bak; mkdir docs``), gone,
+        or back: the observer still follows the old folder, so it is restarted on
+        what is there now, and a rescan (under the guard) catches up. True when
+        that happened."""
+        now = guard.identities(self.roots)
+        if now == self.root_ids:
+            return False
+        changed = sorted(set(now.items()) ^ set(self.root_ids.items()))
+        labels = ", ".join(sorted({label for label, _ in changed}))
+        log.warning("root %s replaced, gone or back; watching what is there now", labels)
+        self.watcher.stop(timeout=WATCHER_STOP_S)
+        self.debouncer.pending.clear()  # paths of the old folder say nothing about the new
+        try:
+            self.start_watcher()
+        except Exception as exc:  # a root that is gone cannot be watched until it is back
+            log.error("cannot watch the roots (%s); rescanning until they are back", exc)
+            self.root_ids = now
+        self.watcher.overflowed.set()  # rescan now
+        return True
+
     def main_loop(self) -> None:
         while not self.should_exit:
             self.drain(timeout=0.1)
+            self.check_roots()
             if not self.check_observer():
                 return
             self.serve_requests()
@@ -532,19 +565,24 @@ class Daemon:
                 break
         if not waiting:
             return
+        self.force_next = self.force_next or any(result.get("force") for _, result in waiting)
         summary = self.reconcile("requested")
         for done, result in waiting:
+            result.pop("force", None)
             if summary is None:
-                result["error"] = self.unhealthy or "reconcile failed"
+                result["error"] = self.reason or "reconcile failed"
             else:
                 result.update(summary.as_dict())
             done.set()
 
-    def request_reconcile(self, timeout: float | None = None) -> dict[str, Any]:
+    def request_reconcile(
+        self, timeout: float | None = None, force: bool = False
+    ) -> dict[str, Any]:
         """Run a full reconcile on the main loop and return its summary (HTTP
-        thread); {} when ``timeout`` passes first."""
+        thread); {} when ``timeout`` passes first. ``force``: deletions the guard
+        would refuse are made (`mdindex backfill --force`)."""
         done = threading.Event()
-        result: dict[str, Any] = {}
+        result: dict[str, Any] = {"force": True} if force else {}
         self.requests.put((done, result))
         deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
         while not done.wait(max(0.0, min(1.0, deadline - time.monotonic()))):
@@ -563,14 +601,15 @@ class Daemon:
         self.next_rescan = time.monotonic() + self.settings.rescan_interval_s
         if why == "rescan":
             self.metrics.rescans.inc()
+        force, self.force_next = self.force_next, False
         try:
             if self.rollout_pending:
                 self.open_rollout()
-            summary = self.indexer.backfill(prune=True, force=False)
-        except PruneRefused as exc:
+            summary = self.indexer.backfill(prune=True, force=force, keep_going=True)
+        except PruneRefused as exc:  # a root that is not a folder
             self.reconciling = False
-            log.error("%s: prune refused: %s", why, exc)
-            self.unhealthy = f"prune refused: {exc}"
+            log.error("%s: %s", why, exc)
+            self.refused = str(exc)
             self.update_gauges()
             return None
         except StoreMismatch:
@@ -582,6 +621,7 @@ class Daemon:
             return None
         self.reconciling = False
         self.files_seen = summary.files_seen
+        self.refused = summary.refused  # a whole reconcile says whether it still holds
         self.account(summary)
         log.info("%s: %s", why, summary.line())
         self.after_sync(summary)
@@ -620,9 +660,12 @@ class Daemon:
         assert self.indexer is not None
         if batch.dirs:
             self.next_rescan = min(self.next_rescan, time.monotonic() + DIR_RESCAN_DELAY_S)
+        if self.check_roots():
+            # the paths may name the old folder's files: the rescan decides
+            for path in batch.files + batch.dirs:
+                log.debug("dropped with a replaced root: %s", path)
+            return
         changes = self.indexer.changes(batch.files, batch.dirs)
-        for label in changes.missing_roots:
-            log.error("root %s is gone; not deleting its documents", label)
         try:
             summary = self.indexer.apply(changes)
         except StoreError as exc:
@@ -632,11 +675,10 @@ class Daemon:
             for path in batch.dirs:
                 self.debouncer.add_path(path, True, delay=STORE_RETRY_S)
             return
-        self.files_seen += changes.new - len(changes.deleted)
+        self.files_seen += changes.new - summary.files_deleted
+        if summary.refused:
+            self.refused = summary.refused
         self.account(summary)
-        if changes.missing_roots:
-            self.unhealthy = f"root {changes.missing_roots[0]} is gone"
-            self.update_gauges()
         if summary.files_changed or summary.files_deleted or summary.files_failed:
             log.info("%s", summary.line())
 
@@ -687,11 +729,18 @@ class Daemon:
         if self.build is not None:
             progress = Progress(self.building, self.build.state.doc_count(), self.files_seen)
         self.versions = self.rollout.rows(progress)
-        self.metrics.healthy.set(1 if not self.unhealthy else 0)
+        self.metrics.healthy.set(1 if not self.reason else 0)
+
+    @property
+    def reason(self) -> str:
+        """Why the daemon is degraded ("" when it is not)."""
+        return self.unhealthy or (f"deletions refused: {self.refused}" if self.refused else "")
 
     @property
     def phase(self) -> str:
-        if self.unhealthy:
+        if not self.ready.is_set():
+            return "starting"
+        if self.reason:
             return "degraded"
         if self.reconciling:
             return "reconciling"
@@ -708,43 +757,54 @@ class Daemon:
     # -- the HTTP API ----------------------------------------------------
 
     def health(self) -> tuple[bool, str]:
+        if not self.ready.is_set():
+            return False, "starting"
         if not self.watcher.alive():
             return False, "file observer is not running"
-        return (not self.unhealthy), self.unhealthy or "watching"
+        return (not self.reason), self.reason or "watching"
+
+    def serving_indexer(self, timeout: float = STARTING_WAIT_S) -> Indexer:
+        """The live version's sync core, once the daemon can answer (HTTP thread):
+        a request that arrives while it loads its model waits for it."""
+        if not self.ready.wait(timeout) or self.indexer is None:
+            raise StoreError("the daemon is still starting (loading its model); try again")
+        return self.indexer
 
     def search(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         """A search from the HTTP API's parameters; ValueError for a bad one."""
-        assert self.indexer is not None
         query = Query.from_params(params, self.settings.search_mode, self.settings.fusion)
-        return self.indexer.search(query)
+        return self.serving_indexer().search(query)
 
     def status(self, wait: float | None = None) -> dict[str, Any]:
         """The status fields (HTTP thread). With ``wait``, first wait up to that
         many seconds for every change made before the call to be searchable."""
-        assert self.indexer is not None
         caught_up = None
         if wait is not None:
-            caught_up = bool(self.request_reconcile(timeout=wait))
+            result = self.request_reconcile(timeout=wait)
+            # deletions the guard refused are changes still to be made
+            caught_up = bool(result) and not result.get("refused")
         waiting, oldest = self.queue
+        indexer = self.indexer if self.ready.is_set() else None
+        starting_store = {"store": None, "points": self.points}  # not opened yet
         data = fields(
-            self.indexer.settings,  # the live version's model and strategy
+            # the live version's model and strategy
+            indexer.settings if indexer is not None else self.settings,
             # the engine's own report never waits for a busy store
-            self.indexer.store_status(self.points),
+            indexer.store_status(self.points) if indexer is not None else starting_store,
             documents=self.documents,
             files_seen=self.files_seen,
             failed=self.failed,
             last_sync=self.last_sync,
             phase=self.phase,
-            reason=self.unhealthy,
-            embedding=self.indexer.embedding_status(),
+            reason=self.reason,
+            embedding=indexer.embedding_status() if indexer is not None else {},
             versions=self.versions,
         ) | {
             "daemon": True,
             "build_blocked": self.build_blocked,
-            "healthy": not self.unhealthy,
+            "healthy": self.health()[0],
             "queue_paths": waiting,
             "oldest_wait_s": None if oldest is None else round(time.monotonic() - oldest, 3),
-            "queue_depth": waiting,
         }
         if caught_up is not None:
             data["caught_up"] = caught_up
@@ -762,8 +822,7 @@ class _DaemonTools:
         self.daemon = daemon
 
     def search(self, query: Query) -> list[dict[str, Any]]:
-        assert self.daemon.indexer is not None
-        return self.daemon.indexer.search(query)
+        return self.daemon.serving_indexer().search(query)
 
     def status(self) -> dict[str, Any]:
         return self.daemon.status()

@@ -54,19 +54,23 @@ class Watcher:
         self.events: queue.Queue[Change] = queue.Queue(maxsize=max_queue)
         self.overflowed = threading.Event()
         self._observer: BaseObserver | None = None
+        self._watched = 0  # roots the observer was started on
         self._lock = threading.Lock()
 
     def start(self) -> None:
+        """Watch every root that is a folder now (one that is gone is watched again
+        once the daemon sees it back)."""
         from watchdog.observers import Observer
 
         observer = Observer()
         handler = _Handler(self)
-        for root in self.roots:
+        watched = [root for root in self.roots if root.path.is_dir()]
+        for root in watched:
             observer.schedule(handler, str(root.path), recursive=True)
         observer.daemon = True
         observer.start()
         with self._lock:
-            self._observer = observer
+            self._observer, self._watched = observer, len(watched)
 
     def alive(self) -> bool:
         """The observer thread and every per-root emitter thread are running."""
@@ -74,7 +78,7 @@ class Watcher:
         if obs is None or not obs.is_alive():
             return False
         emitters = obs.emitters
-        return len(emitters) == len(self.roots) and all(e.is_alive() for e in emitters)
+        return len(emitters) == self._watched and all(e.is_alive() for e in emitters)
 
     def restart(self) -> None:
         self.stop(timeout=2.0)

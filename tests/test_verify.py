@@ -1,0 +1,81 @@
+"""`mdindex verify [--repair]` and its guard: repair deletes nothing on a guess."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mdindex.errors import PruneRefused
+from mdindex.verify import verify
+from tests.conftest import build_indexer, run_backfill, settings_for, stored_points
+
+
+@pytest.mark.parametrize("how", ["emptied", "missing", "replaced"])
+def test_repair_refuses_to_delete_a_root_that_looks_unmounted(
+    docs_tree: Path, make_settings, tiny, how: str
+) -> None:
+    """Issue 23, defect 3: `verify --repair` deleted the whole index when a root was
+    empty or missing (an unmounted disk): exit 0, "2 deleted", and search found nothing."""
+    s = make_settings(docs_tree)
+    run_backfill(s, tiny)
+    before = stored_points(s)
+    if how == "emptied":
+        for path in docs_tree.rglob("*.md"):
+            path.unlink()
+    elif how == "missing":
+        shutil.rmtree(docs_tree)
+    else:  # another folder in its place, with one of the documents
+        os.rename(docs_tree, docs_tree.with_name("old"))
+        docs_tree.mkdir()
+        (docs_tree / "index.md").write_text((docs_tree.with_name("old") / "index.md").read_text())
+    reason = {"emptied": "no markdown files", "missing": "missing", "replaced": "another folder"}
+    with build_indexer(s, tiny) as indexer:
+        report = verify(indexer)  # a report is only a report
+        assert not report.in_sync
+        with pytest.raises(PruneRefused, match=reason[how]):
+            verify(indexer, repair=True)
+    assert stored_points(s) == before
+    with build_indexer(s, tiny) as indexer:
+        if how == "missing":
+            docs_tree.mkdir()
+        assert verify(indexer, repair=True, force=True).repaired
+        assert verify(indexer).in_sync
+
+
+def test_repair_still_fixes_what_a_present_root_says(docs_tree: Path, make_settings, tiny) -> None:
+    s = make_settings(docs_tree)
+    run_backfill(s, tiny)
+    (docs_tree / "guide" / "b.md").unlink()  # one of three: not a guess
+    with build_indexer(s, tiny) as indexer:
+        assert verify(indexer, repair=True).repaired
+        assert verify(indexer).in_sync
+    assert "guide/b.md" not in {p["doc_path"] for p in stored_points(s).values()}
+
+
+@pytest.mark.model
+def test_verify_repair_on_an_empty_root_exits_2_with_one_line(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nApples.\n")
+    (root / "b.md").write_text("# B\n\nBananas.\n")
+    state = ["--state-dir", str(tmp_path / "state")]
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        command = [sys.executable, "-m", "mdindex", *args, *state]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+
+    assert cli("backfill", str(root)).returncode == 0
+    before = stored_points(settings_for(tmp_path, [root]))
+    for path in root.iterdir():
+        path.unlink()
+    r = cli("verify", "--repair", str(root))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("mdindex: error: root 'docs'")
+    assert "no markdown files" in r.stderr and "--force" in r.stderr
+    assert stored_points(settings_for(tmp_path, [root])) == before
