@@ -13,7 +13,7 @@ vectors and top-10 neighbour agreement for ``--queries`` queries. A backend
 passes the gate with mean cosine >= 0.995 and agreement >= 0.97.
 
 Then the default: a fresh cache folder and ``precision = backend = auto``,
-as a new user gets, so the calibration of ``mdindex.calibration`` runs; the
+as a new user gets, so the calibration of ``mdindex.embedding.calibration`` runs; the
 row says what it chose, how long the measurement took, and the chosen
 backend's speed here as a share of the fastest backend that passes the gate
 (goal >= 0.95).
@@ -42,7 +42,7 @@ GATE_AGREEMENT = 0.97
 
 
 def cpu_line() -> str:
-    from mdindex.calibration import cpu_identity
+    from mdindex.embedding.calibration import cpu_identity
 
     ident = cpu_identity()
     return f"CPU: {ident['cpu']}, {ident['threads']} threads, flags: {ident['flags'] or 'none of amx/avx512_bf16/avx2'}"
@@ -61,9 +61,11 @@ def main() -> None:
     offline()
     from mdindex.chunking import Chunker
     from mdindex.config import DEFAULT_MODEL
-    from mdindex.document import parse_document
-    from mdindex.embedding import ModelEmbedder, load_counter, resolve_model
-    from mdindex.onnx_export import OnnxRunner, find_export
+    from mdindex.documents.parsing import parse_document
+    from mdindex.embedding.embedder import ModelEmbedder
+    from mdindex.embedding.engines import OnnxRunner
+    from mdindex.embedding.model import load_counter, resolve_model
+    from mdindex.embedding.onnx_export import find_export
 
     print(cpu_line())
     info = resolve_model(DEFAULT_MODEL)
@@ -106,7 +108,8 @@ def main() -> None:
         quantize_dynamic(str(export.path), str(int8_path), weight_type=QuantType.QInt8)
         int8 = ModelEmbedder(info, device="cpu", batch_size=bs, backend="onnx", cache_dir=work)
         int8.load()
-        int8._engine = OnnxRunner(int8_path, export.inputs)  # the same path, int8 weights
+        assert int8.loaded is not None  # the same path, int8 weights
+        int8.loaded.engine = OnnxRunner(int8_path, export.inputs)
         embedders["onnx-int8"] = int8.embed
 
     for encode in embedders.values():

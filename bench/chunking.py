@@ -36,8 +36,9 @@ def main() -> None:
     from mdindex.chunking import Chunker
     from mdindex.chunking.sentences import units
     from mdindex.config import DEFAULT_MODEL
-    from mdindex.document import parse_document
-    from mdindex.embedding import ModelEmbedder, load_counter, resolve_model
+    from mdindex.documents.parsing import parse_document
+    from mdindex.embedding.embedder import ModelEmbedder
+    from mdindex.embedding.model import load_counter, resolve_model
 
     files = load_texts(corpus_dir(args.corpus))
     texts = [t for _, t in files]

@@ -26,7 +26,7 @@ def corpus_dir(arg: str | None) -> Path:
 
 
 def load_texts(folder: Path) -> list[tuple[str, str]]:
-    from mdindex.document import decode
+    from mdindex.documents.reading import decode
 
     out = []
     for path in sorted(folder.rglob("*.md")):
@@ -117,24 +117,9 @@ def offline() -> None:
 def raw_encode(embedder: Any, texts: list[str]) -> Any:
     """Plain ``SentenceTransformer.encode`` with the embedder's model, batch size and
     precision: the baseline that mdindex's own embedding path is measured against."""
-    import contextlib
+    from mdindex.embedding.engines import encode
 
-    import torch
-
-    model = embedder.model()
-    autocast = (
-        torch.autocast("cpu", dtype=torch.bfloat16)
-        if embedder.precision == "bf16"
-        else contextlib.nullcontext()
-    )
-    with torch.inference_mode(), autocast:
-        return model.encode(
-            texts,
-            batch_size=embedder.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+    return encode(embedder.model(), embedder.precision, texts, embedder.batch_size)
 
 
 class HashEmbedder:

@@ -61,7 +61,7 @@ def setup_mdindex(
     work: Path, root: Path, model_path: str, precision: str = "auto"
 ) -> Callable[[], int]:
     from mdindex.config import load_settings
-    from mdindex.runtime import make_indexer
+    from mdindex.index.runtime import make_indexer
 
     settings = load_settings(
         {
@@ -218,7 +218,7 @@ def worker(name: str, work: Path, corpus: Path, phase: str, edits: int) -> None:
     """One phase of one pipeline, in a fresh process as a scheduled job would run."""
     offline()
     from mdindex.config import DEFAULT_MODEL
-    from mdindex.embedding import resolve_model
+    from mdindex.embedding.model import resolve_model
 
     model_path = str(resolve_model(DEFAULT_MODEL).path)
     root = work / "docs"

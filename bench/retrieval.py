@@ -7,7 +7,7 @@
 Each set (see ../shared/evalsets/README.md) is indexed with the real model
 through mdindex's own command (`python -m mdindex backfill`, embedded Qdrant),
 once per chunking strategy and context prefix; every question is then asked
-through mdindex's own search call (`mdindex.search.search`, what the CLI and
+through mdindex's own search call (`mdindex.index.search.search`, what the CLI and
 the daemon run), with the model loaded once, in each mode. The peers run their
 default markdown pipelines (bench/peers.py: LangChain's header and recursive
 splitters, LlamaIndex's MarkdownNodeParser and token splitter, the same model
@@ -184,7 +184,7 @@ def index_with_cli(
 
 def count_points(work: Path, store: str) -> int:
     from mdindex.config import load_settings
-    from mdindex.runtime import make_store
+    from mdindex.index.runtime import make_store
 
     engine = make_store(load_settings({"state_dir": str(work), "store": store})).open()
     try:
@@ -198,7 +198,7 @@ class Mdindex:
 
     def __init__(self) -> None:
         from mdindex.config import load_settings
-        from mdindex.runtime import make_models
+        from mdindex.index.runtime import make_models
 
         self.models = make_models(load_settings({}))
         self.models.embedder.load()
@@ -215,8 +215,8 @@ class Mdindex:
         store_kind: str,
     ) -> tuple[list[list[Hit]], list[float]]:
         from mdindex.config import load_settings
-        from mdindex.runtime import make_store
-        from mdindex.search import Query, search
+        from mdindex.index.runtime import make_store
+        from mdindex.index.search import Query, search
 
         settings = load_settings(
             {
@@ -247,7 +247,7 @@ class Mdindex:
     def chunks(self, work: Path, corpus: Path, store_kind: str) -> list[tuple[Hit, str]]:
         """The stored chunks of an index, with their offsets (for BM25 alone)."""
         from mdindex.config import load_settings
-        from mdindex.runtime import make_store
+        from mdindex.index.runtime import make_store
 
         settings = load_settings(
             {"roots": [str(corpus)], "state_dir": str(work), "store": store_kind}
@@ -266,7 +266,7 @@ class Mdindex:
 
 
 def files(corpus: Path) -> list[tuple[str, str]]:
-    from mdindex.document import decode
+    from mdindex.documents.reading import decode
 
     return [
         (p.relative_to(corpus).as_posix(), decode(p.read_bytes()))
@@ -460,7 +460,7 @@ def main() -> None:
     if not evalsets.is_dir():
         sys.exit(f"{evalsets} not found; pass --evalsets")
     from mdindex.config import DEFAULT_MODEL
-    from mdindex.embedding import resolve_model
+    from mdindex.embedding.model import resolve_model
 
     model_path = str(resolve_model(DEFAULT_MODEL).path)
     engine = Mdindex()

@@ -70,10 +70,10 @@ class Timed:
 def worker(store: str, work: Path, op: str, edits: int, queries: int) -> dict[str, Any]:
     offline()
     from mdindex.config import load_settings
-    from mdindex.runtime import make_indexer, make_store
-    from mdindex.stores.base import StoreQuery
-    from mdindex.sync import Indexer
-    from mdindex.verify import verify
+    from mdindex.index.indexer import Indexer
+    from mdindex.index.runtime import make_indexer, make_store
+    from mdindex.index.verify import verify
+    from mdindex.sinks.base import StoreQuery
 
     root = work / "docs"
     settings = load_settings(
@@ -183,10 +183,12 @@ def recall(corpus: Path, queries: int) -> dict[str, Any]:
 
     from mdindex.chunking import Chunker
     from mdindex.config import DEFAULT_MODEL
-    from mdindex.document import parse_document
-    from mdindex.embedding import ModelEmbedder, load_counter, resolve_model
-    from mdindex.stores import Point
-    from mdindex.stores.edge import HNSW_EF, EdgeStore
+    from mdindex.documents.parsing import parse_document
+    from mdindex.embedding.embedder import ModelEmbedder
+    from mdindex.embedding.model import load_counter, resolve_model
+    from mdindex.sinks import Point
+    from mdindex.sinks.edge import EdgeStore
+    from mdindex.sinks.edge.query import HNSW_EF
 
     info = resolve_model(DEFAULT_MODEL)
     counter = load_counter(info)

@@ -115,12 +115,12 @@ def main() -> None:
     ap.add_argument("--keep", type=int, default=2, help="keep_versions (2: the first is kept)")
     args = ap.parse_args()
     offline()
-    from mdindex.calibration import cpu_identity
-    from mdindex.client import find_daemon
     from mdindex.config import load_settings
+    from mdindex.daemon.client import find_daemon
+    from mdindex.embedding.calibration import cpu_identity
     from mdindex.errors import StoreUnavailable
-    from mdindex.runtime import state_path
-    from mdindex.versions import Catalog, version_of
+    from mdindex.index.runtime import state_path
+    from mdindex.versions.catalog import Catalog, version_of
 
     corpus = corpus_dir(args.corpus)
     work = Path(tempfile.mkdtemp(prefix="mdindex-versions-bench-"))

@@ -66,9 +66,9 @@ def main() -> None:
     ap.add_argument("--quiet-ms", type=int, default=300)
     args = ap.parse_args()
     offline()
-    from mdindex.client import find_daemon
     from mdindex.config import load_settings
-    from mdindex.lock import lock_path, read_holder
+    from mdindex.daemon.client import find_daemon
+    from mdindex.index.lock import lock_path, read_holder
 
     work = Path(tempfile.mkdtemp(prefix="mdindex-watch-bench-"))
     root = work / "docs"

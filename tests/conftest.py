@@ -13,12 +13,13 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from mdindex.config import DEFAULT_MODEL, Settings, load_settings
-from mdindex.embedding import ModelEmbedder, load_counter, resolve_model
-from mdindex.rollout import Rollout
-from mdindex.runtime import make_models, make_store, state_path
-from mdindex.state import State
-from mdindex.sync import Indexer
-from mdindex.tokens import TokenCounter
+from mdindex.embedding.embedder import ModelEmbedder
+from mdindex.embedding.model import load_counter, resolve_model
+from mdindex.embedding.tokens import TokenCounter
+from mdindex.index.indexer import Indexer
+from mdindex.index.runtime import make_models, make_store, state_path
+from mdindex.index.state import State
+from mdindex.versions.rollout import Rollout
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]

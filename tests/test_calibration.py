@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdindex import calibration
-from mdindex.calibration import Choice
+from mdindex.embedding import calibration
+from mdindex.embedding.calibration import Choice
 
 
 def _unit(rows: int, seed: int) -> np.ndarray:

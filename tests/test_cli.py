@@ -226,7 +226,7 @@ def test_regex_bombs_through_mdindex_chunk(
     the URL bomb is cut to 4 of its 60 lines, since the model embeds the 3,800
     windows of the whole one in about a minute here."""
     from mdindex.cli import main
-    from mdindex.embedding import ModelEmbedder
+    from mdindex.embedding.embedder import ModelEmbedder
 
     embedding = [0.0]
     embed = ModelEmbedder.embed
@@ -275,7 +275,8 @@ def test_regex_bombs_through_mdindex_chunk(
 
 
 def test_flags_are_never_abbreviated_nor_swallow_a_root(capsys: pytest.CaptureFixture[str]) -> None:
-    from mdindex.cli import build_parser, main
+    from mdindex.cli import main
+    from mdindex.cli.parser import build_parser
 
     # `--mod` is neither `--model` nor `--mode`: an unknown flag is a usage error
     with pytest.raises(SystemExit) as exc:

@@ -54,7 +54,7 @@ def test_overlapping_roots_are_refused_naming_both(tmp_path: Path) -> None:
 
 
 def test_credentials_in_urls_are_masked() -> None:
-    from mdindex.stores.qdrant import QdrantStore
+    from mdindex.sinks.qdrant import QdrantStore
 
     assert redact("http://admin:hunter2@qdrant:6333/x") == "http://***@qdrant:6333/x"
     assert redact("failed: https://u@h/ and http://h2/") == "failed: https://***@h/ and http://h2/"
@@ -108,7 +108,13 @@ def test_an_index_built_on_client_stays_there_unless_a_store_is_named(tmp_path: 
 
 
 def test_credentials_are_masked_up_to_the_last_at() -> None:
-    """Issue 23, defect 13: `http://alice:hunter2@secret@host` showed as `***@secret@host`."""
+    """Issue 23, defect 13: `http://alice:hunter2@secret@host` showed as `***@secret@host`;
+    a password with an unescaped "/", "?" or "#" showed whole."""
     assert redact("http://alice:hunter2@secret@host:6333/x") == "http://***@host:6333/x"
-    assert redact("at http://u:p@h/a@b and https://h2/x") == "at http://***@h/a@b and https://h2/x"
+    assert (
+        redact("failed at http://admin:s3cr?t@127.0.0.1:1: x")
+        == "failed at http://***@127.0.0.1:1: x"
+    )
+    assert redact("http://a:b/c#d@host/p") == "http://***@host/p"
+    assert redact("at http://u:p@h1 and https://h2/x") == "at http://***@h1 and https://h2/x"
     assert redact("https://host:6333") == "https://host:6333"

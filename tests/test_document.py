@@ -6,18 +6,11 @@ import time
 
 import pytest
 
-from mdindex.document import (
-    decode,
-    document_url,
-    github_slug,
-    parse_document,
-    payload_meta,
-    read_bytes,
-    split_frontmatter,
-    text_digest,
-)
+from mdindex.documents.frontmatter import payload_meta, split_frontmatter
+from mdindex.documents.parsing import document_url, github_slug, parse_document
+from mdindex.documents.reading import decode, read_bytes, text_digest
+from mdindex.documents.types import digest
 from mdindex.errors import BinaryFile, DecodeError, FileTooLarge, UnreadableFile
-from mdindex.models import digest
 
 
 def test_decode_strips_bom_and_normalises_newlines() -> None:
@@ -218,3 +211,28 @@ def test_text_digest_streams_what_decode_gives(tmp_path) -> None:
     path.write_bytes(b"ok\xff")
     with pytest.raises(DecodeError):
         text_digest(path, 10**8)
+
+
+def test_frontmatter_nested_as_deep_as_yaml_reads_is_text() -> None:
+    """Found by the hostile review: 990 levels (YAML reads up to 1,000) failed the
+    file with a RecursionError; 500 worked."""
+    text = "---\ntags: " + "[" * 990 + "]" * 990 + "\n---\n# Deep\n"
+    meta, _, warnings = split_frontmatter(text)
+    assert isinstance(meta["tags"], list) and depth(meta) <= 8
+    assert any("nested over 8 levels" in w for w in warnings)
+
+
+def test_one_frontmatter_says_a_few_lines_not_thousands() -> None:
+    """Found by the hostile review: 60 KB of `[.nan, ...]` made 10,000 warnings."""
+    text = "---\nk: [" + ", ".join([".nan"] * 10_000) + "]\n---\n# Numbers\n"
+    meta, _, warnings = split_frontmatter(text)
+    assert meta == {"k": []} and len(warnings) == 6
+    assert warnings[-1] == "and 9995 more frontmatter values like these"
+
+
+def test_headings_and_titles_are_bounded_in_what_every_chunk_carries() -> None:
+    text = "# " + "a" * 200_000 + "\n\n## " + "b" * 5000 + "\n\nbody\n"
+    doc = parse_document(text, "long.md")
+    assert len(doc.title) == 1024
+    assert [len(h.text) for h in doc.headings] == [1024, 1024]
+    assert doc.headings[1].path == ("a" * 1024, "b" * 1024)

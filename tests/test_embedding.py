@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from mdindex.config import DEFAULT_MODEL
-from mdindex.embedding import ModelEmbedder, resolve_model
-from mdindex.tokens import TokenCounter
+from mdindex.embedding.embedder import ModelEmbedder
+from mdindex.embedding.model import resolve_model
+from mdindex.embedding.tokens import TokenCounter
 from tests.conftest import REPO
 
 TEXTS = [
@@ -40,7 +41,7 @@ def test_direct_forward_matches_encode_in_fp32(real_embedder: ModelEmbedder) -> 
         + [f"{i} " * (i * 7) for i in range(1, 9)]
     )
     got = fp32.embed(texts)
-    assert fp32._tokenizer is not None  # the direct path, not encode
+    assert fp32.loaded is not None and fp32.loaded.tokenizer is not None  # direct, not encode
     want = _encode(fp32, texts)
     assert got.shape == (len(texts), 384)
     assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
@@ -66,7 +67,7 @@ def test_a_model_with_a_prompt_goes_through_encode(tmp_path: Path) -> None:
     prompted = ModelEmbedder(resolve_model(str(model_dir)), device="cpu", precision="fp32")
     plain = ModelEmbedder(info, device="cpu", precision="fp32")
     got = prompted.embed(["static site generator"])
-    assert prompted._tokenizer is None
+    assert prompted.loaded is not None and prompted.loaded.tokenizer is None
     # encode put the prompt in front; the direct path would have left it out.
     assert float(np.sum(got * plain.embed(["query: static site generator"]))) > 0.99999
     assert float(np.sum(got * plain.embed(["static site generator"]))) < 0.999

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mdindex.config import Root
-from mdindex.files import FileRef, PathFilter, glob_regex, scan
+from mdindex.documents.files import FileRef, PathFilter, glob_regex, scan
 
 DEFAULT = ["**/*.md", "**/*.markdown"]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from mdindex.embedding import ModelEmbedder
-from mdindex.runtime import make_models
+from mdindex.embedding.embedder import ModelEmbedder
+from mdindex.index.runtime import make_models
 from tests.conftest import rollout_for, settings_for
 
 pytestmark = pytest.mark.model

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mdindex.errors import LockError
-from mdindex.lock import WriterLock, lock_path, read_holder
+from mdindex.index.lock import WriterLock, lock_path, read_holder
 
 
 def test_the_holder_record_says_who_and_where(tmp_path: Path) -> None:

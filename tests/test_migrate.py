@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdindex.embedding import ModelEmbedder
+from mdindex.embedding.embedder import ModelEmbedder
 from mdindex.errors import ConfigError
-from mdindex.migrate import migrate
-from mdindex.runtime import make_store
-from mdindex.stores import Point
+from mdindex.index.runtime import make_store
+from mdindex.sinks import Point
+from mdindex.versions.migrate import migrate
 from tests.conftest import REPO, TinyEmbedder, run_backfill, settings_for, stored_points
 
 

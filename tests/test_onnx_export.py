@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdindex import calibration, onnx_export
 from mdindex.config import DEFAULT_MODEL
-from mdindex.embedding import ModelEmbedder, resolve_model
+from mdindex.embedding import calibration, onnx_export
+from mdindex.embedding.embedder import ModelEmbedder
+from mdindex.embedding.model import resolve_model
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.model
@@ -93,7 +94,7 @@ def test_onnx_vectors_match_torch_within_the_gate(
     got, want = onnx.embed(texts), fp32.embed(texts)
     assert onnx.choice is not None and onnx.choice.name == "onnx-fp32"
     assert fp32.precision == "fp32" and fp32.backend == "torch"
-    assert onnx.choice.source == "setting" and onnx._model is None  # torch never loaded
+    assert onnx.choice.source == "setting" and onnx.loaded.model is None  # no torch
     verdict = calibration.gate(want, got)
     assert verdict["passed"] is True
     assert float(np.min(np.sum(got * want, axis=1))) > 0.9999
@@ -113,7 +114,8 @@ def test_an_explicit_precision_is_not_measured(tmp_path: Path) -> None:
 PROBE = """
 import json, sys
 from pathlib import Path
-from mdindex.embedding import ModelEmbedder, resolve_model
+from mdindex.embedding.embedder import ModelEmbedder
+from mdindex.embedding.model import resolve_model
 e = ModelEmbedder(resolve_model("all-MiniLM-L6-v2"), cache_dir=Path(sys.argv[1]), queries_only=True)
 v = e.embed(["how do I install hugo"])[0]
 print(json.dumps({"vector": v.tolist(), "choice": e.choice.name,

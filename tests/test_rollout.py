@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from mdindex import rollout as rollout_module
 from mdindex.cli import main
 from mdindex.config import Settings
 from mdindex.errors import ConfigError, PruneRefused, SpaceRefused
-from mdindex.runtime import make_models, make_store, state_path
-from mdindex.state import State
-from mdindex.stores import Store
-from mdindex.sync import Hooks, Indexer
-from mdindex.versions import Catalog, reader_settings, version_of
+from mdindex.index.indexer import Hooks, Indexer
+from mdindex.index.runtime import make_models, make_store, state_path
+from mdindex.index.state import State
+from mdindex.sinks import Store
+from mdindex.versions import rollout as rollout_module
+from mdindex.versions.catalog import Catalog, reader_settings, version_of
 from tests.conftest import (
     TinyEmbedder,
     assert_same,
@@ -239,8 +239,8 @@ def test_a_version_missing_most_documents_is_not_switched_to(
 
 def legacy_store(settings: Settings) -> Store:
     """A collection named like the alias, as releases before versions made it."""
-    from mdindex.stores.edge import EdgeStore
-    from mdindex.stores.qdrant import QdrantStore
+    from mdindex.sinks.edge import EdgeStore
+    from mdindex.sinks.qdrant import QdrantStore
 
     if settings.store == "edge":
         return EdgeStore(settings.collection, path=settings.store_path / settings.collection)
@@ -326,8 +326,8 @@ def test_a_legacy_index_of_another_model_is_adopted_as_that_model(
 def test_with_the_real_model_a_dense_only_legacy_index_gains_sparse_embedding_nothing(
     tmp_path: Path, docs_tree: Path
 ) -> None:
-    from mdindex.search import Query
-    from mdindex.search import search as run_search
+    from mdindex.index.search import Query
+    from mdindex.index.search import search as run_search
 
     dense_only = settings_for(tmp_path, [docs_tree], sparse_vectors=False)
     models = make_models(dense_only)

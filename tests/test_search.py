@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from mdindex.runtime import make_models, make_store
-from mdindex.search import Query, parse_where, search
-from mdindex.stores.base import SearchFilter
+from mdindex.index.runtime import make_models, make_store
+from mdindex.index.search import Query, parse_where, search
+from mdindex.sinks.base import SearchFilter
 from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for
 
 STORES = ["client", "edge"]
@@ -238,3 +238,12 @@ def test_a_long_section_answers_once_unless_every_chunk_is_asked_for(
         kept_score = next(h["score"] for h in once if h["heading_path"] == ["Otters", "Sleep"])
         assert kept_score == pytest.approx(best, abs=1e-6)
         assert [h["score"] for h in once] == sorted((h["score"] for h in once), reverse=True)
+
+
+def test_a_lone_surrogate_is_refused_in_one_line() -> None:
+    """Found by the hostile review: an MCP tool call with a lone surrogate in an
+    argument was never answered (its error could not be written as UTF-8)."""
+    with pytest.raises(ValueError, match="not valid Unicode"):
+        Query("otters \ud800")
+    with pytest.raises(ValueError, match="not valid Unicode"):
+        Query.from_params({"q": "otters", "path": "a\udcffb"})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mdindex.sparse import PARAMS, Sparse, SparseEncoder, sparse_text
+from mdindex.embedding.sparse import PARAMS, Sparse, SparseEncoder, sparse_text
 
 
 def test_a_document_vector_depends_on_its_text_alone() -> None:

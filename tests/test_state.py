@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mdindex.state import DocRow, PointRow, State
+from mdindex.index.state import DocRow, PointRow, State
 
 
 def test_under_is_exactly_the_file_or_the_folder(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mdindex.status import offline_status
+from mdindex.daemon.status import offline_status
 from tests.conftest import TinyEmbedder, run_backfill, settings_for
 from tests.daemon.test_process import ENV, start, stop
 

@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mdindex.embedding.sparse import Sparse
 from mdindex.errors import LockError, PruneRefused, StoreMismatch, StoreUnavailable
-from mdindex.lock import WriterLock
-from mdindex.runtime import make_store, state_path
-from mdindex.sparse import Sparse
-from mdindex.stores import Point
-from mdindex.stores.base import StoreQuery
-from mdindex.verify import verify
+from mdindex.index.lock import WriterLock
+from mdindex.index.runtime import make_store, state_path
+from mdindex.index.verify import verify
+from mdindex.sinks import Point
+from mdindex.sinks.base import StoreQuery
 from tests.conftest import (
     TinyEmbedder,
     assert_same,
@@ -223,7 +223,7 @@ def test_verify_detects_and_repairs_drift(docs_tree, make_settings, tiny) -> Non
     victim = sorted(before)[0]
     store = make_store(s).open()
     store.delete([victim])
-    from mdindex.stores import Point
+    from mdindex.sinks import Point
 
     ghost = {"root": "docs", "doc_path": "ghost.md", "chunk_index": 0}
     store.upsert([Point("00000000-0000-4000-8000-000000000001", [1.0] + [0.0] * 31, ghost)])
@@ -325,7 +325,7 @@ def test_end_to_end_with_the_real_model(docs_tree, make_settings, real_embedder)
 
 
 def test_verify_lists_duplicates(docs_tree, make_settings, tiny) -> None:
-    from mdindex.stores import Point
+    from mdindex.sinks import Point
 
     s = make_settings(docs_tree)
     run_backfill(s, tiny)
@@ -491,7 +491,7 @@ def test_a_file_over_its_time_budget_is_reported_and_the_run_goes_on(
 
 
 def test_reusable_vectors_check_the_stored_key(docs_tree, make_settings, tiny) -> None:
-    from mdindex.writer import reusable_vectors
+    from mdindex.index.writer import reusable_vectors
 
     s = make_settings(docs_tree)
     run_backfill(s, tiny)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mdindex.errors import PruneRefused
-from mdindex.verify import verify
+from mdindex.index.verify import verify
 from tests.conftest import build_indexer, run_backfill, settings_for, stored_points
 
 

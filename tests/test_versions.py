@@ -8,15 +8,14 @@ from typing import Any
 
 import pytest
 
+from mdindex.config import index_params
 from mdindex.errors import ConfigError
-from mdindex.versions import (
+from mdindex.versions.catalog import (
     Catalog,
     Version,
-    index_params,
     physical_name,
     reader_settings,
     version_of,
-    write_atomic,
 )
 from tests.conftest import TinyEmbedder, run_rollout, settings_for
 
@@ -112,14 +111,6 @@ def test_an_unreadable_catalog_is_a_clear_error(tmp_path: Path) -> None:
     (s.state_dir / "mdindex.versions.json").write_text("{not json")
     with pytest.raises(ConfigError, match=r"versions\.json is unreadable"):
         Catalog.load(s)
-
-
-def test_write_atomic_leaves_the_file_whole_and_nothing_beside(tmp_path: Path) -> None:
-    path = tmp_path / "c.json"
-    write_atomic(path, {"a": 1})
-    write_atomic(path, {"a": 2})
-    assert json.loads(path.read_text()) == {"a": 2}
-    assert [p.name for p in tmp_path.iterdir()] == ["c.json"]
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from mdindex.errors import StoreError
-from mdindex.runtime import make_store
-from mdindex.stores import Point
+from mdindex.index.runtime import make_store
+from mdindex.sinks import Point
 from tests.conftest import TinyEmbedder, build_indexer, settings_for, stored_points
 
 
@@ -59,22 +59,29 @@ def test_a_document_the_store_refuses_fails_alone(tmp_path: Path) -> None:
     )
 
 
-def test_a_store_that_refuses_everything_is_the_stores_failure(tmp_path: Path) -> None:
+def test_two_documents_the_store_refuses_fail_alone(tmp_path: Path) -> None:
+    """Two refused documents in one group are two failures, not the run's: the
+    other changes of the run (a deletion here) still go through."""
     root = tmp_path / "docs"
     root.mkdir()
-    for name in ("a", "b"):
+    for name in ("a", "b", "c"):
         (root / f"{name}.md").write_text(f"# {name}\n\ntext {name}\n")
     s = settings_for(tmp_path, [root])
+    with build_indexer(s, TinyEmbedder()) as indexer:
+        indexer.backfill()
+    before = stored_points(s)
+    (root / "a.md").write_text("# a\n\nchanged a\n")
+    (root / "b.md").write_text("# b\n\nchanged b\n")
+    (root / "c.md").unlink()
     store = make_store(s)
 
     def refuse(points: Sequence[Point]) -> int:
-        raise StoreError("qdrant-edge upsert failed: the collection is gone")
+        raise StoreError("qdrant-edge upsert failed: cannot convert a payload")
 
     store.upsert = refuse  # type: ignore[method-assign]
     with build_indexer(s, TinyEmbedder(), store=store) as indexer:
-        try:
-            indexer.backfill()
-        except StoreError as exc:
-            assert "collection is gone" in str(exc)
-        else:
-            raise AssertionError("a store refusing every document must fail the run")
+        summary = indexer.backfill()
+    assert summary.files_failed == 2 and summary.files_deleted == 1
+    assert sorted(e["path"] for e in summary.errors) == ["a.md", "b.md"]
+    after = stored_points(s)
+    assert {k: p for k, p in before.items() if p["doc_path"] != "c.md"} == after

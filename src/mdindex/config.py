@@ -60,9 +60,11 @@ def _default_cache_dir() -> Path:
     return Path(base) / "mdindex"
 
 
-# Up to the authority's last "@": a password may hold an unescaped "@" itself
-# (http://alice:hunter2@secret@host), and every parser takes the last one.
-_USERINFO = re.compile(r"(?<=://)[^/?#\s]*@")
+# Up to the last "@" before a space: a password may hold an unescaped "@",
+# "/", "?" or "#" (http://alice:hunter2@secret@host), which parsers read
+# differently. A URL with an "@" in its path is masked up to it: too much
+# hidden is safe, a password shown is not.
+_USERINFO = re.compile(r"(?<=://)\S*@")
 
 
 def redact(text: str) -> str:
@@ -78,6 +80,35 @@ def _split_list(value: Any) -> Any:
 
 
 StrList = Annotated[list[str], NoDecode]
+
+
+# The index settings: those that decide a version's points and vectors. Each
+# one changes the version fingerprint (mdindex.versions), and the chunker, the
+# point IDs and the embedded text are built from ``index_params`` alone, so a
+# setting cannot shape chunks without making a new version, nor the reverse.
+INDEX_KEYS = (
+    "model",
+    "strategy",
+    "max_tokens",
+    "overlap_tokens",
+    "noise_sections",
+    "prepend_context",
+    "sparse_vectors",
+    "semantic_threshold",
+    "min_sentences",
+)
+SEMANTIC_KEYS = ("semantic_threshold", "min_sentences")  # they count for semantic only
+
+
+def index_params(settings: Settings) -> dict[str, Any]:
+    """The index settings, as settings keys (a version's settings come back from them)."""
+    params = {
+        key: getattr(settings, key)
+        for key in INDEX_KEYS
+        if key not in SEMANTIC_KEYS or settings.strategy == "semantic"
+    }
+    params["noise_sections"] = sorted(params["noise_sections"])
+    return params
 
 
 # Collection and write settings that only a server (or cluster) honours.
@@ -118,7 +149,7 @@ class Settings(BaseSettings):
     # on client (import qdrant_client 1.5 s, every point loaded into memory).
     store: Literal["client", "edge"] = "edge"
     edge_index_min_points: int = Field(default=50_000, ge=0)
-    # Old versions kept for `mdindex versions use` after a switch (mdindex.versions).
+    # Old versions kept for `mdindex versions use` after a switch (mdindex.versions.catalog).
     keep_versions: int = Field(default=1, ge=0)
     strategy: Literal["heading", "token", "semantic"] = "heading"
     state_dir: Path = Field(default_factory=_default_state_dir)
@@ -126,7 +157,7 @@ class Settings(BaseSettings):
     model: str = DEFAULT_MODEL
     device: str = "auto"
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    # auto: measured on this machine at the first model load (mdindex.calibration).
+    # auto: measured on this machine at the first model load (mdindex.embedding.calibration).
     backend: Literal["auto", "torch", "onnx"] = "auto"
     cache_dir: Path = Field(default_factory=_default_cache_dir)
     batch_size: int | None = Field(default=None, ge=1, le=4096)  # None: 64 on CPU, 512 on CUDA

@@ -6,8 +6,8 @@ from collections.abc import Collection
 
 from mdindex.chunking import Chunker
 from mdindex.chunking.heading import sections
-from mdindex.models import Chunk, Document
-from mdindex.tokens import TokenCounter
+from mdindex.documents.types import Chunk, Document
+from mdindex.embedding.tokens import TokenCounter
 
 
 def skipped_ranges(doc: Document, noise: Collection[str]) -> list[tuple[int, int]]:

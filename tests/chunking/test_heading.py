@@ -4,7 +4,7 @@ import itertools
 import re
 
 from mdindex.chunking import Chunker
-from mdindex.document import parse_document
+from mdindex.documents.parsing import parse_document
 
 
 def chunks_of(counter, text: str, limit: int = 254, **kw):

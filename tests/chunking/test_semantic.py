@@ -11,7 +11,7 @@ import pytest
 from mdindex.chunking import Chunker
 from mdindex.chunking.semantic import group
 from mdindex.chunking.sentences import split_sentences
-from mdindex.document import parse_document
+from mdindex.documents.parsing import parse_document
 from mdindex.errors import EmbeddingError
 from tests.chunking.invariants import check
 from tests.conftest import TinyEmbedder

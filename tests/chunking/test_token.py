@@ -5,7 +5,7 @@ import pytest
 from mdindex.chunking import Chunker
 from mdindex.chunking.token import windows
 from mdindex.config import load_settings
-from mdindex.document import parse_document
+from mdindex.documents.parsing import parse_document
 from mdindex.errors import ConfigError
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from mdindex.daemon.http import MAX_CONNECTIONS, REQUEST_TIMEOUT_S
-from mdindex.lock import socket_path, token_path
+from mdindex.index.lock import socket_path, token_path
 from tests.conftest import TinyEmbedder, settings_for
 from tests.daemon.test_watch import QUIET_MS, Running, converges, tcp_port, token_of
 
@@ -158,13 +158,13 @@ def test_slow_clients_cannot_lock_anyone_out(daemon: Running) -> None:
 
 def test_the_socket_answers_the_cli_without_any_setting(tmp_path: Path, root: Path) -> None:
     """No http_port: the CLI finds the daemon's socket through the lock file."""
-    from mdindex.client import find_daemon
+    from mdindex.daemon.client import find_daemon
 
     s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
     d = Running(s, TinyEmbedder()).start()
     try:
         converges(d, tmp_path, root)
-        assert not [srv for srv in d.daemon.servers if srv.path is None]  # no TCP port
+        assert not [srv for srv in d.daemon.endpoints.servers if srv.path is None]  # no TCP port
         found = find_daemon(s)
         assert found is not None and found.socket and not found.url
         assert found.ask("/status")["documents"] == 1

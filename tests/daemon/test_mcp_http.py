@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mdindex.runtime import make_models
+from mdindex.index.runtime import make_models
 from tests.conftest import settings_for
 from tests.daemon.test_http import request
 from tests.daemon.test_watch import QUIET_MS, Running, tcp_port, token_of

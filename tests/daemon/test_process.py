@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from mdindex.client import DaemonClient, find_daemon
-from mdindex.lock import lock_path, read_holder
+from mdindex.daemon.client import DaemonClient, find_daemon
+from mdindex.index.lock import lock_path, read_holder
 from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_points
 
 pytestmark = pytest.mark.model

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from mdindex.config import Settings
-from mdindex.document import decode, parse_document, read_bytes
-from mdindex.runtime import make_models
-from mdindex.sync import Hooks
+from mdindex.documents.parsing import parse_document
+from mdindex.documents.reading import decode, read_bytes
+from mdindex.index.indexer import Hooks
+from mdindex.index.runtime import make_models
 from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for, stored_points
 from tests.daemon.test_watch import Running, wait_for
 from tests.faults.helpers import unprivileged
@@ -170,7 +171,7 @@ def test_watch_on_hostile_corpus(tmp_path: Path) -> None:
             60,
             "later file indexed",
         )
-        assert d.thread.is_alive() and d.daemon.health()[0]
+        assert d.thread.is_alive() and d.daemon.api.health()[0]
         assert set(VALID) <= {p["doc_path"] for p in d.points().values()}
     finally:
         d.stop()
@@ -281,8 +282,8 @@ def test_symlink_swapped_in_after_the_scan_is_not_read(tmp_path: Path, follow: b
 def test_folder_swapped_for_a_link_is_not_read(tmp_path: Path, follow: bool) -> None:
     """A daemon event names sub/x.md; before it is read, sub becomes a link to
     a folder outside the root holding an x.md of its own."""
-    from mdindex.files import Failure, PathFilter, stat_file
-    from mdindex.runtime import make_models
+    from mdindex.documents.files import Failure, PathFilter, stat_file
+    from mdindex.index.runtime import make_models
 
     root = tmp_path / "docs"
     (root / "sub").mkdir(parents=True)
@@ -323,9 +324,9 @@ def test_frontmatter_that_bricked_the_store_costs_nothing(tmp_path: Path, store:
     even after the file was deleted. `.nan` or `.inf` in frontmatter crashed
     every backfill and the daemon. Now both are indexed, their values cut down
     to what every store reads back, and said so."""
-    from mdindex.search import Query
-    from mdindex.verify import verify
-    from mdindex.versions import reader_settings
+    from mdindex.index.search import Query
+    from mdindex.index.verify import verify
+    from mdindex.versions.catalog import reader_settings
     from tests.conftest import run_rollout
 
     root = tmp_path / "docs"
@@ -352,3 +353,25 @@ def test_frontmatter_that_bricked_the_store_costs_nothing(tmp_path: Path, store:
     deep.unlink()
     assert run_rollout(s, TinyEmbedder())["files_deleted"] == 1
     assert set(p["doc_path"] for p in stored_points(s).values()) == {"nan.md", "ok.md"}
+
+
+def test_a_huge_heading_costs_its_file_only(tmp_path: Path) -> None:
+    """Found by the hostile review: a 200,000-character heading over 200 paragraphs
+    (a 602 KB file) took 77 s with a 5 s budget and wrote a 462 MB store: the
+    heading went into every chunk's payload twice and was tokenized again for
+    every chunk, outside the time budget."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "ok.md").write_text("# ok\n\nfine file\n")
+    body = "\n\n".join(f"para {i} " + "word " * 400 for i in range(200))
+    (root / "evil.md").write_text("# " + "a" * 200_000 + "\n\n" + body + "\n")
+    s = settings_for(tmp_path, [root], file_time_budget_s=5.0)
+    started = time.perf_counter()
+    result = run_backfill(s, TinyEmbedder())
+    assert time.perf_counter() - started < 15
+    assert result["files_failed"] == 0 and result["files_changed"] == 2
+    from mdindex.sinks.base import folder_bytes
+
+    assert folder_bytes(s.state_dir) < 30_000_000  # on disk, as du counts (edge maps sparse files)
+    payloads = [p for p in stored_points(s).values() if p["doc_path"] == "evil.md"]
+    assert max(len(p["title"]) for p in payloads) == 1024

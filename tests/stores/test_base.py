@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mdindex.errors import LockError, StoreError, StoreUnavailable
-from mdindex.stores import base
-from mdindex.stores.base import Retrier
+from mdindex.sinks import base
+from mdindex.sinks.base import Retrier
 
 
 class FakeTime:

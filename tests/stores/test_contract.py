@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,10 +14,10 @@ import numpy as np
 import pytest
 
 from mdindex.errors import LockError, StoreMismatch
-from mdindex.stores import Point, Store
-from mdindex.stores.base import StoreQuery
-from mdindex.stores.edge import EdgeStore
-from mdindex.stores.qdrant import QdrantStore
+from mdindex.sinks import Point, Store
+from mdindex.sinks.base import StoreQuery
+from mdindex.sinks.edge import EdgeStore
+from mdindex.sinks.qdrant import QdrantStore
 
 DIM = 8
 
@@ -190,25 +192,37 @@ def _hold(kind: str, folder: str, ready: Any, release: Any) -> None:
     s.close()
 
 
-def test_one_process_at_a_time(kind: str, tmp_path: Path) -> None:
+def test_one_process_at_a_time(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store another process holds is waited for (a short-lived reader, such as a
+    search without a daemon), then refused with one line."""
+    from mdindex.sinks import base
+
+    monkeypatch.setattr(base, "LOCK_WAIT_S", 0.5)
     ctx = multiprocessing.get_context("spawn")
     ready, release = ctx.Event(), ctx.Event()
     child = ctx.Process(target=_hold, args=(kind, str(tmp_path), ready, release))
     child.start()
     try:
         assert ready.wait(60)
+        started = time.monotonic()
         with pytest.raises(LockError, match="another process"):
             s = make(kind, tmp_path)
             s.open()
             s.ensure_collection(DIM)
+        assert time.monotonic() - started >= 0.5
+        # held for a moment: the opener waits, then has it
+        monkeypatch.setattr(base, "LOCK_WAIT_S", 30)
+        threading.Timer(1.0, release.set).start()
+        s = make(kind, tmp_path)
+        s.open()
+        s.ensure_collection(DIM)
+        assert s.count() == 0
+        s.close()
     finally:
         release.set()
         child.join(30)
-    s = make(kind, tmp_path)
-    s.open()
-    s.ensure_collection(DIM)
-    assert s.count() == 0
-    s.close()
 
 
 def test_edge_has_keyword_indexes(tmp_path: Path) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mdindex.stores import Point
-from mdindex.stores.base import StoreQuery
-from mdindex.stores.edge import EdgeStore
+from mdindex.sinks import Point
+from mdindex.sinks.base import StoreQuery
+from mdindex.sinks.edge import EdgeStore
 
 
 def filled(tmp_path: Path, n: int, dim: int, **kw: int) -> tuple[EdgeStore, np.ndarray]:

@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from mdindex.chunking import heading, token
+from mdindex.documents.types import Chunk, Document
+from mdindex.embedding.tokens import TokenCounter
 from mdindex.errors import ConfigError
-from mdindex.models import Chunk, Document
-from mdindex.tokens import TokenCounter
 
 if TYPE_CHECKING:
-    from mdindex.embedding import Embedder
+    from mdindex.embedding.embedder import Embedder
 
 STRATEGIES = ("heading", "token", "semantic")
 
@@ -46,6 +46,26 @@ class Chunker:
         self.threshold = threshold
         self.min_sentences = min_sentences
         self.embed = embed
+
+    @classmethod
+    def from_params(
+        cls, counter: TokenCounter, params: dict[str, Any], embed: Embedder | None = None
+    ) -> Chunker:
+        """The chunker of a version's index settings (``config.index_params``):
+        the only way the settings reach a chunker, so whatever shapes chunks is
+        one of them. ``counter`` is the model's, limited to ``max_tokens``."""
+        from mdindex.config import Settings
+
+        default = Settings.model_fields
+        return cls(
+            counter,
+            params["strategy"],
+            overlap_tokens=params["overlap_tokens"],
+            noise_sections=params["noise_sections"],
+            threshold=params.get("semantic_threshold", default["semantic_threshold"].default),
+            min_sentences=params.get("min_sentences", default["min_sentences"].default),
+            embed=embed,
+        )
 
     def params(self) -> dict[str, Any]:
         """Everything that decides which chunks come out, for the pipeline fingerprint."""

@@ -6,8 +6,8 @@ import bisect
 from collections.abc import Collection, Sequence
 
 from mdindex.chunking.windows import Span, fit, strip_span
-from mdindex.models import Chunk, Document, Heading
-from mdindex.tokens import TokenCounter
+from mdindex.documents.types import Chunk, Document, Heading
+from mdindex.embedding.tokens import TokenCounter
 
 
 def sections(doc: Document, noise: Collection[str] = ()) -> list[tuple[Span, Heading | None]]:

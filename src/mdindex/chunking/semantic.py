@@ -7,13 +7,13 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from mdindex.budget import check, paused
 from mdindex.chunking.sentences import units
 from mdindex.chunking.windows import Span, fit
-from mdindex.embedding import Embedder
+from mdindex.documents.budget import check, paused
+from mdindex.documents.types import Chunk, Document
+from mdindex.embedding.embedder import Embedder
+from mdindex.embedding.tokens import TokenCounter
 from mdindex.errors import EmbeddingError
-from mdindex.models import Chunk, Document
-from mdindex.tokens import TokenCounter
 
 
 def _unit_vectors(embed: Embedder, texts: list[str]) -> NDArray[np.float64]:

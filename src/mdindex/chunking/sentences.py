@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 
-from mdindex.budget import check
 from mdindex.chunking.windows import Span, strip_span
-from mdindex.models import Document
+from mdindex.documents.budget import check
+from mdindex.documents.types import Document
 
 ABBREVIATIONS = frozenset(
     [

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mdindex.budget import check
 from mdindex.chunking.windows import Span, fit, strip_span
-from mdindex.models import Chunk, Document
-from mdindex.tokens import TokenCounter
+from mdindex.documents.budget import check
+from mdindex.documents.types import Chunk, Document
+from mdindex.embedding.tokens import TokenCounter
 
 
 def windows(word_ids: Sequence[int | None], size: int, overlap: int) -> list[tuple[int, int]]:

@@ -11,8 +11,8 @@ import bisect
 import re
 from collections.abc import Sequence
 
-from mdindex.budget import check
-from mdindex.tokens import Encoded, TokenCounter
+from mdindex.documents.budget import check
+from mdindex.embedding.tokens import Encoded, TokenCounter
 
 Span = tuple[int, int]
 Piece = tuple[int, int, int | None]  # start, end, token count (None: unknown)

@@ -21,6 +21,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers.api import BaseObserver
 
 from mdindex.config import Root
+from mdindex.index import guard
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +56,13 @@ class Watcher:
         self.overflowed = threading.Event()
         self._observer: BaseObserver | None = None
         self._watched = 0  # roots the observer was started on
+        self.root_ids: dict[str, str] = {}  # their folders' identities (index.guard)
         self._lock = threading.Lock()
 
     def start(self) -> None:
         """Watch every root that is a folder now (one that is gone is watched again
-        once the daemon sees it back)."""
+        once ``follow_roots`` sees it back)."""
+        self.root_ids = guard.identities(self.roots)
         from watchdog.observers import Observer
 
         observer = Observer()
@@ -71,6 +74,24 @@ class Watcher:
         observer.start()
         with self._lock:
             self._observer, self._watched = observer, len(watched)
+
+    def follow_roots(self) -> bool:
+        """A root replaced by another folder (``mv docs docs.bak; mkdir docs``),
+        gone, or back: an observer follows the folder it was started on, so it is
+        started again on what is there now. True when a root changed."""
+        now = guard.identities(self.roots)
+        if now == self.root_ids:
+            return False
+        changed = sorted(set(now.items()) ^ set(self.root_ids.items()))
+        labels = ", ".join(sorted({label for label, _ in changed}))
+        log.warning("root %s replaced, gone or back; watching what is there now", labels)
+        self.stop(timeout=2.0)
+        try:
+            self.start()
+        except Exception as exc:  # a root that is gone cannot be watched until it is back
+            log.error("cannot watch the roots (%s); rescanning until they are back", exc)
+            self.root_ids = now
+        return True
 
     def alive(self) -> bool:
         """The observer thread and every per-root emitter thread are running."""
@@ -163,6 +184,21 @@ class Debouncer:
         first = old[3] if old else now
         is_dir = change.is_dir or (old[0] if old else False)
         self.pending[change.path] = (is_dir, now, _stat(change.path), first)
+
+    def take(self, events: queue.Queue[Change], timeout: float) -> None:
+        """Add the queued events; wait up to ``timeout`` for the first, but never
+        past the moment a waiting path is due."""
+        deadline = self.next_deadline()
+        wait = timeout if deadline is None else max(0.0, min(timeout, deadline - self.clock()))
+        try:
+            self.add(events.get(timeout=wait))
+        except queue.Empty:
+            return
+        while True:
+            try:
+                self.add(events.get_nowait())
+            except queue.Empty:
+                return
 
     def add_path(self, path: str, is_dir: bool, delay: float) -> None:
         """Queue a path again, ready no sooner than ``delay`` seconds from now."""

@@ -1,0 +1,181 @@
+"""The flags of every command, in one place: ``build_parser`` and the settings they give."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+from mdindex import __version__
+from mdindex.config import Settings, load_settings
+
+
+def _common(parser: argparse.ArgumentParser, roots: bool | None) -> None:
+    """The options every command takes; ``roots``: positional folders (True), a
+    repeatable --root (False), or neither (None: search's --root filters)."""
+    parser.add_argument("--config", type=Path, help="TOML config file (or MDINDEX_CONFIG)")
+    if roots:
+        parser.add_argument(
+            "roots", nargs="*", metavar="ROOT", help="folders to index, optionally label=path"
+        )
+    elif roots is False:
+        parser.add_argument(
+            "--root",
+            dest="roots",
+            action="append",
+            metavar="ROOT",
+            help="a root folder, optionally label=path (repeatable)",
+        )
+    parser.add_argument("--collection", help="Qdrant collection (default mdindex)")
+    parser.add_argument("--qdrant-path", type=Path, help="embedded Qdrant folder")
+    parser.add_argument(
+        "--qdrant-url", help="Qdrant server URL; API key from MDINDEX_QDRANT_API_KEY"
+    )
+    parser.add_argument("--store", choices=["client", "edge"], help="embedded engine")
+    parser.add_argument(
+        "--strategy", choices=["heading", "token", "semantic"], help="chunking strategy"
+    )
+    parser.add_argument("--state-dir", type=Path, help="local state, locks and the embedded store")
+    parser.add_argument("--model", help="sentence-transformers model name or path")
+    parser.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR")
+    parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # No abbreviations: `--mode` must fail, not silently mean `--model`.
+    parser = argparse.ArgumentParser(
+        prog="mdindex",
+        description="Keep a Qdrant vector index identical to folders of markdown.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"mdindex {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, allow_abbrev=False)
+
+    p = command("backfill", "make the collection equal to the files, once")
+    _common(p, roots=True)
+    p.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
+    p.add_argument("--no-prune", action="store_true", help="keep points of files that are gone")
+    p.add_argument("--force", action="store_true", help="prune even when the guard would refuse")
+    p.add_argument(
+        "--ray",
+        action="store_true",
+        help="read, chunk and embed on a Ray cluster (a local one unless --ray-address); "
+        "needs the ray extra",
+    )
+    p.add_argument("--ray-address", metavar="ADDRESS", help="the Ray cluster for --ray")
+
+    p = command("watch", "reconcile, then follow file events until stopped")
+    _common(p, roots=True)
+
+    p = command("search", "the chunks that best answer a query")
+    _common(p, roots=None)
+    p.add_argument("query", metavar="QUERY")
+    p.add_argument("-k", type=int, default=5, help="number of hits (default 5)")
+    p.add_argument(
+        "--mode",
+        choices=["dense", "sparse", "hybrid"],
+        help="dense (the model), sparse (BM25) or hybrid (both, fused); default search_mode",
+    )
+    p.add_argument(
+        "--root",
+        dest="filter_roots",
+        action="append",
+        metavar="LABEL",
+        help="only chunks of this root (repeatable: any of them)",
+    )
+    p.add_argument(
+        "--path",
+        dest="filter_path",
+        metavar="PREFIX_OR_GLOB",
+        help="only documents whose path starts with PREFIX, or matches a glob (docs/**/api*.md)",
+    )
+    p.add_argument(
+        "--all-chunks",
+        action="store_true",
+        help="every matching chunk, even several windows of one section (default: the best "
+        "window of each section)",
+    )
+    p.add_argument(
+        "--where",
+        dest="filter_where",
+        action="append",
+        metavar="KEY=VALUE",
+        help="only documents whose frontmatter KEY is VALUE or lists it (repeatable: all hold)",
+    )
+
+    p = command("mcp", "serve the index to an AI assistant over MCP (stdio)")
+    _common(p, roots=True)
+
+    p = command("chunk", "show the chunks of one file; embeds and writes nothing")
+    _common(p, roots=False)
+    p.add_argument("file", type=Path, metavar="FILE")
+
+    p = command("status", "how fresh the index is: phase, coverage, failures, queue")
+    _common(p, roots=True)
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="return once every change made before the call is searchable (exit 4 at the timeout)",
+    )
+    p.add_argument(
+        "--timeout", type=_seconds, default=60.0, metavar="S", help="for --wait (default 60)"
+    )
+
+    p = command("verify", "compare the collection with the files")
+    _common(p, roots=True)
+    p.add_argument("--repair", action="store_true", help="fix missing, stale and duplicate points")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="repair even when the guard would refuse deleting documents (a root missing, "
+        "empty, replaced, or losing more than half of its documents)",
+    )
+
+    p = command("migrate", "copy the collection, vectors included, to another store")
+    _common(p, roots=False)
+    p.add_argument(
+        "--to",
+        required=True,
+        metavar="{client,edge,URL}",
+        help="embedded qdrant-client, embedded qdrant-edge, or a Qdrant server URL",
+    )
+
+    p = command("versions", "the index's versions: list, use one (roll back), drop old ones")
+    _common(p, roots=False)
+    p.add_argument("action", choices=["list", "use", "drop"], metavar="{list,use,drop}")
+    p.add_argument(
+        "fingerprints",
+        nargs="*",
+        default=[],
+        metavar="FINGERPRINT",
+        help="use: the version to switch to; drop: those to delete (default: every old one)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=600.0,
+        metavar="S",
+        help="use, with a daemon: how long to wait for its switch (default 600; exit 4 after)",
+    )
+    return parser
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    from mdindex.daemon.http import MAX_WAIT_S  # the HTTP server: not for every command
+
+    if not math.isfinite(value) or not 0 <= value <= MAX_WAIT_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is not 0 to {MAX_WAIT_S:.0f} seconds")
+    return value
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    """Flags whose names are settings keys override them; an empty ROOT list does not."""
+    overrides: dict[str, Any] = {
+        k: v for k, v in vars(args).items() if k in Settings.model_fields and v not in (None, [])
+    }
+    return load_settings(overrides, args.config)

@@ -1,0 +1,185 @@
+"""What the daemon answers on its API's threads: health, search, status (and
+waiting for freshness), reconcile, versions; the same for its MCP tools; and
+the endpoints it listens on (a Unix socket, a TCP port when set).
+
+These run beside the main loop, so they only read what it publishes (the
+gauges, the live version's sync core once the model is loaded) and hand
+anything that writes to it through the mailbox.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mdindex.daemon.http import LOOPBACK, Api, HttpServer, load_token, write_token
+from mdindex.daemon.mcp_http import McpBridge
+from mdindex.daemon.mcp_server import build_server
+from mdindex.daemon.status import fields
+from mdindex.errors import StoreError
+from mdindex.index.indexer import Indexer
+from mdindex.index.lock import socket_path, token_path
+from mdindex.index.search import Query
+
+if TYPE_CHECKING:
+    from mdindex.daemon.service import Daemon
+
+log = logging.getLogger(__name__)
+
+SOCKET_PATH_MAX = 100
+# A search that arrives while the daemon loads its model waits this long for it
+# (the first load on a machine also exports and measures: about 15 s here).
+STARTING_WAIT_S = 120.0
+
+
+class DaemonApi:
+    """The daemon as its API's threads and its MCP tools see it."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    def health(self) -> tuple[bool, str]:
+        d = self.daemon
+        if not d.ready.is_set():
+            return False, "starting"
+        if not d.watcher.alive():
+            return False, "file observer is not running"
+        return (not d.health.reason), d.health.reason or "watching"
+
+    def serving(self, timeout: float = STARTING_WAIT_S) -> Indexer:
+        """The live version's sync core, once the daemon can answer: a request
+        that arrives while it loads its model waits for it."""
+        d = self.daemon
+        if not d.ready.wait(timeout) or d.builds.live is None:
+            raise StoreError("the daemon is still starting (loading its model); try again")
+        return d.builds.live
+
+    def search(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """A search from the API's parameters; ValueError for a bad one."""
+        s = self.daemon.settings
+        return self.serving().search(Query.from_params(params, s.search_mode, s.fusion))
+
+    def reconcile(self, timeout: float | None = None, force: bool = False) -> dict[str, Any]:
+        """A whole reconcile on the main loop, and its summary; {} when ``timeout``
+        passes first. ``force``: deletions the guard would refuse are made."""
+        return self.daemon.mailbox.ask("reconcile", timeout, force=force) or {}
+
+    def versions(self, action: str, fingerprints: list[str]) -> dict[str, Any]:
+        """`versions use|drop`, done on the main loop."""
+        return self.daemon.mailbox.ask(action, fingerprints=fingerprints) or {}
+
+    def status(self, wait: float | None = None) -> dict[str, Any]:
+        """The status fields. With ``wait``, first wait up to that many seconds
+        for every change made before the call to be searchable."""
+        d = self.daemon
+        caught_up = None
+        if wait is not None:
+            result = self.reconcile(timeout=wait)
+            # deletions the guard refused are changes still to be made
+            caught_up = bool(result) and not result.get("refused")
+        gauges = d.health.gauges
+        waiting, oldest = d.queue
+        indexer = d.builds.live if d.ready.is_set() else None
+        data = fields(
+            # the live version's model and strategy
+            indexer.settings if indexer is not None else d.settings,
+            # the engine's own report never waits for a busy store
+            indexer.store_status(gauges.points)
+            if indexer is not None
+            else {"store": None, "points": gauges.points},
+            documents=gauges.documents,
+            files_seen=d.work.files_seen,
+            failed=gauges.failed,
+            last_sync=gauges.last_sync,
+            phase=d.phase,
+            reason=d.health.reason,
+            embedding=indexer.embedding_status() if indexer is not None else {},
+            versions=gauges.versions,
+        ) | {
+            "daemon": True,
+            "build_blocked": d.builds.blocked,
+            "healthy": self.health()[0],
+            "queue_paths": waiting,
+            "oldest_wait_s": None if oldest is None else round(time.monotonic() - oldest, 3),
+        }
+        if caught_up is not None:
+            data["caught_up"] = caught_up
+        return data
+
+
+class Tools:
+    """The MCP tools' backend inside the daemon: its own search and status."""
+
+    def __init__(self, api: DaemonApi) -> None:
+        self.api = api
+
+    def search(self, query: Query) -> list[dict[str, Any]]:
+        return self.api.serving().search(query)
+
+    def status(self) -> dict[str, Any]:
+        return self.api.status()
+
+    def refresh(self, timeout_s: float) -> dict[str, Any]:
+        """Every change made before the call, searchable (or the timeout)."""
+        return self.api.status(timeout_s)
+
+
+class Endpoints:
+    """Where the API listens: the Unix socket other commands find through the
+    lock file, the TCP port when ``http_port`` is set, and MCP at ``/mcp``."""
+
+    def __init__(self) -> None:
+        self.servers: list[HttpServer] = []
+        self.mcp: McpBridge | None = None
+        self.socket_dir: Path | None = None  # a private folder for a socket path too long
+
+    def start(self, daemon: Daemon, api: DaemonApi) -> dict[str, Any]:
+        """Start serving; returns the lock file's record of where."""
+        s = daemon.settings
+        token = load_token()
+        write_token(token_path(s.state_dir, s.collection), token)
+        allow = s.mcp_allow_refresh is True
+        self.mcp = McpBridge(build_server(s, Tools(api), allow_refresh=allow)).start()
+        routes = Api(
+            daemon.metrics,
+            api.health,
+            api.search,
+            api.status,
+            api.reconcile,
+            token,
+            mcp=self.mcp,
+            versions=api.versions,
+        )
+        path = socket_path(s.state_dir, s.collection)
+        if len(os.fsencode(path)) >= SOCKET_PATH_MAX:  # sun_path is 108 bytes
+            self.socket_dir = Path(tempfile.mkdtemp(prefix="mdindex-"))  # 0700
+            path = self.socket_dir / "api.sock"
+        self.servers.append(HttpServer(routes, path=path))
+        record: dict[str, Any] = {"socket": str(path)}
+        if s.http_port is not None:
+            if s.http_host not in LOOPBACK:
+                log.warning(
+                    "http_host %s is not a loopback address: anyone who can reach it and "
+                    "holds the token can read every indexed document",
+                    s.http_host,
+                )
+            tcp = HttpServer(routes, host=s.http_host, port=s.http_port)
+            self.servers.append(tcp)
+            record |= {"http_host": s.http_host, "http_port": tcp.port}
+            log.info("http endpoint on http://%s:%d", s.http_host, tcp.port)
+        for server in self.servers:
+            server.start()
+        log.info("api on %s", path)
+        return record
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+        if self.mcp is not None:
+            self.mcp.stop()
+        if self.socket_dir is not None:
+            self.socket_dir.rmdir()

@@ -1,0 +1,287 @@
+"""Ask the running daemon, or open the store here: how the CLI and `mdindex mcp`
+reach the index, for search, status, waiting, versions and refresh.
+
+A daemon that holds the store is found through the lock file, with the token
+it wrote beside it, again for every call: a long-lived client (an assistant's
+MCP session) follows a daemon that restarted with a new token, and falls
+back to the store when none runs. Without a daemon, a search uses the live
+version's settings (its model, its collection), read again whenever the
+catalog changes, so a session follows a switch and never searches a dropped
+version.
+
+A daemon that is still starting (loading its model) is waited for, up to the
+call's timeout: its socket appears as soon as it holds the lock, and it
+answers once it can.
+"""
+
+from __future__ import annotations
+
+import errno
+import http.client
+import json
+import logging
+import os
+import socket
+import time
+import urllib.parse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mdindex.config import Settings
+from mdindex.errors import (
+    ConfigError,
+    FreshnessUnknown,
+    LockError,
+    MdindexError,
+    StoreUnavailable,
+)
+from mdindex.index.lock import WriterLock, lock_path, read_holder, token_path
+from mdindex.index.search import Query
+
+if TYPE_CHECKING:
+    from mdindex.index.runtime import Models
+
+log = logging.getLogger(__name__)
+
+# How long a call waits for a daemon that holds the lock but has no socket yet
+# (the first milliseconds of its start).
+START_WAIT_S = 30.0
+SEARCH_TIMEOUT_S = 150.0  # a search may wait for a starting daemon's model load
+# How long `status --wait` without roots looks for a daemon that is starting
+# (its process takes about a second to import and take the lock).
+DAEMON_GRACE_S = 10.0
+
+
+class DaemonGone(MdindexError):
+    """The daemon found a moment ago does not answer any more (stopped, restarted)."""
+
+
+@dataclass(frozen=True)
+class DaemonClient:
+    """How to ask the running daemon: its Unix socket (or TCP endpoint) and token."""
+
+    socket: str
+    url: str
+    token: str
+
+    def ask(self, path: str, post: bool = False, timeout: float | None = None) -> Any:
+        """GET (or POST, for a reconcile that may run for hours) one endpoint."""
+        timeout = timeout or (24 * 3600 if post else 30)
+        conn: http.client.HTTPConnection
+        if self.socket:
+            conn = _UnixConnection(self.socket, timeout)
+        else:
+            parts = urllib.parse.urlsplit(self.url)
+            conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+        try:
+            conn.request(
+                "POST" if post else "GET", path, headers={"Authorization": f"Bearer {self.token}"}
+            )
+            resp = conn.getresponse()
+            body = resp.read().decode()
+        except OSError as exc:
+            if exc.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.ECONNRESET):
+                raise DaemonGone(f"the daemon at {self.where} is gone: {exc}") from exc
+            raise StoreUnavailable(f"the daemon at {self.where} did not answer: {exc}") from exc
+        finally:
+            conn.close()
+        try:
+            data = json.loads(body or "null")
+        except ValueError:
+            data = None
+        if resp.status != 200:
+            detail = data.get("error") if isinstance(data, dict) else body[:200]
+            if resp.status == 401:  # another daemon's token: it restarted
+                raise DaemonGone(f"the daemon at {self.where} refused the token: {detail}")
+            if resp.status == 400:  # our request, not the daemon, is at fault
+                raise ConfigError(f"the daemon refused {path.split('?')[0]}: {detail}")
+            raise StoreUnavailable(f"the daemon at {self.where} refused {path}: {detail}")
+        return data
+
+    @property
+    def where(self) -> str:
+        return self.socket or self.url
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def find_daemon(
+    settings: Settings, required: bool = True, wait_s: float = START_WAIT_S
+) -> DaemonClient | None:
+    """The running daemon when it holds this state dir and collection: found
+    through the lock file, with the token it wrote beside it. One that holds
+    the lock but has no endpoint yet is waited for, up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        holder = read_holder(lock_path(settings.state_dir, settings.collection))
+        if not holder or holder.get("command") != "watch":
+            return None
+        sock = str(holder.get("socket") or "")
+        url = ""
+        if holder.get("http_port"):
+            url = f"http://{holder.get('http_host')}:{holder['http_port']}"
+        if sock or url:
+            break
+        if settings.qdrant_url or not required:
+            return None  # a server store can be shared; go to it directly
+        if time.monotonic() >= deadline:
+            raise StoreUnavailable(
+                f"the daemon (pid {holder.get('pid')}) holds the embedded store but did not "
+                f"open its socket within {wait_s:.0f} s; see its log"
+            )
+        time.sleep(0.05)
+    path = token_path(settings.state_dir, settings.collection)
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise StoreUnavailable(
+            f"the daemon (pid {holder.get('pid')}) holds the store, and its token {path} "
+            f"cannot be read ({exc.strerror}); run this as the daemon's user"
+        ) from exc
+    return DaemonClient(sock, url, token)
+
+
+class IndexClient:
+    """The index as a client sees it: through the daemon when one holds the
+    store, else opened here. Every call finds the daemon (or its absence) anew."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._live: tuple[tuple[int, int, int], Settings] | None = None  # catalog stat, settings
+        self._models: tuple[str, Models] | None = None  # fingerprint, its query models
+
+    def daemon(self) -> DaemonClient | None:
+        return find_daemon(self.settings)
+
+    def ask(self, path: str, post: bool = False, timeout: float | None = None) -> Any:
+        """One request to the daemon, found again (once) when the one found is gone;
+        ``_NO_DAEMON`` when none holds the store."""
+        for attempt in (1, 2):
+            daemon = self.daemon()
+            if daemon is None:
+                return _NO_DAEMON
+            try:
+                return daemon.ask(path, post=post, timeout=timeout)
+            except DaemonGone:
+                if attempt == 2:
+                    raise
+                time.sleep(0.2)  # a restart: let the new one take the lock
+        raise AssertionError("unreachable")
+
+    # -- what the CLI and the MCP tools ask ------------------------------------
+
+    def search(self, query: Query) -> list[dict[str, Any]]:
+        hits = self.ask(
+            "/search?" + urllib.parse.urlencode(query.as_params()), timeout=SEARCH_TIMEOUT_S
+        )
+        if hits is _NO_DAEMON:
+            return self.search_here(query)
+        return list(hits)
+
+    def status(self, wait: float | None = None) -> dict[str, Any]:
+        """The status fields; with ``wait``, once every change made before the call
+        is searchable or ``wait`` seconds passed (``caught_up`` says which)."""
+        if wait is None:
+            data = self.ask("/status")
+        else:
+            query = urllib.parse.urlencode({"wait": 1, "timeout": wait})
+            data = self.ask(f"/status?{query}", timeout=wait + 30)
+        if data is not _NO_DAEMON:
+            return dict(data)
+        if wait is not None and not self.settings.root_list():
+            # `mdindex watch` may have been started a moment ago: wait a little
+            # for it to take the lock before saying nothing can tell
+            started = time.monotonic()
+            while time.monotonic() - started < min(wait, DAEMON_GRACE_S):
+                time.sleep(0.1)
+                if self.daemon() is not None:
+                    return self.status(max(0.0, wait - (time.monotonic() - started)))
+            raise FreshnessUnknown(
+                "status --wait: no daemon holds the index and no roots are given, so nothing "
+                "can tell whether it is caught up; give the roots (or the config) or start "
+                "mdindex watch"
+            )
+        from mdindex.daemon.status import offline_status
+
+        return offline_status(self.settings)
+
+    def reconcile(self, force: bool = False) -> dict[str, Any] | None:
+        """The daemon reconciles now (`mdindex backfill` while it runs); None when
+        no daemon holds the store."""
+        data = self.ask("/reconcile?force=1" if force else "/reconcile", post=True)
+        return None if data is _NO_DAEMON else dict(data)
+
+    def refresh(self, timeout_s: float) -> dict[str, Any]:
+        """Every change made before the call, searchable (or the timeout): the
+        daemon waits for it; without one, a backfill here that stops between
+        groups of documents once ``timeout_s`` has passed."""
+        data = self.ask(
+            "/status?" + urllib.parse.urlencode({"wait": 1, "timeout": timeout_s}),
+            timeout=timeout_s + 30,
+        )
+        if data is not _NO_DAEMON:
+            return dict(data)
+        from mdindex.index.indexer import Hooks
+        from mdindex.versions.rollout import Rollout
+
+        s = self.settings
+        deadline = time.monotonic() + timeout_s
+        hooks = Hooks(stop_requested=lambda: time.monotonic() >= deadline)
+        try:
+            with WriterLock(s.state_dir, s.collection, "mcp refresh"):
+                summary = Rollout(s).open().backfill(hooks=hooks)
+        except LockError as exc:  # another backfill or a verify: not this call's to wait for
+            raise StoreUnavailable(str(exc)) from None
+        return {"caught_up": not summary.interrupted, **summary.as_dict()}
+
+    # -- without a daemon --------------------------------------------------------
+
+    def live_settings(self) -> Settings:
+        """The live version's settings, read again only when the catalog changed."""
+        from mdindex.versions.catalog import catalog_path, reader_settings
+
+        try:
+            st = os.stat(catalog_path(self.settings))
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            stamp = (0, 0, 0)
+        if self._live is None or self._live[0] != stamp:
+            self._live = (stamp, reader_settings(self.settings))
+        return self._live[1]
+
+    def search_here(self, query: Query) -> list[dict[str, Any]]:
+        """Search without a daemon: the live version's model and store, opened here."""
+        from mdindex.index.runtime import make_models, make_store
+        from mdindex.index.search import search
+        from mdindex.versions.catalog import version_of
+
+        live = self.live_settings()
+        fp = version_of(live)
+        if self._models is None or self._models[0] != fp:
+            self._models = (fp, make_models(live, queries_only=True))
+        models = self._models[1]
+        store = make_store(live)
+        try:
+            store.open()
+            return search(models.embedder, models.planner.sparse, store, query)
+        except ValueError as exc:
+            raise ConfigError(f"search: {exc}") from None
+        finally:
+            store.close()
+
+
+_NO_DAEMON: Any = object()

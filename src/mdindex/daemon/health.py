@@ -1,0 +1,100 @@
+"""How the daemon is doing, as systemd, Prometheus and `status` hear it: the
+phase, why it is degraded, the totals since it started, and the gauges the
+API's threads read (refreshed on the main thread, which owns the state)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mdindex.daemon.http import Metrics
+from mdindex.daemon.notify import Notifier
+from mdindex.errors import MdindexError
+from mdindex.index.indexer import Indexer
+from mdindex.index.summary import Summary
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Gauges:
+    """What the API's threads read of the live version."""
+
+    documents: int = 0
+    points: int = 0
+    failed: list[dict[str, str]] = field(default_factory=list)
+    last_sync: str | None = None
+    versions: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, indexer: Indexer, versions: list[dict[str, Any]]) -> Gauges:
+        documents, points = indexer.counts()
+        return cls(documents, points, indexer.failures(), indexer.last_sync(), versions)
+
+
+class Health:
+    def __init__(self, metrics: Metrics, notify: Notifier) -> None:
+        self.metrics = metrics
+        self.notify = notify
+        self.started = False  # the startup reconcile has begun
+        self.reconciling = False
+        self.unhealthy = ""  # why the store does not answer, when it does not
+        self.refused = ""  # deletions the guard refused, until a reconcile is not refused
+        self.totals = Summary()
+        self.gauges = Gauges()
+
+    @property
+    def reason(self) -> str:
+        """Why the daemon is degraded ("" when it is not)."""
+        return self.unhealthy or (f"deletions refused: {self.refused}" if self.refused else "")
+
+    def phase(self, ready: bool) -> str:
+        if not ready:
+            return "starting"
+        if self.reason:
+            return "degraded"
+        if self.reconciling:
+            return "reconciling"
+        return "watching" if self.started else "starting"
+
+    def line(self, phase: str) -> str:
+        """One line for systemd's status: the phase and the totals."""
+        t = self.totals
+        return (
+            f"{phase}; {self.gauges.documents} documents, "
+            f"{t.files_changed} indexed, {t.files_deleted} deleted, {t.files_failed} failed, "
+            f"{t.chunks_embedded} chunks embedded"
+        )
+
+    def status(self, phase: str) -> None:
+        self.notify.status(self.line(phase))
+
+    def account(self, summary: Summary) -> None:
+        """A sync went through: its counts into the totals and the metrics; the
+        store answers again."""
+        self.metrics.embedded.inc(summary.chunks_embedded)
+        self.metrics.upserted.inc(summary.points_upserted)
+        self.metrics.deleted.inc(summary.points_deleted)
+        self.metrics.errors.inc(summary.files_failed)
+        for key in ("files_changed", "files_deleted", "files_failed", "chunks_embedded"):
+            setattr(self.totals, key, getattr(self.totals, key) + getattr(summary, key))
+        self.metrics.last_sync.set(time.time())
+        if self.unhealthy.startswith("store"):
+            log.info("store reachable again")
+        self.unhealthy = ""
+
+    def store_failed(self, exc: MdindexError) -> None:
+        log.error("store error; will retry: %s", exc)
+        self.metrics.errors.inc()
+        self.unhealthy = f"store: {exc}"
+        self.metrics.healthy.set(0)
+        self.status("store unavailable, retrying")
+
+    def publish(self, indexer: Indexer, versions: list[dict[str, Any]]) -> None:
+        """The gauges of the live version, for the API's threads and Prometheus."""
+        self.gauges = Gauges.of(indexer, versions)
+        self.metrics.documents.set(self.gauges.documents)
+        self.metrics.points.set(self.gauges.points)
+        self.metrics.healthy.set(1 if not self.reason else 0)

@@ -1,0 +1,72 @@
+"""One channel for what the API's threads ask of the daemon's main loop.
+
+A request (a reconcile, `versions use`, `versions drop`) is put in the mailbox
+by the thread that serves it, which then waits for the answer, its timeout,
+or the daemon stopping. The main loop, which alone owns the state and the
+store's writes, takes everything that waits and answers each request.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mdindex.errors import MdindexError, StoreError
+
+KINDS = ("reconcile", "use", "drop")
+
+
+@dataclass(eq=False)
+class Request:
+    kind: str  # one of KINDS
+    args: dict[str, Any]
+    answer: dict[str, Any] = field(default_factory=dict)
+    error: MdindexError | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def reply(
+        self, answer: dict[str, Any] | None = None, error: MdindexError | None = None
+    ) -> None:
+        """The main loop's answer (or why there is none); the asking thread wakes."""
+        self.answer |= answer or {}
+        self.error = error
+        self.done.set()
+
+
+class Mailbox:
+    def __init__(self, stopping: Callable[[], bool]) -> None:
+        self._queue: queue.Queue[Request] = queue.Queue()
+        self._stopping = stopping
+
+    def ask(self, kind: str, timeout: float | None = None, **args: Any) -> dict[str, Any] | None:
+        """Put a request and wait for its answer (API thread); None when
+        ``timeout`` passes first. The main loop's error is raised here."""
+        assert kind in KINDS
+        request = Request(kind, args)
+        self._queue.put(request)
+        deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
+        while not request.done.wait(max(0.0, min(1.0, deadline - time.monotonic()))):
+            if self._stopping():
+                raise StoreError(f"the daemon is stopping; {kind} not done")
+            if time.monotonic() >= deadline:
+                return None
+        if request.error is not None:
+            raise request.error
+        return request.answer
+
+    def take(self) -> list[Request]:
+        """Every request waiting now (main loop)."""
+        out = []
+        while True:
+            try:
+                out.append(self._queue.get_nowait())
+            except queue.Empty:
+                return out
+
+    def __bool__(self) -> bool:
+        """Something waits."""
+        return not self._queue.empty()

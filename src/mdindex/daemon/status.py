@@ -1,0 +1,94 @@
+"""`mdindex status`: how fresh the index is. The daemon and the CLI answer with
+the same fields; without a daemon they come from the state and a scan.
+
+- ``phase``: ``starting``, ``reconciling``, ``watching``, ``degraded`` (with
+  ``reason``), or ``stopped`` when no daemon runs;
+- ``coverage``: documents indexed of files seen, and the ``failed`` files with why;
+- ``queue_paths`` and ``oldest_wait_s``: changes seen but not yet searchable
+  (without a daemon, ``pending`` counts what a backfill would change);
+- ``embedding``: the backend and precision the embedder computes with, and why;
+- ``versions``: every version of the index (``mdindex.versions.catalog``): the live
+  one, the one the settings ask for, and a build's ``progress``;
+- ``caught_up`` (with ``--wait``): every change made before the call is searchable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mdindex.config import Settings
+from mdindex.documents.files import printable
+
+PHASES = ("starting", "reconciling", "watching", "degraded", "stopped")
+
+
+def fields(
+    settings: Settings,
+    store: dict[str, Any],
+    *,
+    documents: int,
+    files_seen: int,
+    failed: list[dict[str, str]],
+    last_sync: str | None,
+    phase: str,
+    reason: str = "",
+    embedding: dict[str, Any] | None = None,
+    versions: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """What every status says, daemon or not. ``store`` holds ``store`` (where),
+    ``points`` and what the engine tells about itself."""
+    return {
+        "collection": settings.collection,
+        **store,
+        "model": settings.model,
+        "strategy": settings.strategy,
+        "embedding": embedding or {},
+        "documents": documents,
+        "last_sync": last_sync,
+        "phase": phase,
+        "reason": reason,
+        "files_seen": files_seen,
+        "coverage": f"{documents} of {files_seen}",
+        "failed": [{**f, "path": printable(f["path"])} for f in failed],
+        "versions": versions or [],
+    }
+
+
+def offline_status(settings: Settings) -> dict[str, Any]:
+    """Status without a daemon: the state's counts and failures, and a scan of
+    the roots for what has changed since (nothing is written)."""
+    from mdindex.index.runtime import make_indexer
+    from mdindex.versions.catalog import reader_settings
+    from mdindex.versions.rollout import Rollout
+
+    live = reader_settings(settings)
+    with make_indexer(live) as indexer:
+        changes = indexer.changes()
+        # size and mtime only say a file may have changed; its text decides
+        changed, unreadable = indexer.confirm(changes)
+        documents, _ = indexer.counts()
+        # what the guard would refuse of the pending deletions (mdindex.index.guard)
+        refused = indexer.deletion_refused(changes.deleted)
+        failed = {(f["root"], f["path"]): f for f in indexer.failures()}
+        failed |= {
+            f.key: {"root": f.root, "path": f.rel, "reason": f.reason}
+            for f in changes.failures + unreadable
+        }
+        data = fields(
+            live,
+            indexer.store_status(),
+            documents=documents,
+            files_seen=changes.seen,
+            failed=sorted(failed.values(), key=lambda f: (f["root"], f["path"])),
+            last_sync=indexer.last_sync(),
+            phase="stopped",
+            reason=f"deletions refused: {refused}" if refused else "",
+            embedding=indexer.embedding_status(),
+            versions=Rollout(settings).rows(),
+        )
+    return data | {
+        "daemon": False,
+        "pending": {"changed": len(changed), "deleted": len(changes.deleted)},
+        "missing_roots": changes.missing_roots,
+        "caught_up": not (changed or changes.deleted),
+    }

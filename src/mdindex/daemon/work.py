@@ -1,0 +1,222 @@
+"""What the daemon's main loop does with what it hears: a batch of paths to the
+sync core, a reconcile (periodic, after a lost event, or asked for), the
+API's requests, a step of a version's build, the store's housekeeping; and
+what it publishes after each."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from mdindex.daemon.builds import STORE_RETRY_S
+from mdindex.daemon.mailbox import Request
+from mdindex.daemon.watcher import Batch
+from mdindex.errors import MdindexError, PruneRefused, StoreError, StoreMismatch
+from mdindex.index.summary import Summary
+
+if TYPE_CHECKING:
+    from mdindex.daemon.service import Daemon
+
+log = logging.getLogger(__name__)
+
+# watchdog can lose track of a folder that is moved and recreated quickly (its
+# inotify path map gets confused); a fast-path rescan shortly after any folder
+# event catches whatever it missed.
+DIR_RESCAN_DELAY_S = 2.0
+# Store housekeeping waits for this long a lull after the last write.
+SETTLE_AFTER_S = 5.0
+
+
+class Work:
+    """The main loop's jobs, and what they leave for the next one."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.next_rescan = 0.0
+        self.rollout_pending = False  # the versions' opening waits for the store
+        self.force_next = False  # the next reconcile deletes what the guard would refuse
+        self.settle_due = False  # the store may want housekeeping once things are quiet
+        self.last_work = 0.0
+        self.files_seen = 0
+
+    def rescan_due(self) -> bool:
+        return time.monotonic() >= self.next_rescan
+
+    def settle_time(self) -> bool:
+        """Housekeeping is due and things have been quiet long enough."""
+        return self.settle_due and time.monotonic() - self.last_work >= SETTLE_AFTER_S
+
+    def serve_requests(self) -> None:
+        """One reconcile answers every reconcile request queued before it started:
+        each asked after its changes reached the disk, and a reconcile sees the
+        disk. `versions use|drop` are answered one by one."""
+        requests = self.daemon.mailbox.take()
+        reconciles = [r for r in requests if r.kind == "reconcile"]
+        if reconciles:
+            self.force_next = self.force_next or any(r.args.get("force") for r in reconciles)
+            summary = self.reconcile("requested")
+            for r in reconciles:
+                if summary is None:
+                    r.reply(error=StoreError(self.daemon.health.reason or "reconcile failed"))
+                else:
+                    r.reply(summary.as_dict())
+        for r in requests:
+            if r.kind != "reconcile":
+                self.serve_versions(r)
+
+    def serve_versions(self, request: Request) -> None:
+        fingerprints = request.args["fingerprints"]
+        try:
+            if request.kind == "use":
+                answer: dict[str, Any] = self.daemon.builds.use(fingerprints)
+            else:
+                answer = self.daemon.builds.drop(fingerprints)
+        except MdindexError as exc:
+            request.reply(error=exc)
+            return
+        self.update_gauges()
+        request.reply(answer)
+
+    def build_step(self) -> None:
+        """Go on building while nothing else waits; switch once it is complete."""
+        if self.daemon.busy():
+            return
+        self.daemon.health.status(f"building version {self.daemon.builds.building}")
+        if self.daemon.builds.step(on_embedded=self.daemon.metrics.embedded.inc):
+            self.promoted()
+
+    def promoted(self) -> None:
+        """A new version answers from now on."""
+        self.settle_due = True
+        self.update_gauges()
+        self.daemon.health.status("watching")
+
+    def reconcile(self, why: str) -> Summary | None:
+        indexer = self.daemon.builds.live
+        assert indexer is not None
+        self.daemon.health.started = self.daemon.health.reconciling = True
+        self.daemon.health.status(f"{why}: reconciling")
+        self.next_rescan = time.monotonic() + self.daemon.settings.rescan_interval_s
+        if why == "rescan":
+            self.daemon.metrics.rescans.inc()
+        force, self.force_next = self.force_next, False
+        try:
+            if self.rollout_pending:
+                self.open_rollout()
+                indexer = self.daemon.builds.live
+                assert indexer is not None
+            summary = indexer.backfill(prune=True, force=force, keep_going=True)
+        except PruneRefused as exc:  # a root that is not a folder
+            self.daemon.health.reconciling = False
+            log.error("%s: %s", why, exc)
+            self.daemon.health.refused = str(exc)
+            self.update_gauges()
+            return None
+        except StoreMismatch:
+            raise
+        except StoreError as exc:
+            self.daemon.health.reconciling = False
+            self.daemon.health.store_failed(exc)
+            self.next_rescan = time.monotonic() + STORE_RETRY_S
+            return None
+        self.daemon.health.reconciling = False
+        self.files_seen = summary.files_seen
+        self.daemon.health.refused = (
+            summary.refused
+        )  # a whole reconcile says whether it still holds
+        self.account(summary)
+        log.info("%s: %s", why, summary.line())
+        self.after_sync(summary)
+        return summary
+
+    def open_rollout(self) -> None:
+        """The versions' opening (adoption, a crash's leftovers), once the store
+        answers; an adopted index is what is served from then on."""
+        self.daemon.rollout.open()
+        self.rollout_pending = False
+        live = self.daemon.rollout.live
+        if live is not None and live != self.daemon.builds.serving:
+            self.daemon.builds.serve(self.daemon.builds.indexer(live), live)
+            self.promoted()
+
+    def after_sync(self, summary: Summary) -> None:
+        """A first version is live once complete; any other the settings ask
+        for is built beside it."""
+        indexer, serving = self.daemon.builds.live, self.daemon.builds.serving
+        assert indexer is not None
+        if summary.interrupted:
+            return
+        try:
+            if serving != self.daemon.rollout.live:
+                self.daemon.rollout.complete(serving, indexer, summary.chunks_embedded)
+                self.daemon.rollout.switch(serving, indexer)
+            else:
+                self.daemon.rollout.record(serving, indexer)
+        except (PruneRefused, StoreError) as exc:
+            log.error("version %s: %s", serving, exc)
+            return
+        self.daemon.builds.plan()
+        self.update_gauges()
+
+    def process(self, batch: Batch) -> None:
+        """Event handling: the paths a batch names go to the sync core."""
+        indexer = self.daemon.builds.live
+        assert indexer is not None
+        if batch.dirs:
+            self.next_rescan = min(self.next_rescan, time.monotonic() + DIR_RESCAN_DELAY_S)
+        if self.daemon.check_roots():
+            # the paths may name the old folder's files: the rescan decides
+            for path in batch.files + batch.dirs:
+                log.debug("dropped with a replaced root: %s", path)
+            return
+        changes = indexer.changes(batch.files, batch.dirs)
+        try:
+            summary = indexer.apply(changes)
+        except StoreError as exc:
+            self.daemon.health.store_failed(exc)
+            for path in batch.files:  # try these paths again later
+                self.daemon.debouncer.add_path(path, False, delay=STORE_RETRY_S)
+            for path in batch.dirs:
+                self.daemon.debouncer.add_path(path, True, delay=STORE_RETRY_S)
+            return
+        self.files_seen += changes.new - summary.files_deleted
+        if summary.refused:
+            self.daemon.health.refused = summary.refused
+        self.account(summary)
+        if summary.files_changed or summary.files_deleted or summary.files_failed:
+            log.info("%s", summary.line())
+
+    def settle(self) -> None:
+        """Let the store do its housekeeping while nothing else waits; it gives way
+        (and is tried again later) as soon as an event, a request or a stop arrives."""
+        indexer = self.daemon.builds.live
+        assert indexer is not None
+
+        def idle() -> bool:
+            self.daemon.ping()  # the main loop is busy here; systemd must still hear from it
+            return not self.daemon.busy()
+
+        self.daemon.health.status("building the search index")
+        try:
+            self.settle_due = not indexer.settle(idle)
+        except StoreError as exc:
+            self.daemon.health.store_failed(exc)
+        self.last_work = time.monotonic()
+        self.daemon.health.status("watching")
+
+    def account(self, summary: Summary) -> None:
+        if summary.points_upserted or summary.points_deleted:
+            self.settle_due = True
+            self.last_work = time.monotonic()
+        self.daemon.health.account(summary)
+        self.update_gauges()
+        self.daemon.health.status("watching")
+
+    def update_gauges(self) -> None:
+        """What the API's threads read, refreshed on the main thread."""
+        assert self.daemon.builds.live is not None
+        self.daemon.health.publish(
+            self.daemon.builds.live,
+            self.daemon.rollout.rows(self.daemon.builds.progress(self.files_seen)),
+        )

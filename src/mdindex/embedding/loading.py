@@ -1,0 +1,252 @@
+"""Loading the model the way it will compute: the settings' one candidate, the
+choice cached for this machine, or a measurement (``calibration``); the
+cached ONNX export for a process that only embeds queries, without torch."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tokenizers import Tokenizer
+
+from mdindex.embedding import calibration, onnx_export
+from mdindex.embedding.engines import OnnxRunner, TorchEngine, encode, run_sorted
+from mdindex.embedding.model import (
+    ModelInfo,
+    direct_inputs,
+    load_sentence_transformer,
+    load_tokenizer,
+    native_bf16,
+    pick_device,
+    special_wrap,
+    weights_hash,
+)
+from mdindex.errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+    from mdindex.embedding.engines import Engine
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What the settings ask of the backend; ``auto`` lets the measurement decide."""
+
+    device: str = "auto"
+    precision: str = "auto"
+    backend: str = "auto"
+    batch_size: int | None = None  # None: 64 on a CPU, 512 on a GPU
+    cache_dir: Path | None = None
+    queries_only: bool = False  # a short-lived process that only embeds queries
+
+
+@dataclass
+class Loaded:
+    """The model, ready to compute: the choice, and what the embedder runs."""
+
+    choice: calibration.Choice
+    device: str
+    batch_size: int
+    engine: Engine | None  # None: through sentence-transformers' encode (any other model)
+    tokenizer: Tokenizer | None
+    wrap: tuple[list[int], list[int]] | None  # the special tokens around one text
+    features: tuple[str, ...]
+    model: Any = None  # the sentence-transformers model, while an engine needs it
+
+
+def load(info: ModelInfo, want: Wanted) -> Loaded:
+    """Load the model as it will compute (see the module docstring)."""
+    found = _query_export(info, want)
+    if found is not None:
+        return found
+    device = pick_device(want.device)
+    batch_size = want.batch_size or (512 if device.startswith("cuda") else 64)
+    model = load_sentence_transformer(info, device)
+    tokenizer, features = direct_inputs(model, info)
+    wrap = special_wrap(tokenizer) if tokenizer is not None else None
+    loaded = Loaded(
+        calibration.Choice("torch", "fp32", ""), device, batch_size, None, tokenizer, wrap, features
+    )
+    loaded.choice = _choose(info, want, loaded, model)
+    if loaded.choice.precision == "fp16":
+        model.half()
+    if tokenizer is not None and loaded.choice.backend == "onnx":
+        assert want.cache_dir is not None
+        export = onnx_export.find_export(info, want.cache_dir)
+        assert export is not None  # calibration exported it
+        loaded.engine, loaded.features = OnnxRunner(export.path, export.inputs), export.inputs
+        # torch's copy is not needed any more (about 90 MB)
+    elif tokenizer is not None:
+        loaded.engine = TorchEngine(model, device, loaded.choice.precision, features)
+        loaded.model = model
+    else:
+        loaded.model = model
+    log.info(
+        "embedding with %s (%s; %s): %s",
+        loaded.choice.name,
+        "direct forward" if tokenizer is not None else "encode",
+        {"cache": f"measured {loaded.choice.measured_at}, cached"}.get(
+            loaded.choice.source, loaded.choice.source
+        ),
+        loaded.choice.reason,
+    )
+    return loaded
+
+
+def _query_export(info: ModelInfo, want: Wanted) -> Loaded | None:
+    """The cached ONNX export, without torch, when the settings allow only it
+    (``backend = onnx``) or the process only embeds queries; None otherwise."""
+    onnx_only = want.backend == "onnx" or want.queries_only
+    if not (
+        onnx_only
+        and want.cache_dir is not None
+        and want.device in ("auto", "cpu")
+        and want.backend in ("auto", "onnx")
+        and want.precision in ("auto", "fp32")
+    ):
+        return None
+    found = onnx_export.find_export(info, want.cache_dir)
+    if found is None:
+        return None
+    why = (
+        "backend = onnx: the cached ONNX export, torch not loaded"
+        if want.backend == "onnx"
+        else "queries of a short-lived process: the cached ONNX export"
+    )
+    choice = calibration.Choice(
+        "onnx", "fp32", why, source="setting" if not want.queries_only else "query"
+    )
+    # a search prints its hits, not this line, unless asked (DEBUG)
+    (log.debug if want.queries_only else log.info)(
+        "embedding with the ONNX export (%s): %s", found.path.parent, why
+    )
+    tokenizer = load_tokenizer(info)
+    return Loaded(
+        choice,
+        "cpu",
+        want.batch_size or 64,
+        OnnxRunner(found.path, found.inputs),
+        tokenizer,
+        special_wrap(tokenizer),
+        found.inputs,
+    )
+
+
+def _choose(
+    info: ModelInfo,
+    want: Wanted,
+    loaded: Loaded,
+    model: Any,
+) -> calibration.Choice:
+    """The settings' one candidate, the cached choice, or a measurement."""
+    cache_dir, device, tokenizer = want.cache_dir, loaded.device, loaded.tokenizer
+    onnx_ok = (
+        tokenizer is not None
+        and cache_dir is not None
+        and not onnx_export.was_refused(info, cache_dir)
+        and _onnxruntime_installed()
+    )
+    bf16 = device == "cpu" and native_bf16()
+    names = calibration.candidates(
+        device, want.precision, want.backend, native_bf16=bf16, onnx=onnx_ok
+    )
+    if tokenizer is None:  # encode: torch only
+        names = [n for n in names if n.startswith("torch")] or ["torch-fp32"]
+    if not names:
+        raise ConfigError(
+            f"backend {want.backend!r} with precision {want.precision!r} cannot run on {device}"
+        )
+    if (
+        "onnx-fp32" in names
+        and cache_dir is not None
+        and onnx_export.find_export(info, cache_dir) is None
+        and onnx_export.export(info, cache_dir, model, loaded.features) is None
+    ):
+        names.remove("onnx-fp32")
+    if len(names) == 1 or cache_dir is None:
+        name = (
+            names[0]
+            if len(names) == 1
+            else ("torch-fp16" if "torch-fp16" in names else "torch-fp32")
+        )
+        backend, precision = name.split("-")
+        why = (
+            "the only candidate the settings allow"
+            if len(names) == 1
+            else "no cache_dir to keep a measurement"
+        )
+        return calibration.Choice(backend, precision, why)
+    gpu = ""
+    if device.startswith("cuda"):
+        import torch
+
+        gpu = torch.cuda.get_device_name(device)
+    key = calibration.machine_key(
+        model_sha256=weights_sha(info, cache_dir),
+        device=device,
+        batch_size=loaded.batch_size,
+        names=names,
+        gpu=gpu,
+    )
+    found = calibration.cached(cache_dir, key)
+    if found is not None and found.name in names:
+        return found
+    log.info("measuring %s on this machine (once; cached in %s)", ", ".join(names), cache_dir)
+    runners = {name: _runner(info, want, name, loaded, model) for name in names}
+    choice = calibration.measure(runners)
+    calibration.save(cache_dir, key, choice)
+    return choice
+
+
+def _runner(
+    info: ModelInfo, want: Wanted, name: str, loaded: Loaded, model: Any
+) -> Callable[[Sequence[str]], NDArray[np.float32]]:
+    """Embeds texts with candidate ``name``, for calibration: as the embedder will."""
+    backend, precision = name.split("-")
+    tokenizer, batch_size = loaded.tokenizer, loaded.batch_size
+    if tokenizer is None:
+        return lambda texts: encode(model, precision, texts, batch_size)
+    engine: Engine
+    if backend == "onnx":
+        assert want.cache_dir is not None
+        found = onnx_export.find_export(info, want.cache_dir)
+        assert found is not None
+        engine = OnnxRunner(found.path, found.inputs)
+    else:
+        m = model
+        if precision == "fp16":
+            import copy
+
+            m = copy.deepcopy(model).half()
+        engine = TorchEngine(m, loaded.device, precision, loaded.features)
+    return lambda texts: run_sorted(
+        engine, [e.ids for e in tokenizer.encode_batch(list(texts))], batch_size
+    )
+
+
+def _onnxruntime_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
+_WEIGHTS_SHA: dict[tuple[str, str], str] = {}
+
+
+def weights_sha(info: ModelInfo, cache_dir: Path) -> str:
+    """The model's weights hash, from its export's record when there is one (no
+    second read of the weights), else computed once per process."""
+    found = onnx_export.find_export(info, cache_dir)
+    if found is not None and found.weights_sha256:
+        return found.weights_sha256
+    key = (str(info.path), onnx_export.export_key(info))
+    if key not in _WEIGHTS_SHA:
+        _WEIGHTS_SHA[key] = weights_hash(info)
+    return _WEIGHTS_SHA[key]

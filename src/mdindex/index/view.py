@@ -1,0 +1,144 @@
+"""One version of the index as a reader sees it: its store and state, with the
+model that embeds its queries. ``indexer.Indexer`` is the same view with the
+power to write."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Self
+
+from mdindex.config import Settings
+from mdindex.documents.files import Failure, FileRef, PathFilter
+from mdindex.documents.reading import load_document
+from mdindex.embedding.embedder import Embedder
+from mdindex.embedding.sparse import Sparse
+from mdindex.index.changes import Changes, Detector, Key
+from mdindex.index.planning import Planner
+from mdindex.index.search import Query, search
+from mdindex.index.state import DocRow, State
+from mdindex.sinks import Store
+
+
+class IndexView:
+    """Reads one version: what changed in the files, search, what status shows,
+    stored vectors."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        planner: Planner,
+        embedder: Embedder,
+        store: Store,
+        state: State,
+    ) -> None:
+        self.settings = settings
+        self.planner = planner
+        self.embedder = embedder
+        self.store = store
+        self.state = state
+        self.roots = settings.root_list()
+        self.detector = Detector(
+            self.roots,
+            PathFilter(settings.include, settings.exclude),
+            settings.follow_symlinks,
+            planner.doc_fingerprint,
+        )
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self.store.close()
+        finally:
+            self.state.close()
+
+    def load_model(self) -> None:
+        """Load the embedding model now, not on the first call (a daemon starts with it)."""
+        self.embedder.load()
+
+    # -- change detection --------------------------------------------------
+
+    def changes(
+        self, paths: Iterable[str] | None = None, folders: Iterable[str] | None = None
+    ) -> Changes:
+        """What differs between the files and the state: under every root when
+        neither ``paths`` nor ``folders`` is given, else at those absolute paths
+        (files) and below those folders."""
+        whole = paths is None and folders is None
+        seen = self.detector.tree() if whole else self.detector.paths(paths or (), folders or ())
+        return self.detector.compare(seen, self.state)
+
+    def confirm(self, changes: Changes) -> tuple[list[FileRef], list[Failure]]:
+        """Of the files ``changes`` flags (by size, mtime or settings), those whose
+        text did change, and those that cannot be read now. Reads and parses each
+        one; writes nothing (for status)."""
+        changed: list[FileRef] = []
+        failed: list[Failure] = []
+        for ref in changes.files:
+            doc = load_document(ref, self.settings, self.known_hash(ref, changes.rows))
+            if isinstance(doc, Failure):
+                failed.append(doc)
+            elif doc is not None:
+                changed.append(ref)
+        return changed, failed
+
+    def known_hash(self, ref: FileRef, rows: dict[Key, DocRow]) -> str:
+        """The hash a file must still have to count as only touched; "" if none."""
+        return self.detector.known_hash(ref, rows)
+
+    # -- what status and search read ---------------------------------------
+
+    def search(self, query: Query) -> list[dict[str, Any]]:
+        """The chunks that best answer ``query``, as users see them."""
+        return search(self.embedder, self.planner.sparse, self.store, query)
+
+    def store_status(self, points: int | None = None) -> dict[str, Any]:
+        """Where the store is, how many points it holds, and what its engine says
+        about itself. ``points`` when the caller knows them (a daemon must not
+        wait behind a long write to count); else counted, without any write."""
+        if points is None:
+            points = self.store.open().count()
+        return {"store": self.store.where, "points": points, **self.store.describe()}
+
+    def embedding_status(self) -> dict[str, Any]:
+        """How the embedder computes and why (``mdindex.embedding.calibration``)."""
+        return self.embedder.describe()
+
+    def point_tally(self) -> tuple[int, int, int]:
+        """Points the state committed, those it has pending, and those the store
+        holds: a version is complete when the first and last agree and none wait."""
+        committed, pending = self.state.point_counts()
+        return committed, pending, self.store.open().count()
+
+    def point_alias(self, alias: str) -> bool:
+        """Make ``alias`` name this store's collection (stores with aliases)."""
+        return self.store.point_alias(alias)
+
+    def counts(self) -> tuple[int, int]:
+        """Documents and points the state records as indexed."""
+        return self.state.doc_count(), self.state.point_counts()[0]
+
+    def last_sync(self) -> str | None:
+        return self.state.get("last_sync")
+
+    def failures(self) -> list[dict[str, str]]:
+        """Files the last syncs could not index, with why."""
+        return self.state.failures()
+
+    # -- stored vectors ----------------------------------------------------
+
+    def stored_vectors(self, ids: Sequence[str]) -> dict[str, tuple[str, list[float]]]:
+        return self.store.vectors(ids)
+
+    @property
+    def has_sparse(self) -> bool:
+        """The store keeps sparse vectors beside the dense ones."""
+        return self.store.has_sparse
+
+    def stored_sparse(self, ids: Sequence[str]) -> dict[str, Sparse]:
+        return self.store.sparse_vectors(ids)

@@ -1,0 +1,396 @@
+"""What every store offers the sync core, and the retry loop they share."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from mdindex.config import redact
+from mdindex.embedding.sparse import Sparse
+from mdindex.errors import LockError, StoreError, StoreUnavailable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Keyword payload indexes, so per-document lookups and deletes are indexed.
+INDEXED_KEYS = ("root", "doc_path", "content_hash")
+# Below this much free space a local store counts as full (see EdgeStore.upsert).
+MIN_FREE_BYTES = 16 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    id: str
+    vector: Sequence[float]
+    payload: dict[str, Any]
+    sparse: Sparse | None = None  # written where the collection has sparse vectors
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilter:
+    """Which points a search may return, applied inside the engine: any of
+    ``roots``; ``doc_path`` starting with ``path_prefix``; and for each
+    (key, values) of ``where``, ``meta.<key>`` equal to one of the values (a
+    list in the frontmatter matches when any item does)."""
+
+    roots: tuple[str, ...] = ()
+    path_prefix: str = ""
+    where: tuple[tuple[str, tuple[str | int | bool, ...]], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.roots or self.path_prefix or self.where)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreQuery:
+    """One search as a store runs it: dense only, sparse only, or both fused
+    in one request (prefetch ``candidates`` of each, then ``fusion``)."""
+
+    k: int
+    dense: Sequence[float] | None = None
+    sparse: Sparse | None = None
+    filter: SearchFilter = SearchFilter()
+    fusion: str = "dbsf"  # or "rrf"
+    candidates: int = 100
+    rrf_k: int = 60  # reciprocal rank fusion's constant, the same on every engine
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    id: str
+    score: float
+    payload: dict[str, Any]
+
+
+class Store(Protocol):
+    """A Qdrant collection as the sync core sees it: IDs are UUID strings, vectors
+    are cosine, and every call either succeeds or raises a StoreError."""
+
+    collection: str
+
+    @property
+    def where(self) -> str: ...
+
+    def open(self) -> Store: ...
+
+    def close(self) -> None: ...
+
+    def exists(self) -> bool: ...
+
+    def ensure_collection(self, dimension: int, sparse: bool = True) -> None:
+        """Create the collection (with a sparse vector when ``sparse``), or check
+        an existing one; raises LayoutMismatch when it lacks a sparse vector
+        that ``sparse`` asks for."""
+        ...
+
+    @property
+    def has_sparse(self) -> bool:
+        """The collection has the sparse vector (known once ensure_collection ran)."""
+        ...
+
+    def count(self) -> int: ...
+
+    def signature(self) -> str:
+        """A cheap fingerprint of an embedded store's files ("" for a server,
+        "absent" when there is none), read without opening the store."""
+        ...
+
+    def vectors(self, ids: Sequence[str]) -> dict[str, tuple[str, list[float]]]:
+        """Stored points by ID: the vector key their payload names, and their vector."""
+        ...
+
+    def upsert(self, points: Sequence[Point]) -> int: ...
+
+    def delete(self, ids: Sequence[str]) -> int: ...
+
+    def scroll(
+        self, payload: Sequence[str] | bool = True, with_vectors: bool = False, page: int = 1024
+    ) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]: ...
+
+    def search(self, query: StoreQuery) -> list[Hit]: ...
+
+    def sparse_vectors(self, ids: Sequence[str]) -> dict[str, Sparse]:
+        """The stored sparse vectors of these points (for checks; writing never reads them)."""
+        ...
+
+    def doc_points(self, root: str, rel: str) -> dict[str, str]:
+        """Every point the store holds for one document: ID -> vector key
+        (a filtered scroll, indexed on a server and on edge)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What `status` shows about the engine; never waits for a busy store."""
+        ...
+
+    def settle(self, idle: Callable[[], bool] | None = None) -> bool:
+        """Housekeeping between syncs (building an index); ``idle`` says whether
+        it may go on, and is asked often. False when it gave way unfinished."""
+        ...
+
+    def drop(self) -> None:
+        """Delete the collection and everything in it."""
+        ...
+
+    def point_alias(self, alias: str) -> bool:
+        """Make ``alias`` name this collection, in one atomic step; False when
+        the engine has no aliases (the catalog then names the live version)."""
+        ...
+
+    def alias_target(self, alias: str) -> str | None:
+        """The collection ``alias`` names; None when none (or no aliases)."""
+        ...
+
+    def disk_bytes(self) -> int | None:
+        """Bytes the collection takes on this machine's disk; None for a server."""
+        ...
+
+
+class Scrolling:
+    """What both stores build on their own scroll: every point, and one document's."""
+
+    def exists(self) -> bool:
+        raise NotImplementedError
+
+    def _records(
+        self, where: Any, payload: Sequence[str] | bool, with_vectors: bool, page: int
+    ) -> Iterator[Any]:
+        """Every record matching the engine's filter ``where`` (None: all), paged."""
+        raise NotImplementedError
+
+    def _doc_filter(self, root: str, rel: str) -> Any:
+        """The engine's filter for the points of one document."""
+        raise NotImplementedError
+
+    retrieve_batch = 512  # IDs per retrieve call
+
+    def _retrieve(self, ids: list[str]) -> Sequence[Any]:
+        """Records of these IDs with their vector and vector key (a store call)."""
+        raise NotImplementedError
+
+    def vectors(self, ids: Sequence[str]) -> dict[str, tuple[str, list[float]]]:
+        """Stored points by ID: the vector key their payload names, and their vector."""
+        out: dict[str, tuple[str, list[float]]] = {}
+        for i in range(0, len(ids), self.retrieve_batch):
+            for rec in self._retrieve(list(ids[i : i + self.retrieve_batch])):
+                vector = dense_of(rec.vector)
+                if vector is not None:
+                    key = str((rec.payload or {}).get("vector_key", ""))
+                    out[str(rec.id)] = (key, vector)
+        return out
+
+    def scroll(
+        self, payload: Sequence[str] | bool = True, with_vectors: bool = False, page: int = 1024
+    ) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]:
+        if not self.exists():
+            return iter(())
+        return as_rows(self._records(None, payload, with_vectors, page))
+
+    def doc_points(self, root: str, rel: str) -> dict[str, str]:
+        if not self.exists():
+            return {}
+        records = self._records(self._doc_filter(root, rel), ["vector_key"], False, 1024)
+        return {str(r.id): str((r.payload or {}).get("vector_key", "")) for r in records}
+
+
+class Retrier:
+    """Runs store calls under one lock, retrying transient failures with
+    exponential backoff and jitter within a budget, and translating the rest."""
+
+    def __init__(
+        self,
+        name: str,
+        where: str,
+        budget_s: float,
+        transient: Callable[[BaseException], bool],
+        path: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.where = where
+        self.budget_s = budget_s
+        self.transient = transient
+        self.path = path
+        # The daemon searches from its HTTP thread while the main thread writes.
+        self.lock = threading.RLock()
+
+    def __call__(self, what: str, fn: Callable[[], T]) -> T:
+        deadline = time.monotonic() + self.budget_s
+        delay = 0.2
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with self.lock:
+                    return fn()
+            except (LockError, StoreError):
+                raise
+            except Exception as exc:
+                if not self.transient(exc):
+                    raise StoreError(
+                        f"{self.name} {what} failed at {self.where}: {short(exc)}"
+                    ) from exc
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StoreUnavailable(
+                        f"{self.name} at {self.where} unreachable or refusing writes during "
+                        f"{what} after {attempt} attempts over {self.budget_s:.0f}s: "
+                        f"{short(exc)}{diagnose(self.path)}"
+                    ) from exc
+                sleep = min(left, delay * (0.5 + random.random()))
+                log.warning(
+                    "%s %s failed (%s); retry %d in %.1fs",
+                    self.name,
+                    what,
+                    short(exc),
+                    attempt,
+                    sleep,
+                )
+                time.sleep(sleep)
+                delay = min(delay * 2, 10.0)
+
+
+def batches(points: Sequence[Point], max_points: int, max_bytes: int) -> Iterator[list[Point]]:
+    """Points in batches of at most ``max_points`` and about ``max_bytes`` (a
+    server's request size: payload JSON and 12 bytes a vector value)."""
+    batch: list[Point] = []
+    size = 0
+    for point in points:
+        est = len(json.dumps(point.payload, ensure_ascii=False)) + 12 * len(point.vector)
+        if batch and (len(batch) >= max_points or size + est > max_bytes):
+            yield batch
+            batch, size = [], 0
+        batch.append(point)
+        size += est
+    if batch:
+        yield batch
+
+
+# An embedded store is locked by whoever has it open: a short-lived reader (a
+# search without a daemon) holds it for about a second, so an opener waits.
+LOCK_WAIT_S = 10.0
+
+
+def waiting_for_lock(opener: Callable[[], T]) -> T:
+    """``opener()``, tried again while another process holds the store's lock,
+    for up to LOCK_WAIT_S; then its LockError."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            return opener()
+        except LockError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
+def paged(fetch: Callable[[Any], tuple[Sequence[Any], Any]]) -> Iterator[Any]:
+    """Every record of a scroll: ``fetch(offset)`` gives a page and the next offset."""
+    offset: Any = None
+    while True:
+        records, offset = fetch(offset)
+        yield from records
+        if offset is None:
+            return
+
+
+def as_rows(records: Iterator[Any]) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]:
+    """A scroll's records as the (id, payload, dense vector) rows stores return."""
+    for rec in records:
+        yield str(rec.id), dict(rec.payload or {}), dense_of(rec.vector)
+
+
+def dense_of(vector: Any) -> list[float] | None:
+    """The dense vector of a record: the vector itself, or the unnamed one of a
+    collection that also has a sparse vector."""
+    if isinstance(vector, dict):
+        vector = vector.get("")
+    return vector if isinstance(vector, list) else None
+
+
+def sparse_of(vector: Any) -> Sparse | None:
+    """The sparse vector of a record, when it has one."""
+    from mdindex.embedding.sparse import SPARSE_NAME
+
+    found = vector.get(SPARSE_NAME) if isinstance(vector, dict) else None
+    if found is None:
+        return None
+    pairs = sorted(zip(found.indices, found.values, strict=True))
+    return Sparse([int(i) for i, _ in pairs], [float(v) for _, v in pairs])
+
+
+def sparse_by_id(records: Iterable[Any]) -> dict[str, Sparse]:
+    """The sparse vectors of retrieved records, by point ID (those that have one)."""
+    out: dict[str, Sparse] = {}
+    for rec in records:
+        found = sparse_of(rec.vector)
+        if found is not None:
+            out[str(rec.id)] = found
+    return out
+
+
+def diagnose(path: Path | None) -> str:
+    """Why a local store may refuse writes, when the filesystem can tell."""
+    if path is None:
+        return ""
+    try:
+        probe = path if path.exists() else path.parent
+        stat = os.statvfs(probe)
+        if stat.f_flag & os.ST_RDONLY:
+            return " (the store folder is on a read-only file system)"
+        if stat.f_bavail * stat.f_frsize < MIN_FREE_BYTES:
+            return " (the store's disk is full)"
+        if not os.access(probe, os.W_OK):
+            return " (the store folder is not writable by this user)"
+    except OSError:
+        pass
+    return ""
+
+
+def free_bytes(path: Path) -> int | None:
+    try:
+        stat = os.statvfs(path if path.exists() else path.parent)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
+def folder_bytes(folder: Path) -> int:
+    """Disk blocks in use under ``folder``, in bytes (0 when it is missing)."""
+    total = 0
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except FileNotFoundError:
+                continue
+    return total
+
+
+def files_signature(folder: Path) -> str:
+    """Sizes and mtimes of every file under ``folder``; "absent" when it is missing."""
+    if not folder.is_dir():
+        return "absent"
+    parts: list[str] = []
+    for dirpath, _, names in sorted(os.walk(folder)):
+        for name in sorted(names):
+            try:
+                st = os.stat(os.path.join(dirpath, name))
+            except FileNotFoundError:
+                continue
+            parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+    if not parts:
+        return "absent"
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:32]
+
+
+def short(exc: BaseException) -> str:
+    text = redact(str(exc) or type(exc).__name__)
+    return " ".join(text.split())[:300]

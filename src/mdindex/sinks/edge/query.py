@@ -1,0 +1,106 @@
+"""A search as qdrant-edge asks it: the request, its filter, and the clauses the
+bindings cannot express, tested on the hits instead."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from mdindex.embedding.sparse import SPARSE_NAME
+from mdindex.sinks.base import SearchFilter, StoreQuery
+
+# Queries against the HNSW index look at this many candidates; measured on
+# the corpus's real embeddings by bench/stores.py (recall >= 0.99 vs exact).
+HNSW_EF = 128
+
+
+def plan(query: StoreQuery, has_sparse: bool) -> tuple[Any, StoreQuery, tuple[Any, ...]]:
+    """The ``QueryRequest`` for a search (None when there is nothing to ask), the
+    query as the engine runs it, and the frontmatter clauses left for
+    ``matches`` on its hits (the query then asks for more of them)."""
+    from qdrant_edge import Fusion, Prefetch, Query, QueryRequest, SearchParams, SparseVector
+
+    # The bindings turn a Python bool into the integer 1 (MatchValue(True)
+    # matches `1`, not `true`), so clauses that may hold a boolean are
+    # tested on the hits, and more hits are asked for.
+    checked = tuple(kv for kv in query.filter.where if any(isinstance(v, bool) for v in kv[1]))
+    if checked:
+        engine = replace(
+            query.filter, where=tuple(w for w in query.filter.where if w not in checked)
+        )
+        query = replace(query, k=min(query.k * 10, 1000), filter=engine)
+    where = search_filter(query.filter)
+    params = SearchParams(hnsw_ef=max(HNSW_EF, query.candidates, query.k))
+    dense = Query.Nearest(list(query.dense)) if query.dense is not None else None
+    sparse = (
+        Query.Nearest(SparseVector(query.sparse.indices, query.sparse.values), using=SPARSE_NAME)
+        if query.sparse is not None and has_sparse
+        else None
+    )
+    if dense is not None and sparse is not None:
+        fusion: Any = Fusion.Dbsf() if query.fusion == "dbsf" else Fusion.Rrf(k=query.rrf_k)
+        request = QueryRequest(
+            limit=query.k,
+            prefetches=[
+                Prefetch(limit=query.candidates, query=dense, filter=where, params=params),
+                Prefetch(limit=query.candidates, query=sparse, filter=where),
+            ],
+            query=fusion,
+            with_payload=True,
+        )
+    elif dense is not None or sparse is not None:
+        request = QueryRequest(
+            limit=query.k,
+            query=dense if dense is not None else sparse,
+            filter=where,
+            with_payload=True,
+            params=params if dense is not None else None,
+        )
+    else:
+        request = None
+    return request, query, checked
+
+
+def search_filter(spec: SearchFilter) -> Any:
+    """The engine's filter for a search's roots, path prefix and frontmatter values."""
+    from qdrant_edge import FieldCondition, Filter, MatchAny, MatchPrefix, MatchValue
+
+    if not spec:
+        return None
+    must: list[Any] = []
+    if spec.roots:
+        must.append(FieldCondition(key="root", match=MatchAny(list(spec.roots))))
+    if spec.path_prefix:
+        must.append(FieldCondition(key="doc_path", match=MatchPrefix(spec.path_prefix)))
+    for key, values in spec.where:
+        must.append(
+            Filter(should=[FieldCondition(key=f"meta.{key}", match=MatchValue(v)) for v in values])
+        )
+    return Filter(must=must)
+
+
+def doc_filter(root: str, rel: str) -> Any:
+    """The engine's filter for the points of one document."""
+    from qdrant_edge import FieldCondition, Filter, MatchValue
+
+    return Filter(
+        must=[
+            FieldCondition(key="root", match=MatchValue(root)),
+            FieldCondition(key="doc_path", match=MatchValue(rel)),
+        ]
+    )
+
+
+def matches(payload: dict[str, Any], where: Sequence[tuple[str, tuple[Any, ...]]]) -> bool:
+    """Qdrant's rule for ``meta.<key>`` = one of ``values``, types included (a
+    list matches when an item does; True is not 1)."""
+    meta = payload.get("meta") or {}
+    for key, values in where:
+        value: Any = meta
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        items = value if isinstance(value, list) else [value]
+        if not any(type(i) is type(v) and i == v for i in items for v in values):
+            return False
+    return True

@@ -1,0 +1,85 @@
+"""A qdrant-edge shard on disk: loaded, created with its vector settings, and
+checked against the model's (its ``edge_config.json`` records how it was made)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mdindex.embedding.sparse import SPARSE_NAME
+from mdindex.errors import LayoutMismatch, LockError, StoreError, StoreMismatch
+
+if TYPE_CHECKING:
+    from qdrant_edge import EdgeShard
+
+CONFIG_FILE = "edge_config.json"
+
+
+def load(path: Path) -> EdgeShard:
+    """An existing shard; LockError when another process has it open."""
+    from qdrant_edge import EdgeShard
+
+    try:
+        return EdgeShard.load(str(path))
+    except Exception as exc:
+        if "WouldBlock" in str(exc):
+            raise LockError(
+                f"edge store {path} is open in another process; "
+                "stop it or ask the running daemon (mdindex search/status use it)"
+            ) from exc
+        raise
+
+
+def create(path: Path, dimension: int, sparse: bool, indexing_threshold_kb: int) -> EdgeShard:
+    """A new shard of ``dimension``-d cosine vectors, with the sparse vector when
+    ``sparse`` (IDF applied by the engine at query time, see embedding.sparse)."""
+    from qdrant_edge import (
+        Distance,
+        EdgeConfig,
+        EdgeOptimizersConfig,
+        EdgeShard,
+        EdgeSparseVectorParams,
+        EdgeVectorParams,
+        Modifier,
+    )
+
+    config = EdgeConfig(
+        vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine),
+        sparse_vectors=(
+            {SPARSE_NAME: EdgeSparseVectorParams(modifier=Modifier.Idf)} if sparse else None
+        ),
+        optimizers=EdgeOptimizersConfig(indexing_threshold=indexing_threshold_kb),
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return EdgeShard.create(str(path), config)
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The shard's own record of how it was created."""
+    try:
+        config = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"edge store {path}: unreadable {CONFIG_FILE}") from exc
+    if not isinstance(config, dict):
+        raise StoreError(f"edge store {path}: unreadable {CONFIG_FILE}")
+    return config
+
+
+def check_existing(config: dict[str, Any], path: Path, dimension: int, sparse: bool) -> bool:
+    """The shard's vectors must be the model's (else StoreMismatch), with the
+    sparse vector when ``sparse`` (else LayoutMismatch); True when it has it."""
+    vectors = config.get("vectors")
+    params = vectors.get("") if isinstance(vectors, dict) else None
+    if not isinstance(vectors, dict) or not isinstance(params, dict) or len(vectors) != 1:
+        raise StoreMismatch(f"edge store {path} uses named vectors; choose another collection")
+    if params.get("size") != dimension or params.get("distance") != "Cosine":
+        raise StoreMismatch(
+            f"edge store {path} has {params.get('size')}-d "
+            f"{params.get('distance')} vectors but the model gives {dimension}-d Cosine; "
+            "use another --collection or delete that one"
+        )
+    has_sparse = SPARSE_NAME in (config.get("sparse_vectors") or {})
+    if sparse and not has_sparse:
+        raise LayoutMismatch(f"edge store {path} has no {SPARSE_NAME!r} sparse vector")
+    return has_sparse

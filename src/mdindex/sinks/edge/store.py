@@ -1,0 +1,320 @@
+"""The qdrant-edge store: Qdrant's own engine (segments, WAL, HNSW, payload
+indexes) embedded in this process, one shard folder per collection.
+
+Index building, which edge leaves to its caller: ``optimize``.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from mdindex.embedding.sparse import SPARSE_NAME, Sparse
+from mdindex.errors import StoreError
+from mdindex.sinks.base import (
+    INDEXED_KEYS,
+    MIN_FREE_BYTES,
+    Hit,
+    Point,
+    Retrier,
+    Scrolling,
+    StoreQuery,
+    files_signature,
+    folder_bytes,
+    free_bytes,
+    paged,
+    sparse_by_id,
+    waiting_for_lock,
+)
+from mdindex.sinks.edge.optimize import optimize, wants_index
+from mdindex.sinks.edge.query import doc_filter, matches, plan
+from mdindex.sinks.edge.shard import CONFIG_FILE, check_existing, create, load, read_config
+
+if TYPE_CHECKING:
+    from qdrant_edge import EdgeShard
+
+log = logging.getLogger(__name__)
+
+
+def _transient(exc: BaseException) -> bool:
+    """Edge raises plain Exceptions; the filesystem's refusals are worth a retry."""
+    if isinstance(exc, OSError | TimeoutError):
+        return True
+    text = str(exc)
+    return any(
+        s in text
+        for s in ("No space left", "Read-only file system", "Permission denied", "os error")
+    )
+
+
+class EdgeStore(Scrolling):
+    def __init__(
+        self,
+        collection: str,
+        *,
+        path: Path,
+        retry_budget_s: float = 30.0,
+        batch_points: int = 256,
+        batch_bytes: int = 8_000_000,
+        index_min_points: int = 50_000,
+        indexing_threshold_kb: int = 10_000,
+    ) -> None:
+        self.collection = collection
+        self.path = path  # the shard's own folder
+        self.batch_points = batch_points
+        # In process there is no request size to respect, only the bindings' cost per call.
+        self._step = batch_points * 4
+        self.batch_bytes = batch_bytes
+        self.index_min_points = index_min_points
+        # Segments with less vector data than this stay unindexed (Qdrant's default).
+        self.indexing_threshold_kb = indexing_threshold_kb
+        self._shard: EdgeShard | None = None
+        self._retry = Retrier("qdrant-edge", str(path), retry_budget_s, _transient, path)
+        self._searches_waiting = 0
+        self._sparse: bool | None = None  # the shard has the sparse vector; None: unread
+
+    @property
+    def has_sparse(self) -> bool:
+        if self._sparse is None:
+            if not self.exists():
+                return False
+            self._sparse = SPARSE_NAME in (self._config().get("sparse_vectors") or {})
+        return self._sparse
+
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    # -- shard -----------------------------------------------------------
+
+    def exists(self) -> bool:
+        return (self.path / CONFIG_FILE).is_file()
+
+    def open(self) -> EdgeStore:
+        # Creation waits for ensure_collection, which knows the vector size.
+        if self._shard is None and self.exists():
+            self._shard = waiting_for_lock(lambda: self._retry("open", self._load))
+        return self
+
+    def _load(self) -> EdgeShard:
+        return load(self.path)
+
+    @property
+    def shard(self) -> EdgeShard:
+        self.open()
+        if self._shard is None:
+            raise StoreError(f"edge store {self.path} has no collection yet")
+        return self._shard
+
+    def close(self) -> None:
+        with self._retry.lock:
+            if self._shard is not None:
+                try:
+                    self._shard.flush()
+                    self._shard.close()
+                except Exception as exc:  # closing must never mask the real outcome
+                    log.debug("closing edge shard: %s", exc)
+                self._shard = None
+
+    def _config(self) -> dict[str, Any]:
+        """The shard's own record of how it was created."""
+        return read_config(self.path)
+
+    def ensure_collection(self, dimension: int, sparse: bool = True) -> None:
+        """Create the shard with its payload indexes, or refuse one whose vectors differ."""
+        if self.exists():
+            self._sparse = check_existing(self._config(), self.path, dimension, sparse)
+            self.open()
+            return
+        log.info("creating edge store %s (%d-d cosine)", self.path, dimension)
+        self._shard = self._retry(
+            "create", lambda: create(self.path, dimension, sparse, self.indexing_threshold_kb)
+        )
+        self._sparse = sparse
+        self._ensure_indexes()
+
+    def _ensure_indexes(self) -> None:
+        from qdrant_edge import PayloadSchemaType, UpdateOperation
+
+        have = set(self._retry("info", lambda: self.shard.info().payload_schema))
+        for key in INDEXED_KEYS:
+            if key not in have:
+                op = UpdateOperation.create_field_index(key, PayloadSchemaType.Keyword)
+                self._retry(f"payload index {key}", lambda op=op: self.shard.update(op))  # type: ignore[misc]
+
+    def count(self) -> int:
+        from qdrant_edge import CountRequest
+
+        if not self.exists():
+            return 0
+        return int(self._retry("count", lambda: self.shard.count(CountRequest(exact=True))))
+
+    def signature(self) -> str:
+        return files_signature(self.path)
+
+    # -- points ----------------------------------------------------------
+
+    retrieve_batch = 1024
+
+    def _retrieve(self, ids: list[str]) -> Sequence[Any]:
+        if not ids or not self.exists():
+            return []
+        wanted: list[int | UUID | str] = list(ids)
+        return self._retry(
+            "retrieve",
+            lambda: self.shard.retrieve(wanted, with_payload=["vector_key"], with_vector=True),
+        )
+
+    def upsert(self, points: Sequence[Point]) -> int:
+        """Write points in batches; in-process, so bounded by count alone (the byte
+        bound is for requests to a server). Most of the time goes into the
+        bindings converting each payload: about 80 us a point for ours, here."""
+        from qdrant_edge import Point as EdgePoint
+        from qdrant_edge import UpdateOperation
+
+        step = self._step
+        for lo in range(0, len(points), step):
+            batch = [EdgePoint(p.id, self._vector(p), p.payload) for p in points[lo : lo + step]]
+            op = UpdateOperation.upsert_points(batch)
+            self._retry("upsert", lambda op=op: self._update(op))  # type: ignore[misc]
+        return len(points)
+
+    def _vector(self, point: Point) -> Any:
+        from qdrant_edge import SparseVector
+
+        dense = point.vector if isinstance(point.vector, list) else list(point.vector)
+        if point.sparse is None or not self.has_sparse:
+            return dense
+        return {"": dense, SPARSE_NAME: SparseVector(point.sparse.indices, point.sparse.values)}
+
+    def _update(self, op: Any) -> None:
+        # Edge writes through memory maps: on a full disk a write does not fail,
+        # the kernel kills the process with SIGBUS. So a nearly full disk is
+        # refused here, as an error the retry loop understands.
+        free = free_bytes(self.path)
+        if free is not None and free < MIN_FREE_BYTES:
+            raise OSError(
+                errno.ENOSPC,
+                f"No space left on device: under {MIN_FREE_BYTES >> 20} MB free for the edge store",
+            )
+        self.shard.update(op)
+
+    def delete(self, ids: Sequence[str]) -> int:
+        from qdrant_edge import UpdateOperation
+
+        ids = list(ids)
+        if not ids or not self.exists():
+            return 0
+        for i in range(0, len(ids), self._step):
+            op = UpdateOperation.delete_points(list(ids[i : i + self._step]))
+            self._retry("delete", lambda op=op: self._update(op))  # type: ignore[misc]
+        return len(ids)
+
+    def _records(
+        self, where: Any, payload: Sequence[str] | bool, with_vectors: bool, page: int
+    ) -> Iterator[Any]:
+        from qdrant_edge import ScrollRequest
+
+        selector = list(payload) if not isinstance(payload, bool) else payload
+
+        def fetch(offset: Any) -> Any:
+            request = ScrollRequest(
+                offset=offset,
+                limit=page,
+                filter=where,
+                with_payload=selector,
+                with_vector=with_vectors,
+            )
+            return self._retry("scroll", lambda: self.shard.scroll(request))
+
+        return paged(fetch)
+
+    def search(self, query: StoreQuery) -> list[Hit]:
+        if not self.exists():
+            return []
+        wanted = query.k
+        request, query, checked = plan(query, self.has_sparse)
+        if request is None:
+            return []
+        self._searches_waiting += 1  # tells a running optimization to give way
+        try:
+            points = self._retry("search", lambda: self.shard.query(request))
+        finally:
+            self._searches_waiting -= 1
+        hits = [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points]
+        if checked:
+            hits = [h for h in hits if matches(h.payload, checked)][:wanted]
+        return hits
+
+    def sparse_vectors(self, ids: Sequence[str]) -> dict[str, Sparse]:
+        if not ids or not self.has_sparse:
+            return {}
+        wanted: list[int | UUID | str] = list(ids)
+        records = self._retry(
+            "retrieve", lambda: self.shard.retrieve(wanted, with_payload=False, with_vector=True)
+        )
+        return sparse_by_id(records)
+
+    def _doc_filter(self, root: str, rel: str) -> Any:
+        return doc_filter(root, rel)
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"engine": "qdrant-edge"}
+        if self._shard is None or not self._retry.lock.acquire(blocking=False):
+            return out  # closed, or busy building its index
+        try:
+            info = self._shard.info()
+            out |= {"segments": info.segments_count, "indexed_points": info.indexed_vectors_count}
+        except Exception as exc:  # status must answer even when the store cannot
+            log.debug("edge info: %s", exc)
+        finally:
+            self._retry.lock.release()
+        return out
+
+    # -- versions ----------------------------------------------------------
+
+    def drop(self) -> None:
+        """Delete the collection: the shard folder goes."""
+        with self._retry.lock:
+            self.close()
+            if self.path.exists():
+                shutil.rmtree(self.path)
+            self._sparse = None
+
+    def point_alias(self, alias: str) -> bool:
+        """Edge has no aliases: the catalog alone names the live version."""
+        return False
+
+    def alias_target(self, alias: str) -> str | None:
+        return None
+
+    def disk_bytes(self) -> int | None:
+        return folder_bytes(self.path)
+
+    # -- index building ----------------------------------------------------
+
+    def wants_index(self) -> bool:
+        """Enough points, and enough of them unindexed (``optimize.wants_index``)."""
+        if not self.exists():
+            return False
+        info = self._retry("info", lambda: self.shard.info())
+        return wants_index(info, self._config(), self.index_min_points)
+
+    def settle(self, idle: Callable[[], bool] | None = None) -> bool:
+        """Build the HNSW index in a child process if it pays off (``optimize``);
+        gives way as soon as ``idle()`` turns False or a search waits."""
+        if not self.wants_index():
+            return True
+        with self._retry.lock:
+            self.close()
+            done = optimize(
+                self.path,
+                lambda: bool(self._searches_waiting) or (idle is not None and not idle()),
+            )
+            self.open()
+        return done

@@ -1,0 +1,79 @@
+"""A search as qdrant-client asks it: the request and its filter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mdindex.embedding.sparse import SPARSE_NAME
+from mdindex.sinks.base import SearchFilter, StoreQuery
+
+
+def request(query: StoreQuery, has_sparse: bool) -> dict[str, Any] | None:
+    """``query_points``' arguments for a search: dense, sparse, or both fused in
+    one request; None when there is nothing to ask."""
+    from qdrant_client import models as qm
+
+    where = search_filter(query.filter)
+    dense = list(query.dense) if query.dense is not None else None
+    sparse = (
+        qm.SparseVector(indices=query.sparse.indices, values=query.sparse.values)
+        if query.sparse is not None and has_sparse
+        else None
+    )
+    if dense is not None and sparse is not None:
+        fusion: Any = (
+            qm.FusionQuery(fusion=qm.Fusion.DBSF)
+            if query.fusion == "dbsf"
+            else qm.RrfQuery(rrf=qm.Rrf(k=query.rrf_k))
+        )
+        request: dict[str, Any] = {
+            "prefetch": [
+                qm.Prefetch(query=dense, filter=where, limit=query.candidates),
+                qm.Prefetch(query=sparse, using=SPARSE_NAME, filter=where, limit=query.candidates),
+            ],
+            "query": fusion,
+        }
+    elif sparse is not None:
+        request = {"query": sparse, "using": SPARSE_NAME, "query_filter": where}
+    elif dense is not None:
+        request = {"query": dense, "query_filter": where}
+    else:
+        return None
+    return request
+
+
+def search_filter(spec: SearchFilter) -> Any:
+    """The engine's filter for a search's roots, path prefix and frontmatter values."""
+    from qdrant_client import models as qm
+
+    if not spec:
+        return None
+    must: list[Any] = []
+    if spec.roots:
+        must.append(qm.FieldCondition(key="root", match=qm.MatchAny(any=list(spec.roots))))
+    if spec.path_prefix:
+        must.append(
+            qm.FieldCondition(key="doc_path", match=qm.MatchPrefix(prefix=spec.path_prefix))
+        )
+    for key, values in spec.where:
+        must.append(
+            qm.Filter(
+                should=[
+                    qm.FieldCondition(key=f"meta.{key}", match=qm.MatchValue(value=v))
+                    for v in values
+                ]
+            )
+        )
+    return qm.Filter(must=must)
+
+
+def doc_filter(root: str, rel: str) -> Any:
+    """The engine's filter for the points of one document."""
+    from qdrant_client import models as qm
+
+    return qm.Filter(
+        must=[
+            qm.FieldCondition(key="root", match=qm.MatchValue(value=root)),
+            qm.FieldCondition(key="doc_path", match=qm.MatchValue(value=rel)),
+        ]
+    )

@@ -1,0 +1,352 @@
+"""The Qdrant store: qdrant-client in embedded local mode or against a server.
+
+Every call goes through ``_call``, which retries transient failures with
+exponential backoff and jitter within the retry budget and translates
+qdrant-client's errors into mdindex's own.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from mdindex.config import redact
+from mdindex.embedding.sparse import SPARSE_NAME, Sparse
+from mdindex.errors import StoreError
+from mdindex.sinks.base import (
+    INDEXED_KEYS,
+    Hit,
+    Point,
+    Retrier,
+    Scrolling,
+    StoreQuery,
+    batches,
+    folder_bytes,
+    paged,
+    sparse_by_id,
+    waiting_for_lock,
+)
+from mdindex.sinks.qdrant.clients import (
+    connect_local,
+    connect_server,
+    folder_lock,
+    release,
+    transient,
+)
+from mdindex.sinks.qdrant.collection import (
+    ClusterSpec,
+    alias_target,
+    check_existing,
+    describe_server,
+    local_signature,
+    point_alias,
+    tune_local,
+)
+from mdindex.sinks.qdrant.query import doc_filter, request
+
+if TYPE_CHECKING:
+    from qdrant_client import QdrantClient
+
+# qdrant-client takes ~0.6 s to import; a no-op backfill never opens the store,
+# so the import waits until it does.
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class QdrantStore(Scrolling):
+    def __init__(
+        self,
+        collection: str,
+        *,
+        path: Path | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
+        prefer_grpc: bool = False,
+        timeout_s: float = 10.0,
+        retry_budget_s: float = 30.0,
+        batch_points: int = 256,
+        batch_bytes: int = 8_000_000,
+        cluster: ClusterSpec | None = None,
+    ) -> None:
+        if (path is None) == (url is None):
+            raise StoreError("give exactly one of a local store path or a server URL")
+        self.collection = collection
+        self.path = path
+        self.url = url
+        self.retry_budget_s = retry_budget_s
+        self.batch_points = batch_points
+        self.batch_bytes = batch_bytes
+        self._api_key = api_key
+        self._grpc = prefer_grpc
+        self._timeout = timeout_s
+        self.cluster = cluster or ClusterSpec()
+        self._client: QdrantClient | None = None
+        self._retry = Retrier("qdrant", self.where, retry_budget_s, transient, path)
+        if path is not None:  # local mode is not thread-safe: one lock per folder
+            self._retry.lock = folder_lock(path)
+        self._sparse: bool | None = None  # the collection has the sparse vector; None: unread
+
+    @property
+    def has_sparse(self) -> bool:
+        if self._sparse is None:
+            if not self.exists():
+                return False
+            info = self._call(
+                "collection info", lambda: self.client.get_collection(self.collection)
+            )
+            self._sparse = SPARSE_NAME in (info.config.params.sparse_vectors or {})
+        return self._sparse
+
+    @property
+    def local(self) -> bool:
+        return self.path is not None
+
+    @property
+    def where(self) -> str:
+        # Shown in status and logs, and part of the state's store identity: never
+        # with the credentials of a user:password@ URL.
+        return str(self.path) if self.path is not None else redact(str(self.url))
+
+    # -- connection ------------------------------------------------------
+
+    def open(self) -> QdrantStore:
+        if self._client is not None:
+            return self
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self._client = waiting_for_lock(lambda: self._call("open", self._connect))
+        for warning in caught:
+            text = str(warning.message).splitlines()[0]
+            log.warning("qdrant-client: %s", text)
+            if "not recommended" in text:
+                log.warning(
+                    "a store this size is better on qdrant-edge (bench/stores.py: edits 6-10x "
+                    "faster, reopening 8-16x, a sixth of the memory); `mdindex migrate --to edge` "
+                    "moves it without embedding, then use --store edge"
+                )
+        return self
+
+    def _connect(self) -> QdrantClient:
+        if self.path is None:
+            assert self.url is not None
+            return connect_server(self.url, self._api_key, self._grpc, self._timeout)
+        return connect_local(self.path)
+
+    @property
+    def client(self) -> QdrantClient:
+        return self.open()._client  # type: ignore[return-value]
+
+    def close(self) -> None:
+        if self._client is None:
+            return
+        with self._retry.lock:
+            release(self._client, self.path)
+            self._client = None
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        def quiet() -> T:
+            with warnings.catch_warnings():
+                # Local mode warns once it holds many points; that is logged, not raised.
+                warnings.simplefilter("ignore", UserWarning)
+                return fn()
+
+        return self._retry(what, quiet)
+
+    # -- collection ------------------------------------------------------
+
+    def exists(self) -> bool:
+        return self._call(
+            "collection check", lambda: self.client.collection_exists(self.collection)
+        )
+
+    def ensure_collection(self, dimension: int, sparse: bool = True) -> None:
+        """Create the collection, or refuse one whose vector settings differ."""
+        from qdrant_client import models as qm
+
+        if self.exists():
+            info = self._call(
+                "collection info", lambda: self.client.get_collection(self.collection)
+            )
+            self._sparse = check_existing(info, self.collection, dimension, sparse)
+            self._tune_local()
+            return
+        log.info(
+            "creating collection %s (%d-d cosine) at %s", self.collection, dimension, self.where
+        )
+        # Local mode has no shards, replicas or quantization; a server gets them all.
+        spec = ClusterSpec() if self.local else self.cluster
+        create = spec.create_params(dimension, sparse)
+        self._call(
+            "create collection", lambda: self.client.create_collection(self.collection, **create)
+        )
+        self._sparse = sparse
+        if self.local:
+            log.info("embedded store: payload indexes are not supported in local mode; skipped")
+            self._tune_local()
+            return
+        for key in INDEXED_KEYS:
+            self._call(
+                f"payload index {key}",
+                lambda key=key: self.client.create_payload_index(  # type: ignore[misc]
+                    self.collection, key, qm.PayloadSchemaType.KEYWORD, wait=True
+                ),
+            )
+
+    def _tune_local(self) -> None:
+        tune_local(self.client, self.collection)
+
+    def count(self) -> int:
+        if not self.exists():
+            return 0
+        return self._call("count", lambda: self.client.count(self.collection, exact=True).count)
+
+    def signature(self) -> str:
+        """A cheap fingerprint of the embedded store's files; empty for a server."""
+        if self.path is None:
+            return ""
+        return local_signature(self.path / "collection" / self.collection / "storage.sqlite")
+
+    # -- points ----------------------------------------------------------
+
+    retrieve_batch = 512
+
+    def _retrieve(self, ids: list[str]) -> Sequence[Any]:
+        return self._call(
+            "retrieve",
+            lambda: self.client.retrieve(
+                self.collection, ids=ids, with_vectors=True, with_payload=["vector_key"]
+            ),
+        )
+
+    def upsert(self, points: Sequence[Point]) -> int:
+        """Write points in batches bounded by count and bytes; returns points written."""
+        from qdrant_client import models as qm
+
+        written = 0
+        for group in batches(points, self.batch_points, self.batch_bytes):
+            batch = []
+            for point in group:
+                vector: Any = list(point.vector)
+                if point.sparse is not None and self.has_sparse:
+                    sparse = qm.SparseVector(
+                        indices=point.sparse.indices, values=point.sparse.values
+                    )
+                    vector = {"": vector, SPARSE_NAME: sparse}
+                batch.append(qm.PointStruct(id=point.id, vector=vector, payload=point.payload))
+            written += self._upsert_batch(batch)
+        return written
+
+    def _ordering(self) -> Any:
+        from qdrant_client import models as qm
+
+        return None if self.local else qm.WriteOrdering(self.cluster.write_ordering)
+
+    def _upsert_batch(self, batch: list[Any]) -> int:
+        self._call(
+            "upsert",
+            lambda: self.client.upsert(
+                self.collection, points=batch, wait=True, ordering=self._ordering()
+            ),
+        )
+        return len(batch)
+
+    def delete(self, ids: Sequence[str]) -> int:
+        from qdrant_client import models as qm
+
+        ids = list(ids)
+        for i in range(0, len(ids), self.batch_points * 4):
+            batch = ids[i : i + self.batch_points * 4]
+            self._call(
+                "delete",
+                lambda batch=batch: self.client.delete(  # type: ignore[misc]
+                    self.collection,
+                    points_selector=qm.PointIdsList(points=batch),
+                    wait=True,
+                    ordering=self._ordering(),
+                ),
+            )
+        return len(ids)
+
+    def _records(
+        self, where: Any, payload: Sequence[str] | bool, with_vectors: bool, page: int
+    ) -> Iterator[Any]:
+        selector = list(payload) if not isinstance(payload, bool) else payload
+        return paged(
+            lambda offset: self._call(
+                "scroll",
+                lambda: self.client.scroll(
+                    self.collection,
+                    scroll_filter=where,
+                    limit=page,
+                    offset=offset,
+                    with_payload=selector,
+                    with_vectors=with_vectors,
+                ),
+            )
+        )
+
+    def search(self, query: StoreQuery) -> list[Hit]:
+        if not self.exists():
+            return []
+        args = request(query, self.has_sparse)
+        if args is None:
+            return []
+        result = self._call(
+            "search",
+            lambda: self.client.query_points(
+                self.collection, limit=query.k, with_payload=True, **args
+            ),
+        )
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in result.points]
+
+    def sparse_vectors(self, ids: Sequence[str]) -> dict[str, Sparse]:
+        if not ids or not self.has_sparse:
+            return {}
+        records = self._call(
+            "retrieve",
+            lambda: self.client.retrieve(
+                self.collection, ids=list(ids), with_vectors=[SPARSE_NAME], with_payload=False
+            ),
+        )
+        return sparse_by_id(records)
+
+    def _doc_filter(self, root: str, rel: str) -> Any:
+        return doc_filter(root, rel)
+
+    def describe(self) -> dict[str, Any]:
+        if self.local:
+            return {"engine": "qdrant-client local mode"}
+        if not self._retry.lock.acquire(blocking=False):  # busy writing; status must not wait
+            return {"engine": "qdrant server", "write_ordering": self.cluster.write_ordering}
+        try:
+            return describe_server(self.client, self.collection, self.cluster)
+        finally:
+            self._retry.lock.release()
+
+    def settle(self, idle: Callable[[], bool] | None = None) -> bool:
+        """Nothing to do: qdrant-client's local mode has no index, and a server
+        optimizes on its own."""
+        return True
+
+    # -- versions ----------------------------------------------------------
+
+    def drop(self) -> None:
+        self._call("drop collection", lambda: self.client.delete_collection(self.collection))
+        self._sparse = None
+
+    def point_alias(self, alias: str) -> bool:
+        """See ``collection.point_alias``."""
+        self._call("switch alias", lambda: point_alias(self.client, self.collection, alias))
+        return True
+
+    def alias_target(self, alias: str) -> str | None:
+        return self._call("aliases", lambda: alias_target(self.client, alias))
+
+    def disk_bytes(self) -> int | None:
+        if self.path is None:
+            return None
+        return folder_bytes(self.path / "collection" / self.collection)

@@ -1,0 +1,311 @@
+"""Versions: every index fingerprint in a collection of its own, behind one name.
+
+The configured ``collection`` is a name users and tools search by. What
+answers to it is one *version*: a physical collection ``NAME__<fingerprint>``
+built with one set of index settings (model, chunking and its parameters,
+context prefix, sparse vectors on or off). Changing any of them makes a new
+fingerprint, which is built beside the live version and switched to in one
+step once complete (``mdindex.versions.rollout``); settings that only change payloads
+(``base_url``, ``url_style``) are rewritten in place, vectors reused.
+
+The catalog, ``STATE_DIR/NAME.versions.json``, records every version, its
+settings and which one is live. It is replaced in one atomic rename, so a
+switch recorded there is a single commit. On a store with aliases (a Qdrant
+server, qdrant-client's local mode) the alias ``NAME`` is switched as well,
+in one ``update_collection_aliases`` call, before the catalog; qdrant-edge
+has no aliases, and the catalog alone names the live version.
+
+A rollback (``mdindex versions use``) pins a version: it stays live, and is
+kept up to date, while the settings are those it was pinned over. Changing
+the settings again, or using the configured version, ends the pin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mdindex.chunking import CHUNKER_VERSION
+from mdindex.config import Settings, index_params
+from mdindex.embedding.sparse import SparseEncoder
+from mdindex.errors import ConfigError
+from mdindex.index.planning import now_iso
+from mdindex.jsonfile import write_json
+
+SEPARATOR = "__"
+FINGERPRINT_CHARS = 12
+
+Status = Literal["building", "complete", "dropping"]
+
+
+def fingerprint(params: dict[str, Any]) -> str:
+    """A version's name: its settings and the code versions that shape it."""
+    sparse = SparseEncoder.params() if params.get("sparse_vectors") else None
+    key = {"params": params, "chunker": CHUNKER_VERSION, "sparse": sparse}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:FINGERPRINT_CHARS]
+
+
+def physical_name(collection: str, fp: str) -> str:
+    return f"{collection}{SEPARATOR}{fp}"
+
+
+def version_of(settings: Settings) -> str:
+    """The fingerprint of the version these settings build."""
+    return fingerprint(index_params(settings))
+
+
+@dataclass
+class Version:
+    collection: str  # the physical collection
+    params: dict[str, Any]
+    status: Status = "building"
+    created_at: str = ""
+    completed_at: str = ""
+    live_since: str = ""
+    points: int = 0
+    documents: int = 0
+    embedded: int = 0  # chunks embedded to build it; the rest came from other versions
+
+    def summary(self) -> str:
+        """Its settings in a few words, for `versions list`."""
+        p = self.params
+        parts = [str(p.get("model")), str(p.get("strategy"))]
+        if p.get("max_tokens"):
+            parts.append(f"max_tokens={p['max_tokens']}")
+        parts.append("prefix" if p.get("prepend_context") else "no prefix")
+        parts.append("sparse" if p.get("sparse_vectors") else "dense only")
+        return ", ".join(parts)
+
+
+@dataclass
+class Progress:
+    """A build under way, for status."""
+
+    fingerprint: str
+    documents: int
+    files_seen: int
+
+
+@dataclass
+class Catalog:
+    """Every version of one configured collection, and which one is live."""
+
+    path: Path
+    alias: str
+    live: str | None = None
+    # a rollback: {"fingerprint": the version used, "over": the settings' own}
+    pinned: dict[str, str] | None = None
+    versions: dict[str, Version] = field(default_factory=dict)
+    # a switch under way: its alias may have moved before this catalog did
+    switching: str | None = None
+    # a collection from before versions, copied into a version, still to remove
+    adopted_from: str | None = None
+
+    @classmethod
+    def load(cls, settings: Settings) -> Catalog:
+        """The catalog, checked: nothing in it is trusted to name a path, a
+        setting or a collection outside what this collection's versions may be."""
+        path = catalog_path(settings)
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            checked = _CatalogFile.model_validate(raw)
+            checked.check(settings.collection)
+        except FileNotFoundError:
+            return cls(path, settings.collection)
+        except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+            raise ConfigError(
+                f"versions: {path} is unreadable ({_first_line(exc)}); restore it, or remove "
+                "it to adopt the collections afresh"
+            ) from None
+        versions = {
+            # params: the settings keys the version was recorded with, and only those
+            fp: Version(**(v.model_dump() | {"params": v.params.model_dump(exclude_unset=True)}))
+            for fp, v in checked.versions.items()
+        }
+        return cls(
+            path,
+            settings.collection,
+            checked.live,
+            checked.pinned.model_dump() if checked.pinned else None,
+            versions,
+            checked.switching,
+            checked.adopted_from,
+        )
+
+    def commit(self) -> None:
+        """Write the catalog: one rename, so a crash leaves the old or the new one."""
+        data = {
+            "alias": self.alias,
+            "live": self.live,
+            "pinned": self.pinned,
+            "versions": {fp: asdict(v) for fp, v in self.versions.items()},
+            "switching": self.switching,
+            "adopted_from": self.adopted_from,
+        }
+        write_json(self.path, data)
+
+    def pin(self, fp: str, settings: Settings) -> None:
+        """Make ``fp`` what ``settings`` ask for while they are what they are now
+        (a rollback); the settings' own version ends the pin."""
+        own = version_of(settings)
+        self.pinned = None if fp == own else {"fingerprint": fp, "over": own}
+        self.commit()
+
+    def make_live(self, fp: str, settings: Settings) -> None:
+        """Record ``fp`` as the live version (its alias already moved), pinned over
+        ``settings`` when it is not theirs."""
+        self.live, self.switching = fp, None
+        self.versions[fp].live_since = now_iso()
+        self.pin(fp, settings)
+
+    def target(self, settings: Settings) -> str:
+        """The version the settings ask for: their own, or the one a rollback pinned."""
+        own = version_of(settings)
+        pin = self.pinned
+        if pin and pin.get("over") == own and pin.get("fingerprint") in self.versions:
+            return pin["fingerprint"]
+        return own
+
+    def settings_for(self, settings: Settings, fp: str) -> Settings:
+        """The settings a version was built with: ``settings`` with its index settings."""
+        version = self.versions.get(fp)
+        if version is None:
+            return settings
+        return settings.model_copy(update=version.params)
+
+    def reader_settings(self, settings: Settings) -> Settings:
+        """What a search uses: the live version's settings (its model), else the
+        settings' own (a first build that is not complete yet)."""
+        return self.settings_for(settings, self.live) if self.live else settings
+
+    def find(self, prefix: str) -> str:
+        """The version a fingerprint (or its unique start) names."""
+        found = [fp for fp in self.versions if fp.startswith(prefix)] if prefix else []
+        if len(found) != 1:
+            known = ", ".join(sorted(self.versions)) or "none"
+            what = "matches several versions" if found else "names no version"
+            raise ConfigError(f"versions: {prefix!r} {what} (known: {known})")
+        return found[0]
+
+    def rows(self, settings: Settings, building: Progress | None = None) -> list[dict[str, Any]]:
+        """Every version as `versions list` and `status` show it."""
+        target = self.target(settings)
+        out = []
+        for fp, v in sorted(self.versions.items(), key=lambda kv: kv[1].created_at, reverse=True):
+            row: dict[str, Any] = {
+                "fingerprint": fp,
+                "collection": v.collection,
+                "live": fp == self.live,
+                "target": fp == target,
+                "status": v.status,
+                "documents": v.documents,
+                "points": v.points,
+                "chunks_embedded": v.embedded,
+                "settings": v.summary(),
+                "created_at": v.created_at,
+                "live_since": v.live_since,
+            }
+            if building is not None and building.fingerprint == fp:
+                row["progress"] = f"{building.documents} of {building.files_seen} documents"
+            out.append(row)
+        if target not in self.versions:
+            params = index_params(settings)
+            out.insert(
+                0,
+                {
+                    "fingerprint": target,
+                    "collection": physical_name(settings.collection, target),
+                    "live": False,
+                    "target": True,
+                    "status": "not built",
+                    "settings": Version("", params).summary(),
+                },
+            )
+        return out
+
+
+def catalog_path(settings: Settings) -> Path:
+    return settings.state_dir / f"{settings.collection}.versions.json"
+
+
+def reader_settings(settings: Settings) -> Settings:
+    """The settings searches use now (see ``Catalog.reader_settings``)."""
+    return Catalog.load(settings).reader_settings(settings)
+
+
+# -- what a catalog file may hold ----------------------------------------------
+
+_FP = r"^[0-9a-f]{12}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _Params(_Strict):
+    """The index settings a version records (``index_params``), typed as the settings are."""
+
+    model: str | None = Field(default=None, max_length=4096)
+    strategy: Literal["heading", "token", "semantic"] | None = None
+    max_tokens: int | None = Field(default=None, ge=8)
+    overlap_tokens: int | None = Field(default=None, ge=0)
+    noise_sections: list[Annotated[str, Field(max_length=1024)]] | None = None
+    prepend_context: bool | None = None
+    sparse_vectors: bool | None = None
+    semantic_threshold: float | None = Field(default=None, ge=-1.0, le=1.0, strict=False)
+    min_sentences: int | None = Field(default=None, ge=1)
+
+
+class _Version(_Strict):
+    collection: str
+    params: _Params
+    status: Literal["building", "complete", "dropping"] = "building"
+    created_at: str = ""
+    completed_at: str = ""
+    live_since: str = ""
+    points: int = Field(default=0, ge=0)
+    documents: int = Field(default=0, ge=0)
+    embedded: int = Field(default=0, ge=0)
+
+
+class _Pin(_Strict):
+    fingerprint: Annotated[str, Field(pattern=_FP)]
+    over: Annotated[str, Field(pattern=_FP)]
+
+
+class _CatalogFile(_Strict):
+    alias: str
+    live: Annotated[str, Field(pattern=_FP)] | None = None
+    pinned: _Pin | None = None
+    versions: dict[Annotated[str, Field(pattern=_FP)], _Version] = Field(default_factory=dict)
+    switching: Annotated[str, Field(pattern=_FP)] | None = None
+    adopted_from: str | None = None
+
+    def check(self, collection: str) -> None:
+        """What types alone cannot say: every name belongs to this collection."""
+        if self.alias != collection:
+            raise ValueError(f"alias {self.alias[:80]!r} is not the collection {collection!r}")
+        for fp, version in self.versions.items():
+            if version.collection != physical_name(collection, fp):
+                raise ValueError(
+                    f"version {fp} names collection {version.collection[:80]!r}, "
+                    f"not {physical_name(collection, fp)!r}"
+                )
+        for name, named in (("live", self.live), ("switching", self.switching)):
+            if named is not None and named not in self.versions:
+                raise ValueError(f"{name} names {named}, which is no version")
+        if self.adopted_from is not None and self.adopted_from != collection:
+            raise ValueError(f"adopted_from {self.adopted_from[:80]!r} is not {collection!r}")
+
+
+def _first_line(exc: BaseException) -> str:
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "catalog"
+        return f"{where[:120]}: {err['msg']}"
+    return " ".join(str(exc).split())[:200]
