@@ -22,7 +22,7 @@ import pytest
 from mdindex.daemon.http import MAX_CONNECTIONS, REQUEST_TIMEOUT_S
 from mdindex.index.lock import socket_path, token_path
 from tests.conftest import TinyEmbedder, settings_for
-from tests.daemon.test_watch import QUIET_MS, Running, converges, tcp_port, token_of
+from tests.daemon.running import QUIET_MS, Running, converges, tcp_port, token_of
 
 
 @pytest.fixture

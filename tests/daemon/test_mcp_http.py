@@ -10,8 +10,8 @@ import pytest
 
 from mdindex.index.runtime import make_models
 from tests.conftest import settings_for
+from tests.daemon.running import QUIET_MS, Running, tcp_port, token_of
 from tests.daemon.test_http import request
-from tests.daemon.test_watch import QUIET_MS, Running, tcp_port, token_of
 
 
 async def call(url: str, token: str | None, body: Any) -> Any:

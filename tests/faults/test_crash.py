@@ -25,7 +25,7 @@ from tests.conftest import (
     settings_for,
     stored_points,
 )
-from tests.daemon.test_watch import Running, converges
+from tests.daemon.running import Running, converges
 from tests.faults.helpers import (
     LONG,
     fork,

@@ -24,7 +24,7 @@ from mdindex.daemon.client import find_daemon
 from mdindex.index.lock import lock_path, read_holder
 from mdindex.index.runtime import state_path
 from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_points
-from tests.daemon.test_watch import Running, tcp_port, wait_for
+from tests.daemon.running import Running, tcp_port, wait_for
 from tests.faults.helpers import fresh_points, make_tree
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "MDINDEX_RETRY_BUDGET_S": "3"}

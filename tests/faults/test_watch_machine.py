@@ -28,7 +28,7 @@ from hypothesis.stateful import (
 )
 
 from tests.conftest import TinyEmbedder, settings_for
-from tests.daemon.test_watch import Running, converges
+from tests.daemon.running import Running, converges
 from tests.faults.helpers import LONG
 
 EXAMPLES = DirectoryBasedExampleDatabase(str(Path(__file__).with_name("examples")))

@@ -12,7 +12,7 @@ import pytest
 
 from mdindex.daemon.status import offline_status
 from tests.conftest import TinyEmbedder, run_backfill, settings_for
-from tests.daemon.test_process import ENV, start, stop
+from tests.daemon.test_as_a_process import ENV, start, stop
 
 pytestmark = pytest.mark.model
 

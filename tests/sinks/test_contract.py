@@ -192,9 +192,7 @@ def _hold(kind: str, folder: str, ready: Any, release: Any) -> None:
     s.close()
 
 
-def test_one_process_at_a_time(
-    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_one_process_at_a_time(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A store another process holds is waited for (a short-lived reader, such as a
     search without a daemon), then refused with one line."""
     from mdindex.sinks import base

@@ -312,7 +312,7 @@ def test_a_long_session_follows_switches_drops_and_daemon_restarts(
     with (after a switch it missed a new file; after a drop it answered [] with no
     error), and after a daemon restart every call failed with 401 and never fell
     back to the store."""
-    from tests.daemon.test_watch import Running, wait_for
+    from tests.daemon.running import Running, wait_for
 
     s = settings_for(tmp_path, [notes], keep_versions=0)
     run_rollout(s, real_embedder)

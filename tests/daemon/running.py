@@ -1,0 +1,119 @@
+"""A daemon on a thread, for tests: started, stopped as SIGTERM would stop it,
+and read back; and the waits the daemon tests share."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mdindex.daemon.service import Daemon
+from mdindex.index.indexer import Hooks
+from tests.conftest import (
+    TinyEmbedder,
+    build_indexer,
+    differences,
+    run_backfill,
+    same_points,
+    settings_for,
+    stored_points,
+)
+
+QUIET_MS = 150
+
+
+class Running:
+    """A daemon on a thread, stopped the way SIGTERM would stop it."""
+
+    def __init__(self, settings: Any, embedder: Any, **options: Any) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self.options = options  # for every Indexer the daemon makes
+        self.indexed: list[str] = []
+        self.daemon = Daemon(settings, indexer_factory=self._factory)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.exit_code: int | None = None
+
+    def _factory(self, settings: Any, hooks: Hooks, **options: Any) -> Any:
+        # record which documents get written, to count re-indexing
+        daemons_hook = hooks.on_indexed
+
+        def record(refs: list[Any]) -> None:
+            self.indexed.extend(r.rel for r in refs)
+            if daemons_hook is not None:
+                daemons_hook(refs)
+
+        mine = dataclasses.replace(hooks, on_indexed=record)
+        return build_indexer(settings, self.embedder, hooks=mine, **(options | self.options))
+
+    def _run(self) -> None:
+        self.exit_code = self.daemon.run()
+
+    def start(self) -> Running:
+        self.thread.start()
+        wait_for(lambda: self.daemon.work.next_rescan > 0, 60, "daemon start")
+        return self
+
+    def stop(self, timeout: float = 10) -> float:
+        t = time.monotonic()
+        self.daemon.should_exit = True
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "daemon did not stop in time"
+        return time.monotonic() - t
+
+    def points(self, vectors: bool = False) -> dict[str, dict[str, Any]]:
+        """What the daemon's store holds, as ``stored_points`` gives it."""
+        out = {}
+        store = self.daemon.indexer.store  # type: ignore[union-attr]
+        for pid, payload, vec in store.scroll(payload=True, with_vectors=vectors):
+            payload.pop("indexed_at", None)
+            if vectors:
+                payload["_vector"] = vec
+            out[pid] = payload
+        if vectors:
+            sparse = store.sparse_vectors(list(out))
+            for pid, payload in out.items():
+                payload["_sparse"] = sparse.get(pid)
+        return out
+
+
+def tcp_port(d: Running) -> int:
+    """The daemon's TCP port (http_port=0 picks a free one)."""
+    return next(s.port for s in d.daemon.endpoints.servers if s.path is None)
+
+
+def token_of(d: Running) -> str:
+    from mdindex.index.lock import token_path
+
+    return token_path(d.settings.state_dir, d.settings.collection).read_text()
+
+
+def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def fresh(tmp_path: Path, root: Path) -> dict[str, dict[str, Any]]:
+    where = tmp_path / f"fresh-{time.monotonic_ns()}"
+    s = settings_for(where, [str(root)])
+    run_backfill(s, TinyEmbedder())
+    return stored_points(s, vectors=True)
+
+
+def converges(d: Running, tmp_path: Path, root: Path, timeout: float = 30) -> None:
+    want = fresh(tmp_path, root)
+    deadline = time.monotonic() + timeout
+    got: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        got = d.points(vectors=True)
+        if same_points(got, want):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"store did not converge: {differences(got, want)}")
