@@ -119,8 +119,8 @@ def main() -> None:
     from mdindex.daemon.client import find_daemon
     from mdindex.embedding.calibration import cpu_identity
     from mdindex.errors import StoreUnavailable
-    from mdindex.index.runtime import state_path
-    from mdindex.versions.catalog import Catalog, version_of
+    from mdindex.index.runtime import state_path, version_of
+    from mdindex.versions.catalog import Catalog
 
     corpus = corpus_dir(args.corpus)
     work = Path(tempfile.mkdtemp(prefix="mdindex-versions-bench-"))

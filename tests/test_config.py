@@ -118,3 +118,71 @@ def test_credentials_are_masked_up_to_the_last_at() -> None:
     assert redact("http://a:b/c#d@host/p") == "http://***@host/p"
     assert redact("at http://u:p@h1 and https://h2/x") == "at http://***@h1 and https://h2/x"
     assert redact("https://host:6333") == "https://host:6333"
+
+
+# One value other than the default for each index setting: a new index setting
+# needs its line here, so that this file tests it.
+INDEX_CHANGES = {
+    "model": "another-model",
+    "strategy": "token",
+    "max_tokens": 100,
+    "overlap_tokens": 8,
+    "noise_sections": ["Contributors"],
+    "prepend_context": False,
+    "sparse_vectors": False,
+    "semantic_threshold": 0.2,
+    "min_sentences": 3,
+}
+# Every other setting, by what it changes: payloads only (rewritten in place,
+# vectors reused), or nothing stored at all. A new setting must be placed.
+PAYLOAD_ONLY = {"base_url", "url_style"}
+NOT_STORED = {
+    "backend", "batch_size", "cache_dir", "collection", "device", "edge_index_min_points",
+    "exclude", "file_time_budget_s", "follow_symlinks", "fusion", "http_host", "http_port",
+    "include", "keep_versions", "log_format", "log_level", "max_file_bytes",
+    "mcp_allow_refresh", "on_disk_payload", "on_disk_vectors", "precision", "qdrant_grpc",
+    "qdrant_path", "qdrant_timeout_s", "qdrant_url", "quantization", "queue_size",
+    "quiet_period_ms", "replication_factor", "rescan_interval_s", "retry_budget_s", "roots",
+    "search_mode", "shard_number", "state_dir", "store", "upsert_batch_bytes",
+    "upsert_batch_points", "write_consistency_factor", "write_ordering",
+}  # fmt: skip
+
+
+def test_every_setting_is_placed_and_every_index_setting_makes_a_version(tmp_path: Path) -> None:
+    """One source of the settings that shape chunks (``config.INDEX_KEYS``): each
+    makes another version, and no other setting does."""
+    from mdindex.config import INDEX_KEYS, Settings
+    from mdindex.index.runtime import version_of
+
+    assert set(INDEX_CHANGES) == set(INDEX_KEYS)
+    assert set(Settings.model_fields) == set(INDEX_KEYS) | PAYLOAD_ONLY | NOT_STORED
+    state = {"state_dir": str(tmp_path / "state")}
+    base = load_settings({"strategy": "semantic", **state})  # semantic: every key counts
+    for key, value in INDEX_CHANGES.items():
+        changed = {"strategy": "semantic", **state, key: value}
+        assert version_of(load_settings(changed)) != version_of(base), key
+    for key in PAYLOAD_ONLY:
+        assert version_of(
+            load_settings({**state, key: {"base_url": "https://x.org", "url_style": "html"}[key]})
+        ) == version_of(load_settings(state))
+
+
+def test_point_ids_come_from_the_index_settings_alone(tmp_path: Path) -> None:
+    """The chunker and the point IDs are built from ``index_params``: every index
+    setting that shapes chunks or their embedded text changes the IDs' fingerprint,
+    and sparse vectors (beside the same chunks) do not."""
+    from mdindex.index.runtime import make_models
+
+    state = {"state_dir": str(tmp_path / "state")}
+
+    def ids(**change: object) -> str:
+        return make_models(
+            load_settings({"strategy": "semantic", **state, **change})
+        ).planner.id_fingerprint
+
+    base = ids()
+    for key, value in INDEX_CHANGES.items():
+        if key in ("model", "sparse_vectors"):
+            continue  # another model cannot load here; sparse vectors change no ID
+        assert ids(**{key: value}) != base, key
+    assert ids(sparse_vectors=False) == base

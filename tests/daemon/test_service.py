@@ -305,7 +305,8 @@ def test_a_settings_change_is_built_beside_while_searches_go_on(tmp_path: Path) 
     it builds the new one (an event meanwhile reaches both), shows both in
     status with the build's progress, and switches without a restart; a client
     searching all along never gets an error or an empty answer."""
-    from mdindex.versions.catalog import Catalog, version_of
+    from mdindex.index.runtime import version_of
+    from mdindex.versions.catalog import Catalog
     from tests.conftest import run_rollout
     from tests.faults.helpers import fresh_points, make_tree
 
@@ -375,7 +376,8 @@ def test_a_reload_with_other_settings_switches_without_a_restart(
 ) -> None:
     """SIGHUP (`systemctl reload`) reads the settings again; a new strategy is
     built beside and switched to, with the same daemon, model and endpoints."""
-    from mdindex.versions.catalog import Catalog, version_of
+    from mdindex.index.runtime import version_of
+    from mdindex.versions.catalog import Catalog
     from tests.faults.helpers import fresh_points
 
     d = daemon
@@ -404,7 +406,8 @@ def test_versions_use_and_drop_through_the_running_daemon(
     catches the old version up and switches to it while it answers; `drop`
     then removes the other one."""
     from mdindex.cli import main
-    from mdindex.versions.catalog import Catalog, version_of
+    from mdindex.index.runtime import version_of
+    from mdindex.versions.catalog import Catalog
     from tests.faults.helpers import fresh_points
 
     d = daemon

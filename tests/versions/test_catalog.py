@@ -10,13 +10,8 @@ import pytest
 
 from mdindex.config import index_params
 from mdindex.errors import ConfigError
-from mdindex.versions.catalog import (
-    Catalog,
-    Version,
-    physical_name,
-    reader_settings,
-    version_of,
-)
+from mdindex.index.runtime import physical_name, version_of
+from mdindex.versions.catalog import Catalog, Version, reader_settings
 from tests.conftest import TinyEmbedder, run_rollout, settings_for
 
 

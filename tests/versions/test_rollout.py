@@ -14,11 +14,11 @@ from mdindex.cli import main
 from mdindex.config import Settings
 from mdindex.errors import ConfigError, PruneRefused, SpaceRefused
 from mdindex.index.indexer import Hooks, Indexer
-from mdindex.index.runtime import make_models, make_store, state_path
+from mdindex.index.runtime import make_models, make_store, state_path, version_of
 from mdindex.index.state import State
 from mdindex.sinks import Store
 from mdindex.versions import rollout as rollout_module
-from mdindex.versions.catalog import Catalog, reader_settings, version_of
+from mdindex.versions.catalog import Catalog, reader_settings
 from tests.conftest import (
     TinyEmbedder,
     assert_same,

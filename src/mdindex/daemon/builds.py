@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 from mdindex.errors import LockError, PruneRefused, SpaceRefused, StoreError
 from mdindex.index.indexer import Hooks, Indexer
-from mdindex.versions.catalog import Progress, version_of
+from mdindex.index.runtime import version_of
+from mdindex.versions.catalog import Progress
 from mdindex.versions.rollout import Rollout
 
 log = logging.getLogger(__name__)

@@ -265,9 +265,8 @@ class IndexClient:
 
     def search_here(self, query: Query) -> list[dict[str, Any]]:
         """Search without a daemon: the live version's model and store, opened here."""
-        from mdindex.index.runtime import make_models, make_store
+        from mdindex.index.runtime import make_models, make_store, version_of
         from mdindex.index.search import search
-        from mdindex.versions.catalog import version_of
 
         live = self.live_settings()
         fp = version_of(live)

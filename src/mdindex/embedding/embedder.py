@@ -11,17 +11,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mdindex.embedding.engines import TorchEngine, encode, run_sorted
-from mdindex.embedding.loading import Loaded, Wanted, load, weights_sha
-from mdindex.embedding.model import ModelInfo, load_sentence_transformer
+from mdindex.embedding.model import ModelInfo, Wanted, load_sentence_transformer
 from mdindex.errors import EmbeddingError
 
-# numpy is imported where vectors are made: a no-op run never needs it.
+# numpy, and the loading with its calibration and export, are imported where
+# vectors are made: a no-op run never needs them.
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
     from tokenizers import Tokenizer
 
     from mdindex.embedding.engines import Engine
+    from mdindex.embedding.loading import Loaded
 
 
 class Embedder(Protocol):
@@ -105,6 +106,8 @@ class ModelEmbedder:
     def _loaded(self) -> Loaded:
         with self._lock:
             if self.loaded is None:
+                from mdindex.embedding.loading import load
+
                 self.loaded = load(self.info, self.wanted)
             return self.loaded
 
@@ -151,6 +154,7 @@ class ModelEmbedder:
         """The choice, once loaded; before, the one last measured for this model on
         this CPU (what the next load will most likely reuse)."""
         from mdindex.embedding import calibration
+        from mdindex.embedding.loading import weights_sha
 
         if self.loaded is not None:
             keep = ("name", "backend", "precision", "reason", "source", "measured_at")

@@ -16,6 +16,7 @@ from mdindex.embedding import calibration, onnx_export
 from mdindex.embedding.engines import OnnxRunner, TorchEngine, encode, run_sorted
 from mdindex.embedding.model import (
     ModelInfo,
+    Wanted,
     direct_inputs,
     load_sentence_transformer,
     load_tokenizer,
@@ -33,18 +34,6 @@ if TYPE_CHECKING:
     from mdindex.embedding.engines import Engine
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Wanted:
-    """What the settings ask of the backend; ``auto`` lets the measurement decide."""
-
-    device: str = "auto"
-    precision: str = "auto"
-    backend: str = "auto"
-    batch_size: int | None = None  # None: 64 on a CPU, 512 on a GPU
-    cache_dir: Path | None = None
-    queries_only: bool = False  # a short-lived process that only embeds queries
 
 
 @dataclass

@@ -30,6 +30,18 @@ class ModelInfo:
     dimension: int | None  # None when only loading the model can tell
 
 
+@dataclass(frozen=True)
+class Wanted:
+    """What the settings ask of the backend; ``auto`` lets the measurement decide."""
+
+    device: str = "auto"
+    precision: str = "auto"
+    backend: str = "auto"
+    batch_size: int | None = None  # None: 64 on a CPU, 512 on a GPU
+    cache_dir: Path | None = None
+    queries_only: bool = False  # a short-lived process that only embeds queries
+
+
 def resolve_model(name: str) -> ModelInfo:
     """Find a model directory offline: the bundled default, a local path, or the HF cache."""
     if name == DEFAULT_MODEL:

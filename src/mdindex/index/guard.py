@@ -22,15 +22,19 @@ documents is accepted on its first sync, and one holding fewer is not.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from mdindex.config import Root
+from mdindex.errors import PruneRefused
+from mdindex.index.changes import Changes, Key
 from mdindex.index.state import State
 
-Key = tuple[str, str]  # (root label, path relative to the root)
+log = logging.getLogger(__name__)
 STATE_KEY = "root_identity"  # the state's meta key: {label: "dev:ino"}
 
 
@@ -142,3 +146,14 @@ def refusal_in(
         indexed = state.doc_count_by_root(with_points=True)
     recorded = parse_recorded(state.get(STATE_KEY))
     return refusal(roots, deleted, indexed, recorded, present, already)
+
+
+def withheld(changes: Changes, reason: str, keep_going: bool) -> Changes:
+    """The changes without the deletions ``reason`` refuses: PruneRefused, or,
+    with ``keep_going`` (the daemon), the rest of the changes and the reason."""
+    if not reason:
+        return changes
+    if not keep_going:
+        raise PruneRefused(reason)
+    log.error("not deleting: %s", reason)
+    return replace(changes, deleted=[], refused=reason)

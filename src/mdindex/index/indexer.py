@@ -21,10 +21,9 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 from mdindex.config import Settings
 from mdindex.documents.files import (
@@ -215,12 +214,7 @@ class Indexer(IndexView):
     ) -> Changes:
         """The changes with the deletions the guard refuses: raised, or left out."""
         reason = "" if force else self.deletion_refused(changes.deleted, present, already)
-        if not reason:
-            return changes
-        if not keep_going:
-            raise PruneRefused(reason)
-        log.error("not deleting: %s", reason)
-        return replace(changes, deleted=[], refused=reason)
+        return guard.withheld(changes, reason, keep_going)
 
     # -- writing -----------------------------------------------------------
 
@@ -317,13 +311,6 @@ class Indexer(IndexView):
         """Vectors of planned points from the model, as stored (for verify's check)."""
         return self.writer.embed(planned)
 
-    def stored_payloads(self) -> Iterator[tuple[str, dict[str, Any]]]:
-        self.open_store()
-        for pid, payload, _ in self.store.scroll(payload=True):
-            yield pid, payload
-
-    # -- what the Ray driver and verify write through (and ``writer``) -----
-
     def delete_docs(self, docs: list[Key], summary: Summary) -> None:
         self.writer.delete_docs(docs, summary)
 
@@ -340,10 +327,6 @@ class Indexer(IndexView):
     ) -> None:
         """Write documents planned elsewhere (Ray workers), see ``Writer.write_docs``."""
         self.writer.write_docs(works, vectors, summary, prewritten=prewritten)
-
-    def vector_donors(self) -> dict[str, str]:
-        """A stored point for every vector key the state knows."""
-        return self.state.vector_donors()
 
     def mark_inflight(self, docs: Iterable[Key]) -> None:
         """Documents workers are about to write: their points are known only to the store."""

@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from mdindex.chunking import Chunker
+from mdindex.chunking import CHUNKER_VERSION, Chunker
 from mdindex.config import Settings, index_params
 from mdindex.embedding.embedder import Embedder, ModelEmbedder
 from mdindex.embedding.model import ModelInfo, load_counter, resolve_model
+from mdindex.embedding.sparse import SparseEncoder
 from mdindex.embedding.tokens import TokenCounter
 from mdindex.index.groups import GROUP_CHARS
 from mdindex.index.indexer import Hooks, Indexer
 from mdindex.index.planning import Planner
 from mdindex.index.state import State
 from mdindex.sinks import Store
-from mdindex.versions.catalog import physical_name, version_of
 
 if TYPE_CHECKING:
     from mdindex.sinks.qdrant import ClusterSpec
@@ -51,6 +53,29 @@ def cluster_spec(settings: Settings) -> ClusterSpec:
         quantization=settings.quantization,
         write_ordering=settings.write_ordering,
     )
+
+
+# What a version is called: ``NAME__<fingerprint>``, the fingerprint a hash of
+# the index settings and of the code that shapes chunks and sparse vectors
+# (mdindex.versions keeps the catalog of them).
+SEPARATOR = "__"
+FINGERPRINT_CHARS = 12
+
+
+def fingerprint(params: dict[str, Any]) -> str:
+    """A version's name: its index settings and the code versions that shape it."""
+    sparse = SparseEncoder.params() if params.get("sparse_vectors") else None
+    key = {"params": params, "chunker": CHUNKER_VERSION, "sparse": sparse}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:FINGERPRINT_CHARS]
+
+
+def physical_name(collection: str, fp: str) -> str:
+    return f"{collection}{SEPARATOR}{fp}"
+
+
+def version_of(settings: Settings) -> str:
+    """The fingerprint of the version these settings build."""
+    return fingerprint(index_params(settings))
 
 
 def collection_of(settings: Settings) -> str:

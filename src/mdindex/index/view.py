@@ -4,7 +4,7 @@ power to write."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Self
 
 from mdindex.config import Settings
@@ -142,3 +142,12 @@ class IndexView:
 
     def stored_sparse(self, ids: Sequence[str]) -> dict[str, Sparse]:
         return self.store.sparse_vectors(ids)
+
+    def stored_payloads(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        self.store.open()
+        for pid, payload, _ in self.store.scroll(payload=True):
+            yield pid, payload
+
+    def vector_donors(self) -> dict[str, str]:
+        """A stored point for every vector key the state knows."""
+        return self.state.vector_donors()

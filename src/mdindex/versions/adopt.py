@@ -16,11 +16,11 @@ from mdindex.config import Settings, index_params
 from mdindex.errors import ConfigError, StoreError
 from mdindex.index.consistency import store_identity
 from mdindex.index.planning import now_iso
-from mdindex.index.runtime import collection_of, make_store, state_path
+from mdindex.index.runtime import collection_of, make_store, state_path, version_of
 from mdindex.index.state import State
 from mdindex.sinks import Store
 from mdindex.sinks.edge import EdgeStore
-from mdindex.versions.catalog import Catalog, Version, version_of
+from mdindex.versions.catalog import Catalog, Version
 from mdindex.versions.migrate import copy_points
 
 log = logging.getLogger(__name__)

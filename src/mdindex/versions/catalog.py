@@ -22,7 +22,6 @@ the settings again, or using the configured version, ends the pin.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,33 +29,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mdindex.chunking import CHUNKER_VERSION
 from mdindex.config import Settings, index_params
-from mdindex.embedding.sparse import SparseEncoder
 from mdindex.errors import ConfigError
 from mdindex.index.planning import now_iso
+from mdindex.index.runtime import physical_name, version_of
 from mdindex.jsonfile import write_json
 
-SEPARATOR = "__"
-FINGERPRINT_CHARS = 12
-
 Status = Literal["building", "complete", "dropping"]
-
-
-def fingerprint(params: dict[str, Any]) -> str:
-    """A version's name: its settings and the code versions that shape it."""
-    sparse = SparseEncoder.params() if params.get("sparse_vectors") else None
-    key = {"params": params, "chunker": CHUNKER_VERSION, "sparse": sparse}
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:FINGERPRINT_CHARS]
-
-
-def physical_name(collection: str, fp: str) -> str:
-    return f"{collection}{SEPARATOR}{fp}"
-
-
-def version_of(settings: Settings) -> str:
-    """The fingerprint of the version these settings build."""
-    return fingerprint(index_params(settings))
 
 
 @dataclass

@@ -45,13 +45,14 @@ from mdindex.index.runtime import (
     make_models,
     make_store,
     state_path,
+    version_of,
 )
 from mdindex.index.summary import Summary
 from mdindex.index.writer import crash_point
 from mdindex.sinks import Store
 from mdindex.sinks.base import MIN_FREE_BYTES, free_bytes
 from mdindex.versions.adopt import adopt, settle_alias
-from mdindex.versions.catalog import Catalog, Progress, Version, version_of
+from mdindex.versions.catalog import Catalog, Progress, Version
 
 log = logging.getLogger(__name__)
 
