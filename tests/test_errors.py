@@ -1,5 +1,6 @@
-"""The exception tree: each class's exit code as the README's table gives it, and
-the tree's shape as the module's docstring draws it."""
+"""The exception tree: each class's exit code as the exit-code table gives it
+(docs/commands.md, linked from the README), and the tree's shape as the
+module's docstring draws it."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from mdindex.errors import (
 )
 
 
-def test_the_exit_codes_are_the_readmes() -> None:
+def test_the_exit_codes_are_the_tables() -> None:
     # 0 ok, 1 partial, 2 usage, 3 store/embedding/state, 4 drift (and pending)
     assert (EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, EXIT_STORE, EXIT_DRIFT) == (0, 1, 2, 3, 4)
     assert EXIT_PENDING == 4

@@ -7,10 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mdindex.chunking import Chunker
-from mdindex.config import index_params
 from mdindex.documents.parsing import parse_document
 from mdindex.documents.reading import decode
-from mdindex.index.planning import Planner
 from tests.chunking.invariants import check
 from tests.conftest import TinyEmbedder, corpus_files, needs_corpus
 
@@ -74,25 +72,6 @@ def test_invariants_on_generated_markdown(
     )
     doc = parse_document(text, "gen.md")
     check(doc, chunker.chunk(doc), c, chunker)
-
-
-@pytest.mark.parametrize("strategy", ["heading", "token", "semantic"])
-def test_line_numbers_match_offsets(counter, make_settings, strategy: str) -> None:
-    settings = make_settings(strategy=strategy)
-    chunker = Chunker(counter.with_limit(40), strategy, overlap_tokens=8, embed=TinyEmbedder())
-    planner = Planner(settings, index_params(settings), _info(), counter, chunker)
-    text = "---\ntitle: x\n---\n# A\n\n" + "\n".join(f"Line {i} has words." for i in range(60))
-    doc = parse_document(text, "a.md")
-    for p in planner.plan_points("r", "a.md", doc, chunker.chunk(doc)):
-        pl = p.payload
-        assert pl["line_start"] == text[: pl["char_start"]].count("\n") + 1
-        assert pl["line_end"] == text[: pl["char_end"] - 1].count("\n") + 1
-
-
-def _info():
-    from mdindex.embedding.model import resolve_model
-
-    return resolve_model("all-MiniLM-L6-v2")
 
 
 @needs_corpus

@@ -10,48 +10,10 @@ import pytest
 
 from mdindex.chunking import Chunker
 from mdindex.chunking.semantic import group
-from mdindex.chunking.sentences import split_sentences
 from mdindex.documents.parsing import parse_document
 from mdindex.errors import EmbeddingError
 from tests.chunking.invariants import check
 from tests.conftest import TinyEmbedder
-
-
-def sentences(text: str) -> list[str]:
-    return [text[s:e] for s, e in split_sentences(text, 0, len(text))]
-
-
-def test_segmenter_keeps_abbreviations_numbers_urls_and_code() -> None:
-    text = (
-        "Dr. Smith met Mr. Jones at 3.14 p.m. on Main St. today. "
-        "Version 1.2.3 shipped, e.g. with fixes. See https://example.com/a.b?c=d. "
-        "Run `make. all` now! Is it done? Yes."
-    )
-    assert sentences(text) == [
-        "Dr. Smith met Mr. Jones at 3.14 p.m. on Main St. today.",
-        "Version 1.2.3 shipped, e.g. with fixes.",
-        "See https://example.com/a.b?c=d.",
-        "Run `make. all` now!",
-        "Is it done?",
-        "Yes.",
-    ]
-
-
-def test_headings_lists_and_code_are_boundaries() -> None:
-    from mdindex.chunking.sentences import units
-
-    doc = parse_document(
-        "# Title\n\nOne. Two\n- item one\n- item two\n\n```\ncode. More\n```\n", "a.md"
-    )
-    kinds = [(doc.text[s:e], k) for (s, e), k in units(doc)]
-    assert kinds == [
-        ("# Title", "heading"),
-        ("One.", "prose"),
-        ("Two", "prose"),
-        ("- item one", "prose"),
-        ("- item two", "prose"),
-        ("```\ncode. More\n```", "code"),
-    ]
 
 
 def test_group_breaks_on_topic_change_min_sentences_and_limit() -> None:

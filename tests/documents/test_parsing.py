@@ -44,11 +44,6 @@ def test_url_mapping() -> None:
     assert document_url("", "pretty", "a.md", "https://y.io/p") == "https://y.io/p"
 
 
-def test_line_index() -> None:
-    doc = parse_document("a\nbb\n\nccc", "a.md")
-    assert [doc.line_of(i) for i in (0, 1, 2, 4, 5, 6)] == [1, 1, 2, 2, 3, 4]
-
-
 def test_ten_thousand_headings_parse_in_bounded_time() -> None:
     text = "".join(f"## Heading {i}\n\nline {i}\n\n" for i in range(10_000))
     t = time.perf_counter()

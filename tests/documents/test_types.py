@@ -116,3 +116,8 @@ def test_token_ids_are_not_part_of_a_chunks_identity() -> None:
     assert "101" not in repr(a)
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.text = "changed"  # type: ignore[misc]
+
+
+def test_line_index() -> None:
+    doc = parse_document("a\nbb\n\nccc", "a.md")
+    assert [doc.line_of(i) for i in (0, 1, 2, 4, 5, 6)] == [1, 1, 2, 2, 3, 4]

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from mdindex.config import DEFAULT_MODEL
 from mdindex.embedding.embedder import ModelEmbedder
-from mdindex.embedding.model import resolve_model
 from mdindex.embedding.tokens import TokenCounter
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.model  # every test here embeds with the real model
 
 TEXTS = [
     "Hugo is a static site generator.",
@@ -54,23 +52,6 @@ def test_bf16_stays_close_to_fp32(real_embedder: ModelEmbedder) -> None:
     fp32 = ModelEmbedder(real_embedder.info, device="cpu", precision="fp32")
     cos = np.sum(bf16.embed(TEXTS) * fp32.embed(TEXTS), axis=1)
     assert float(cos.min()) > 0.995
-
-
-def test_a_model_with_a_prompt_goes_through_encode(tmp_path: Path) -> None:
-    info = resolve_model(DEFAULT_MODEL)
-    model_dir = tmp_path / "prompted"
-    shutil.copytree(info.path, model_dir)
-    config = model_dir / "config_sentence_transformers.json"
-    data = json.loads(config.read_text())
-    data |= {"prompts": {"query": "query: "}, "default_prompt_name": "query"}
-    config.write_text(json.dumps(data))
-    prompted = ModelEmbedder(resolve_model(str(model_dir)), device="cpu", precision="fp32")
-    plain = ModelEmbedder(info, device="cpu", precision="fp32")
-    got = prompted.embed(["static site generator"])
-    assert prompted.loaded is not None and prompted.loaded.tokenizer is None
-    # encode put the prompt in front; the direct path would have left it out.
-    assert float(np.sum(got * plain.embed(["query: static site generator"]))) > 0.99999
-    assert float(np.sum(got * plain.embed(["static site generator"]))) < 0.999
 
 
 def test_example_docs_embed_alike_both_ways(real_embedder: ModelEmbedder) -> None:

@@ -1,14 +1,11 @@
 """The ONNX export and the measured choice, with the real model: the export gives
-torch's vectors, a cached choice is reused, a changed model measures again, and
-a short-lived query process never imports torch."""
+torch's vectors, a cached choice is reused, and a changed model measures again
+(what `load` chooses, and the queries-only path without torch: test_loading)."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -98,59 +95,3 @@ def test_onnx_vectors_match_torch_within_the_gate(
     verdict = calibration.gate(want, got)
     assert verdict["passed"] is True
     assert float(np.min(np.sum(got * want, axis=1))) > 0.9999
-
-
-def test_an_explicit_precision_is_not_measured(tmp_path: Path) -> None:
-    bf16 = ModelEmbedder(
-        resolve_model(DEFAULT_MODEL), device="cpu", precision="bf16", cache_dir=tmp_path
-    )
-    bf16.embed(["hello"])
-    assert bf16.choice is not None
-    assert (bf16.choice.name, bf16.choice.source) == ("torch-bf16", "setting")
-    assert not (tmp_path / "calibration").exists()
-    assert not (tmp_path / "onnx").exists()
-
-
-PROBE = """
-import json, sys
-from pathlib import Path
-from mdindex.embedding.embedder import ModelEmbedder
-from mdindex.embedding.model import resolve_model
-e = ModelEmbedder(resolve_model("all-MiniLM-L6-v2"), cache_dir=Path(sys.argv[1]), queries_only=True)
-v = e.embed(["how do I install hugo"])[0]
-print(json.dumps({"vector": v.tolist(), "choice": e.choice.name,
-                  "torch": "torch" in sys.modules,
-                  "st": "sentence_transformers" in sys.modules,
-                  "transformers": "transformers" in sys.modules}))
-"""
-
-
-def test_a_query_process_embeds_without_torch(
-    measured: tuple[Path, ModelEmbedder], real_embedder: ModelEmbedder
-) -> None:
-    cache = measured[0]
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE, str(cache)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=os.environ | {"HF_HUB_OFFLINE": "1"},
-    )
-    data = json.loads(out.stdout)
-    assert data["choice"] == "onnx-fp32"
-    assert not (data["torch"] or data["st"] or data["transformers"])
-    want = real_embedder.embed(["how do I install hugo"])[0]
-    assert float(np.dot(np.asarray(data["vector"], dtype=np.float32), want)) > 0.9999
-
-
-def test_without_an_export_a_query_process_loads_torch(tmp_path: Path) -> None:
-    e = ModelEmbedder(
-        resolve_model(DEFAULT_MODEL),
-        device="cpu",
-        precision="fp32",
-        backend="torch",
-        cache_dir=tmp_path,
-        queries_only=True,
-    )
-    e.embed(["q"])
-    assert e.choice is not None and e.choice.name == "torch-fp32"

@@ -4,6 +4,7 @@ pieces giving the same tokens as whole, and a counter's own chunk limit."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -135,7 +136,7 @@ def test_piece_starts_cut_about_every_piece_at_a_cut_character() -> None:
     text = ("word " * 10_000).strip()
     starts = piece_starts(text)
     assert starts[0] == 0 and len(starts) == len(text) // _PIECE_CHARS + 1
-    for a, b in zip(starts, starts[1:], strict=False):
+    for a, b in itertools.pairwise(starts):
         assert _PIECE_CHARS <= b - a < _PIECE_CHARS + 5
         assert text[b] == " "
     assert piece_starts("short text") == [0]
@@ -185,9 +186,9 @@ def test_an_unstable_tokenizer_encodes_a_long_text_whole() -> None:
     assert got.ids == unstable.tokenizer.encode(text, add_special_tokens=False).ids
 
 
-def test_the_counter_undoes_truncation_and_padding_of_any_file(tmp_path: Path) -> None:
+def test_from_file_counts_untruncated_within_the_length_given() -> None:
     spec = json.loads(Tokenizer.from_file(str(tokenizer_file())).to_str())
-    assert spec["truncation"] and spec["padding"]
+    assert spec["truncation"] and spec["padding"]  # what the file asks for
     counter = TokenCounter.from_file(tokenizer_file(), 512)
     assert counter.count("word " * 600) == 600
     assert counter.model_limit == 510

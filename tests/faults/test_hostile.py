@@ -283,7 +283,7 @@ def test_folder_swapped_for_a_link_is_not_read(tmp_path: Path, follow: bool) -> 
     """A daemon event names sub/x.md; before it is read, sub becomes a link to
     a folder outside the root holding an x.md of its own."""
     from mdindex.documents.files import Failure, PathFilter, stat_file
-    from mdindex.index.runtime import make_models
+    from mdindex.documents.reading import load_document
 
     root = tmp_path / "docs"
     (root / "sub").mkdir(parents=True)
@@ -297,12 +297,13 @@ def test_folder_swapped_for_a_link_is_not_read(tmp_path: Path, follow: bool) -> 
     (root / "sub" / "x.md").unlink()
     (root / "sub").rmdir()
     (root / "sub").symlink_to(elsewhere)
-    planner = make_models(s).planner
-    failure = planner.read(ref)  # type: ignore[arg-type]
+    assert ref is not None and not isinstance(ref, Failure)
+    failure = load_document(ref, s)
     assert isinstance(failure, Failure) and "replaced" in failure.reason
     # even a stat taken after the swap (same inode then) does not get it read
     ref = stat_file(r, "sub/x.md", PathFilter(s.include), follow)
-    failure = planner.read(ref)  # type: ignore[arg-type]
+    assert ref is not None and not isinstance(ref, Failure)
+    failure = load_document(ref, s)
     assert isinstance(failure, Failure) and "outside its root" in failure.reason
 
 

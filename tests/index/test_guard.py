@@ -25,16 +25,19 @@ def test_each_refusal_in_one_line(tmp_path: Path) -> None:
     a, b = roots(tmp_path, "a", "b")
     ids = {a.label: identity(a.path) or "", b.label: identity(b.path) or ""}
     gone = [("a", f"{i}.md") for i in range(3)]
-    assert refusal([a, b], gone, {"a": 10}, ids) == ""  # 3 of 10
-    assert "more than half" in refusal([a, b], gone, {"a": 5}, ids)
-    assert "more than half" in refusal([a, b], gone, {"a": 7}, ids, already={"a": 3})  # 6 of 10
+    scan = {"a": 2, "b": 4}  # the files a whole scan found
+    assert refusal([a, b], gone, {"a": 10}, ids, scan) == ""  # 3 of 10
+    assert "more than half" in refusal([a, b], gone, {"a": 5}, ids, scan)
     assert "no markdown files" in refusal([a, b], gone, {"a": 10}, ids, present={"b": 4})
+    # paths that file events named: the kernel saw them go, so no count applies
+    assert refusal([a, b], gone, {"a": 5}, ids) == ""
+    assert refusal([a, b], gone, {"a": 3}, ids) == ""  # the root emptied
     assert "another folder" in refusal([a, b], gone, {"a": 10}, {**ids, "a": "1:2"})
     os.rmdir(b.path)
     assert "missing" in refusal([a, b], [("b", "x.md")], {"b": 10}, ids)
     line = refusal([a], [("b", "x.md")], {"b": 10}, ids)
     assert "not among the roots given" in line and "--force" in line
-    for reason in (line, refusal([a, b], gone, {"a": 5}, ids)):
+    for reason in (line, refusal([a, b], gone, {"a": 5}, ids, scan)):
         assert "\n" not in reason
 
 

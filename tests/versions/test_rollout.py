@@ -1,6 +1,7 @@
 """Rollout: a settings change builds a version beside the live one, reusing its
-vectors, and switches in one step; rollback, retention, disk space, adoption.
-Both embedded engines, real stores; the last test runs the real model."""
+vectors, and switches in one step; rollback, retention, disk space (adoption of
+an index from before versions: test_adopt). Both embedded engines, real
+stores; the last test runs the real model."""
 
 from __future__ import annotations
 
@@ -13,10 +14,8 @@ import pytest
 from mdindex.cli import main
 from mdindex.config import Settings
 from mdindex.errors import ConfigError, PruneRefused, SpaceRefused
-from mdindex.index.indexer import Hooks, Indexer
-from mdindex.index.runtime import make_models, make_store, state_path, version_of
-from mdindex.index.state import State
-from mdindex.sinks import Store
+from mdindex.index.indexer import Hooks
+from mdindex.index.runtime import make_store, state_path, version_of
 from mdindex.versions import rollout as rollout_module
 from mdindex.versions.catalog import Catalog, reader_settings
 from tests.conftest import (
@@ -24,7 +23,6 @@ from tests.conftest import (
     assert_same,
     rollout_for,
     run_rollout,
-    settings_for,
     stored_points,
 )
 from tests.faults.helpers import fresh_points
@@ -237,119 +235,7 @@ def test_a_version_missing_most_documents_is_not_switched_to(
     assert Catalog.load(b).live == version_of(b) and live_points(b) == {}
 
 
-def legacy_store(settings: Settings) -> Store:
-    """A collection named like the alias, as releases before versions made it."""
-    from mdindex.sinks.edge import EdgeStore
-    from mdindex.sinks.qdrant import QdrantStore
-
-    if settings.store == "edge":
-        return EdgeStore(settings.collection, path=settings.store_path / settings.collection)
-    return QdrantStore(settings.collection, path=settings.store_path)
-
-
-@pytest.mark.parametrize("store", ENGINES)
-def test_an_index_from_before_versions_is_adopted_without_embedding(
-    docs_tree: Path, make_settings: Any, tmp_path: Path, store: str
-) -> None:
-    s = make_settings(docs_tree, store=store)
-    build_legacy(s, TinyEmbedder())
-    legacy = legacy_store(s)
-    held = {pid: p for pid, p, _ in legacy_store(s).open().scroll(payload=True, with_vectors=False)}
-    legacy.close()
-
-    tiny = TinyEmbedder()
-    result = run_rollout(s, tiny)
-
-    assert result["chunks_embedded"] == 0 and tiny.texts_embedded == 0
-    assert result["points_upserted"] == 0  # the old state was adopted with its store
-    catalog = Catalog.load(s)
-    assert catalog.live == version_of(s) and list(catalog.versions) == [version_of(s)]
-    got = live_points(s)
-    assert got.keys() == held.keys()
-    assert_same(got, fresh_points(tmp_path, docs_tree, store=store))
-    assert not (s.state_dir / f"{s.collection}.sqlite3").exists()
-    if store == "edge":
-        assert not (s.store_path / s.collection).exists()
-    else:
-        assert alias_of(s) == make_store(s).collection  # the alias took the old name
-
-
-def build_legacy(settings: Settings, embedder: Any) -> dict[str, Any]:
-    """Index ``settings`` as a release before versions did: a collection named
-    like the alias, a state named like it; returns the summary."""
-    models = make_models(settings)
-    models.chunker.embed = embedder
-    state = State(settings.state_dir / f"{settings.collection}.sqlite3")
-    store = legacy_store(settings)
-    with Indexer(
-        settings, planner=models.planner, embedder=embedder, store=store, state=state
-    ) as old:
-        return old.backfill().as_dict()
-
-
-@pytest.mark.parametrize("store", ENGINES)
-def test_a_dense_only_index_from_before_versions_gains_sparse_vectors_without_embedding(
-    docs_tree: Path, make_settings: Any, tmp_path: Path, store: str
-) -> None:
-    """Adopted as what it is (no sparse vectors), then the settings' version,
-    with them, is built beside it from its vectors."""
-    build_legacy(make_settings(docs_tree, store=store, sparse_vectors=False), TinyEmbedder())
-    s = make_settings(docs_tree, store=store)
-    tiny = TinyEmbedder()
-    result = run_rollout(s, tiny)
-    assert result["chunks_embedded"] == 0 and tiny.texts_embedded == 0
-    catalog = Catalog.load(s)
-    dense = make_settings(docs_tree, store=store, sparse_vectors=False)
-    assert catalog.live == version_of(s) and set(catalog.versions) == {
-        version_of(s),
-        version_of(dense),
-    }
-    assert_same(live_points(s), fresh_points(tmp_path, docs_tree, store=store))
-    assert all(p["_sparse"] is not None for p in live_points(s).values())
-
-
-def test_a_legacy_index_of_another_model_is_adopted_as_that_model(
-    docs_tree: Path, make_settings: Any
-) -> None:
-    """The model its points name is the adopted version's, so the settings'
-    model gets a version of its own (it cannot reuse the other's vectors)."""
-    s = make_settings(docs_tree)
-    build_legacy(s, TinyEmbedder())
-    other = s.model_copy(update={"model": "sentence-transformers/some-other-model"})
-    rollout = rollout_for(other, TinyEmbedder())
-    live = rollout.catalog.versions[rollout.live or ""]
-    assert live.params["model"] == s.model and rollout.live == version_of(s)
-    assert rollout.target() == version_of(other) != rollout.live
-
-
 @pytest.mark.model
-def test_with_the_real_model_a_dense_only_legacy_index_gains_sparse_embedding_nothing(
-    tmp_path: Path, docs_tree: Path
-) -> None:
-    from mdindex.index.search import Query
-    from mdindex.index.search import search as run_search
-
-    dense_only = settings_for(tmp_path, [docs_tree], sparse_vectors=False)
-    models = make_models(dense_only)
-    first = build_legacy(dense_only, models.embedder)
-    assert first["chunks_embedded"] > 0
-    s = settings_for(tmp_path, [docs_tree])
-    second = rollout_for(s, models.embedder).backfill()
-    assert second.chunks_embedded == 0 and second.files_changed == first["files_changed"]
-    store = make_store(reader_settings(s)).open()
-    try:
-        assert store.has_sparse
-        hits = run_search(
-            models.embedder,
-            make_models(s).planner.sparse,
-            store,
-            Query("apples", k=1, mode="sparse"),
-        )
-        assert hits[0]["doc_path"] == "guide/a.md"
-    finally:
-        store.close()
-
-
 @pytest.mark.parametrize("store", ENGINES)
 def test_with_the_real_model_switch_and_back_and_search(
     docs_tree: Path, tmp_path: Path, store: str, capsys: Any

@@ -15,7 +15,7 @@ from typing import Any
 from mdindex.cli.parser import settings_from
 from mdindex.config import Root, Settings
 from mdindex.daemon.client import IndexClient, find_daemon
-from mdindex.documents.files import Failure, stat_file
+from mdindex.documents.files import Failure, FileRef, stat_file
 from mdindex.documents.reading import load_document
 from mdindex.documents.types import Document
 from mdindex.errors import (
@@ -182,17 +182,18 @@ def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:
             break
     rel = path.resolve().relative_to(root.path.resolve()).as_posix()
     accept = lambda _rel: True  # noqa: E731  # the file named is shown, whatever the globs say
-    ref = stat_file(root, rel, accept, follow_symlinks=True)
-    if ref is None:
-        ref = Failure(root.label, rel, "no such file")
-    doc = load_document(ref, settings) if not isinstance(ref, Failure) else ref
+    found = stat_file(root, rel, accept, follow_symlinks=True) or Failure(
+        root.label, rel, "no such file"
+    )
+    doc = found if isinstance(found, Failure) else load_document(found, settings)
     work: DocWork | Failure | None = doc if isinstance(doc, Failure) else None
-    if isinstance(doc, Document) and not isinstance(ref, Failure):
+    if isinstance(doc, Document) and isinstance(found, FileRef):
         for warning in doc.warnings:
             log.warning("%s: %s", path, warning)
-        [work] = models.planner.plan([(ref, doc)])
-    if not isinstance(work, DocWork):
-        log.error("%s: %s", path, work.reason if isinstance(work, Failure) else "unreadable")
+        [work] = models.planner.plan([(found, doc)])
+    if not isinstance(work, DocWork):  # no known hash: a file is always read, or failed
+        assert work is not None
+        log.error("%s: %s", path, work.reason)
         return EXIT_PARTIAL
     payloads = [public(p.payload) for p in work.points]
     text_out = "\n".join(

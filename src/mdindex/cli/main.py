@@ -24,6 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = str(args.log_level or "").upper() == "DEBUG"
     try:
         settings = settings_from(args)
+        debug = settings.log_level == "DEBUG"  # from the environment or the file too
         setup_logging(settings.log_level, settings.log_format)
         return COMMANDS[args.command](args, settings)
     except MdindexError as exc:

@@ -27,6 +27,7 @@ class Request:
     answer: dict[str, Any] = field(default_factory=dict)
     error: MdindexError | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    abandoned: bool = False  # its asker stopped waiting: nobody reads the answer
 
     def reply(
         self, answer: dict[str, Any] | None = None, error: MdindexError | None = None
@@ -53,19 +54,22 @@ class Mailbox:
             if self._stopping():
                 raise StoreError(f"the daemon is stopping; {kind} not done")
             if time.monotonic() >= deadline:
+                request.abandoned = True
                 return None
         if request.error is not None:
             raise request.error
         return request.answer
 
     def take(self) -> list[Request]:
-        """Every request waiting now (main loop)."""
-        out = []
+        """Every request still waited for (main loop)."""
+        out: list[Request] = []
         while True:
             try:
-                out.append(self._queue.get_nowait())
+                request = self._queue.get_nowait()
             except queue.Empty:
                 return out
+            if not request.abandoned:
+                out.append(request)
 
     def __bool__(self) -> bool:
         """Something waits."""

@@ -68,7 +68,7 @@ def offline_status(settings: Settings) -> dict[str, Any]:
         changed, unreadable = indexer.confirm(changes)
         documents, _ = indexer.counts()
         # what the guard would refuse of the pending deletions (mdindex.index.guard)
-        refused = indexer.deletion_refused(changes.deleted)
+        refused = indexer.deletion_refused(changes.deleted, changes.present)
         failed = {(f["root"], f["path"]): f for f in indexer.failures()}
         failed |= {
             f.key: {"root": f.root, "path": f.rel, "reason": f.reason}

@@ -107,12 +107,6 @@ class Work:
                 indexer = self.daemon.builds.live
                 assert indexer is not None
             summary = indexer.backfill(prune=True, force=force, keep_going=True)
-        except PruneRefused as exc:  # a root that is not a folder
-            self.daemon.health.reconciling = False
-            log.error("%s: %s", why, exc)
-            self.daemon.health.refused = str(exc)
-            self.update_gauges()
-            return None
         except StoreMismatch:
             raise
         except StoreError as exc:

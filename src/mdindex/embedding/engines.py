@@ -97,6 +97,8 @@ def run_sorted(
     (default: the engine itself; the embedder's puts a waiting query first)."""
     import numpy as np
 
+    if not rows:
+        return np.zeros((0, 0), dtype=np.float32)
     # Batches of similar length waste little compute on padding. Longest first:
     # in growing order every batch needs a larger block than any freed so far,
     # and the heap grew by 900 MB more over 1,500 chunks.

@@ -9,6 +9,7 @@ text did is decided when it is read. The state is only read here.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -45,6 +46,8 @@ class Changes:
     # What was looked at: failures recorded before for these are cleared. None: everything.
     scope: set[Key] | None = field(default=None, repr=False)
     refused: str = ""  # deletions the guard left out, and why (mdindex.index.guard)
+    # files per root label when the whole tree was scanned; None for some paths
+    present: dict[str, int] | None = field(default=None, repr=False)
 
     def __bool__(self) -> bool:
         return bool(self.files or self.deleted)
@@ -174,6 +177,7 @@ class Detector:
             missing_roots=list(seen.missing_roots),
             rows=rows,
             scope=scope,
+            present=Counter(label for label, _ in seen.present) if seen.scope is None else None,
         )
 
     def is_fresh(self, ref: FileRef, rows: dict[Key, DocRow]) -> bool:

@@ -10,9 +10,11 @@ line, the deletions of a root that is:
 - missing, or not a folder;
 - another folder than the one indexed (its device and inode changed: replaced,
   or a different disk mounted there) while some of its documents would go;
-- about to lose more than half of its indexed documents (an empty root loses
-  all of them); the daemon's events count together since its last whole
-  reconcile, so a root emptied one file at a time is refused too.
+- after a whole scan, empty of markdown or about to lose more than half of its
+  indexed documents. A scan that does not see a file cannot tell deleted from
+  unreachable; a file event can: the kernel saw that path deleted or moved
+  away, so the daemon's events are held to the three rules above only, and a
+  user who deletes notes one by one, or a folder of them, sees them go.
 
 ``--force`` lets them go. The identity each root had is recorded in the state
 after a sync that was not refused, so a folder replaced by one holding the same
@@ -59,6 +61,18 @@ def identities(roots: Iterable[Root]) -> dict[str, str]:
     return out
 
 
+def not_a_folder(roots: Iterable[Root]) -> str:
+    """Why a run over these roots must not start ("" when it may): one is missing or
+    not a folder (a typo, an unmounted disk)."""
+    for root in roots:
+        if not root.path.is_dir():
+            return (
+                f"root {root.label!r}: {root.path} is not a folder; fix the path, or pass "
+                "--force to go on without it (its indexed documents are pruned)"
+            )
+    return ""
+
+
 def parse_recorded(raw: str | None) -> dict[str, str]:
     """The identities a state recorded; {} when none or unreadable."""
     try:
@@ -76,15 +90,12 @@ def refusal(
     indexed: dict[str, int],
     recorded: dict[str, str],
     present: dict[str, int] | None = None,
-    already: dict[str, int] | None = None,
 ) -> str:
     """Why these deletions must not go ("" when they may). ``indexed``: documents
     the state holds per root label; ``recorded``: the identities it saw last;
-    ``present``: the files a whole scan found per root, when there was one;
-    ``already``: documents per root deleted since the last whole scan (events),
-    which count with these."""
+    ``present``: the files a whole scan found per root; None for paths that
+    file events named."""
     gone = Counter(label for label, _ in deleted)
-    already = already or {}
     configured = {root.label for root in roots}
     for label in sorted(gone.keys() - configured):
         return (
@@ -109,16 +120,17 @@ def refusal(
                 f"mounted there); refusing to delete {count} of its documents (pass --force "
                 "if intended)"
             )
-        if present is not None and not present.get(root.label):
+        if present is None:
+            continue
+        if not present.get(root.label):
             return (
                 f"{where} has no markdown files; refusing to prune its {count} documents "
                 "(is a disk unmounted? pass --force if that is intended, or --no-prune)"
             )
-        earlier = already.get(root.label, 0)
-        known = indexed.get(root.label, 0) + earlier
-        if count + earlier > known / 2:
+        known = indexed.get(root.label, 0)
+        if count > known / 2:
             return (
-                f"{where}: {count + earlier} of its {known} indexed documents would be deleted; "
+                f"{where}: {count} of its {known} indexed documents would be deleted; "
                 "refusing to prune more than half (pass --force if that is intended)"
             )
     return ""
@@ -129,7 +141,6 @@ def refusal_in(
     roots: Sequence[Root],
     deleted: Sequence[Key],
     present: dict[str, int] | None = None,
-    already: dict[str, int] | None = None,
 ) -> str:
     """``refusal`` with what the state records: its documents per root and the
     identities it saw last."""
@@ -137,15 +148,12 @@ def refusal_in(
         return ""
     indexed = state.doc_count_by_root()
     gone = Counter(label for label, _ in deleted)
-    earlier = already or {}
-    if any(
-        n + earlier.get(k, 0) > (indexed.get(k, 0) + earlier.get(k, 0)) / 2 for k, n in gone.items()
-    ):
+    if present is not None and any(n > indexed.get(k, 0) / 2 for k, n in gone.items()):
         # documents known only by their points count too (a state rebuilt
         # from the store has no rows yet); costlier, so only when it matters
         indexed = state.doc_count_by_root(with_points=True)
     recorded = parse_recorded(state.get(STATE_KEY))
-    return refusal(roots, deleted, indexed, recorded, present, already)
+    return refusal(roots, deleted, indexed, recorded, present)
 
 
 def withheld(changes: Changes, reason: str, keep_going: bool) -> Changes:

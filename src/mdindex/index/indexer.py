@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -76,7 +75,6 @@ class Indexer(IndexView):
     ) -> None:
         super().__init__(settings, planner=planner, embedder=embedder, store=store, state=state)
         self.hooks = hooks or Hooks()
-        self.deleted_since: Counter[str] = Counter()  # by events since the last backfill
         self.groups = Groups(
             settings,
             planner,
@@ -158,20 +156,16 @@ class Indexer(IndexView):
         summary = Summary(dry_run=dry_run)
         missing = [root for root in self.roots if not root.path.is_dir()]
         if missing and not force and not keep_going:
-            raise PruneRefused(
-                f"root {missing[0].label!r}: {missing[0].path} is not a folder; fix the path, "
-                "or pass --force to prune its documents"
-            )
+            raise PruneRefused(guard.not_a_folder(missing))
         seen = self.detector.tree()
-        present = Counter(label for label, _ in seen.present)
         changes = self.detector.compare(seen, self.state, prune)
-        changes = self._guarded(changes, force, keep_going, present)
+        changes = self._guarded(changes, force, keep_going)
         must_open = bool(changes or self.state.fresh)
         if not dry_run and (must_open or not self.store_unchanged_since_last_run()):
             self.open_store()
             # the state may have been rebuilt from the store
             changes = self.detector.compare(seen, self.state, prune)
-            changes = self._guarded(changes, force, keep_going, present)
+            changes = self._guarded(changes, force, keep_going)
         summary.refused = changes.refused
         if missing and not force and not summary.refused:  # nothing of it was indexed
             summary.refused = f"root {missing[0].label!r} ({missing[0].path}) is not a folder"
@@ -183,20 +177,16 @@ class Indexer(IndexView):
             self.apply(changes, summary, dry_run=dry_run, guarded=False)
         if not dry_run and not summary.interrupted and not summary.refused:
             self.state.put(guard.STATE_KEY, json.dumps(guard.identities(self.roots)))
-            self.deleted_since.clear()  # what the events deleted is counted from here
         summary.seconds = time.monotonic() - started
         return summary
 
     def deletion_refused(
-        self,
-        deleted: Sequence[Key],
-        present: dict[str, int] | None = None,
-        already: dict[str, int] | None = None,
+        self, deleted: Sequence[Key], present: dict[str, int] | None = None
     ) -> str:
         """Why deleting these documents would be a guess (``mdindex.index.guard``);
         "" if not. ``present``: files per root label, when a whole scan counted
-        them; ``already``: documents per root that events deleted since then."""
-        return guard.refusal_in(self.state, self.roots, deleted, present, already)
+        them (None: paths that file events named)."""
+        return guard.refusal_in(self.state, self.roots, deleted, present)
 
     def check_deletes(self, deleted: Sequence[Key], present: dict[str, int] | None = None) -> None:
         """Raise PruneRefused when deleting these documents would be a guess."""
@@ -204,16 +194,9 @@ class Indexer(IndexView):
         if reason:
             raise PruneRefused(reason)
 
-    def _guarded(
-        self,
-        changes: Changes,
-        force: bool,
-        keep_going: bool,
-        present: dict[str, int] | None = None,
-        already: dict[str, int] | None = None,
-    ) -> Changes:
+    def _guarded(self, changes: Changes, force: bool, keep_going: bool) -> Changes:
         """The changes with the deletions the guard refuses: raised, or left out."""
-        reason = "" if force else self.deletion_refused(changes.deleted, present, already)
+        reason = "" if force else self.deletion_refused(changes.deleted, changes.present)
         return guard.withheld(changes, reason, keep_going)
 
     # -- writing -----------------------------------------------------------
@@ -234,10 +217,8 @@ class Indexer(IndexView):
         made, the changed files still are, and ``summary.refused`` says why.
         """
         summary = summary if summary is not None else Summary(dry_run=dry_run)
-        if guarded:  # events, one batch at a time: the deletions since the last
-            # whole reconcile count together, or a root deleted one file at a
-            # time would never lose "more than half" at once
-            changes = self._guarded(changes, False, True, already=self.deleted_since)
+        if guarded:  # a watcher's paths
+            changes = self._guarded(changes, False, True)
             summary.refused = changes.refused
         self._account(changes, summary)
         # Two stages: while the worker thread embeds one group, this thread
@@ -263,8 +244,6 @@ class Indexer(IndexView):
                 writer.write(staged, summary)
         writer.delete_docs(changes.deleted, summary, dry_run=dry_run)
         if not dry_run:
-            if guarded:
-                self.deleted_since.update(label for label, _ in changes.deleted)
             self._finish(changes, summary)
         return summary
 

@@ -35,6 +35,7 @@ from typing import Any
 
 from mdindex.config import Settings, index_params
 from mdindex.errors import ConfigError, PruneRefused, SpaceRefused, StoreError
+from mdindex.index import guard
 from mdindex.index.groups import GROUP_CHARS
 from mdindex.index.indexer import Hooks, Indexer
 from mdindex.index.planning import now_iso
@@ -282,6 +283,9 @@ class Rollout:
         once complete. ``run(indexer, prune, force)`` does the sync when given (Ray)."""
         target, live = self.target(), self.live
         switch_anyway = force  # a version with far fewer documents than the live one
+        missing = "" if force else guard.not_a_folder(self.settings.root_list())
+        if missing:  # a typo or an unmounted disk, also for a version not built yet
+            raise PruneRefused(missing)
         if target != live and not dry_run:
             self.begin(target)  # before anything of it exists
             # a new version holds nothing to prune: the document count decides

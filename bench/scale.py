@@ -1,0 +1,517 @@
+"""How mdindex's costs grow with the tree: 10,000 files to 100,000, up to a million points.
+
+    python bench/scale.py                      # 10,000 files, the real model
+    python bench/scale.py --large              # 10,000, 50,000 and 100,000 files, stand-in embedder
+    python bench/scale.py --sizes 2000 --embedder fixed --edits 5   # a quick look
+
+The tree is generated from the corpus (../shared/corpus, and examples/docs):
+file i is corpus file i mod n under ``setNNN/`` (its folders kept, as a docs
+site nests them), with a generated sentence at the start and the end of every
+section and a generated title, so no two files share a chunk text and vector
+reuse hides no work. The generator is deterministic (``generate``).
+
+Everything runs on the default store (qdrant-edge), each figure a whole
+process or the running daemon (`mdindex watch`, its search and status over
+its socket). With ``--embedder fixed`` every mdindex process embeds with a
+deterministic stand-in (hash vectors at the model's size, a fixed cost per
+batch), named as such in the table: what is measured is everything but the
+model; the real model's cost is its chunks embedded over its chunks/s
+(measured here by the model run, or given with ``--model-chunks-per-s``).
+
+Prints one table (every figure against size), writes bench/results/scale.json
+and draws bench/results/scale.png (cost against files, log axes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import REPO, RESULTS, corpus_dir, table, write_json
+
+# The stand-in embedder, put in place of the model in every mdindex process the
+# bench starts (the one place the model is made: mdindex.index.runtime).
+STAND_IN = """
+import hashlib, time
+import numpy as np
+import mdindex.index.runtime as runtime
+
+class FixedCost:
+    '''Hash vectors at the model's size; a fixed cost per batch of 64.'''
+    dimension = 384
+    batch = 64
+    cost_s = float(__import__('os').environ.get('SCALE_BATCH_COST_S', '0.002'))
+
+    def load(self):
+        pass
+
+    def describe(self):
+        return {'name': 'stand-in', 'reason': 'bench/scale.py: everything but the model'}
+
+    def embed(self, texts, token_ids=None):
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for i, text in enumerate(texts):
+            seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), 'big')
+            v = np.random.default_rng(seed).standard_normal(self.dimension)
+            out[i] = v / np.linalg.norm(v)
+        time.sleep(self.cost_s * -(-len(texts) // self.batch))
+        return out
+
+    def embed_query(self, text):
+        return self.embed([text])[0]
+
+runtime.ModelEmbedder = lambda *a, **k: FixedCost()
+"""
+
+# Run as `python -c PROBE ARGS...`: mdindex's CLI, then its peak RSS (VmHWM, which
+# starts afresh at exec) and its CPU seconds on stderr.
+PROBE = """
+import os, resource, sys
+from mdindex.cli import main
+rc = main(sys.argv[1:])
+hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')]
+ru = resource.getrusage(resource.RUSAGE_SELF)
+print('probe', hwm[0], ru.ru_utime + ru.ru_stime, file=sys.stderr)
+sys.exit(rc)
+"""
+
+VOCABULARY = """amber basin cedar delta ember falcon glacier harbor iris juniper kestrel
+lagoon meadow nickel orchid pepper quartz raven saffron tundra umber valley willow yarrow
+zephyr anchor bramble cobalt dune fjord garnet heron indigo jasper kelp lichen marble
+nectar onyx prairie quill ridge spruce thistle upland vapor wren"""
+WORDS = VOCABULARY.split()
+
+HEADING = re.compile(r"^#{1,6}\s")
+FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(12)).capitalize() + "."
+
+
+def unique_text(text: str, i: int) -> str:
+    """The corpus text with a generated title and a generated sentence at the start
+    and the end of every section: every chunk of file i is its own."""
+    rng = random.Random(i)
+    lines = text.splitlines()
+    start = 0
+    if lines and lines[0].strip() == "---":  # frontmatter stays as it is
+        end = next((k for k in range(1, len(lines)) if lines[k].strip() == "---"), None)
+        start = end + 1 if end is not None else 0
+    out = lines[:start]
+    fenced = False
+    for line in lines[start:]:
+        if FENCE.match(line):
+            fenced = not fenced
+        if not fenced and HEADING.match(line):
+            out += ["", sentence(rng), "", line, "", sentence(rng), ""]
+        else:
+            out.append(line)
+    out += ["", sentence(rng), ""]
+    title = f"# Page {i}: {sentence(rng)[:-1]}"
+    return "\n".join([*out[:start], title, "", *out[start:]]) + "\n"
+
+
+def corpus_files(corpus: Path) -> list[tuple[str, str]]:
+    files = []
+    for folder in (corpus, REPO / "examples" / "docs"):
+        for path in sorted(folder.rglob("*.md")):
+            rel = path.relative_to(folder.parent).as_posix()
+            files.append((rel, path.read_text(encoding="utf-8", errors="replace")))
+    return files
+
+
+def generate(files: list[tuple[str, str]], dest: Path, count: int) -> None:
+    """File i: corpus file i mod n in folder ``set{i // n}``, made unique."""
+    n = len(files)
+    for i in range(count):
+        rel, text = files[i % n]
+        out = dest / f"set{i // n:03d}" / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(unique_text(text, i), encoding="utf-8")
+
+
+# -- processes ---------------------------------------------------------------
+
+
+class Env:
+    """The commands of one size: its tree, state, embedder and environment."""
+
+    def __init__(self, work: Path, stand_in: bool) -> None:
+        self.work = work
+        self.root = work / "docs"
+        self.state = work / "state"
+        self.stand_in = stand_in
+        self.env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "MDINDEX_LOG_LEVEL": "WARNING",
+            # git outside the tree: its objects are not part of the docs
+            "GIT_DIR": str(work / "git"),
+            "GIT_WORK_TREE": str(self.root),
+        }
+
+    def argv(self, *args: str) -> list[str]:
+        code = (STAND_IN if self.stand_in else "") + PROBE
+        return [sys.executable, "-c", code, *args, "--state-dir", str(self.state)]
+
+    def run(self, *args: str) -> dict[str, Any]:
+        """One mdindex command as a whole process: wall, peak RSS, CPU, stdout."""
+        t = time.perf_counter()
+        proc = subprocess.run(self.argv(*args), capture_output=True, text=True, env=self.env)
+        wall = time.perf_counter() - t
+        if proc.returncode not in (0, 1):
+            sys.exit(f"mdindex {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+        probe = [line.split() for line in proc.stderr.splitlines() if line.startswith("probe ")]
+        return {
+            "wall_s": wall,
+            "peak_rss_mb": int(probe[-1][1]) / 1024 if probe else None,
+            "cpu_s": float(probe[-1][2]) if probe else None,
+            "stdout": proc.stdout,
+            "rc": proc.returncode,
+        }
+
+    def git(self, *args: str) -> None:
+        subprocess.run(
+            ["git", "-c", "core.quotepath=off", *args],
+            env=self.env,
+            check=True,
+            capture_output=True,
+        )
+
+
+def proc_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_mem_mb(pid: int, key: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def size_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+
+class Daemon:
+    """`mdindex watch` on the tree, reached as the CLI reaches it."""
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+        self.started = time.perf_counter()
+        with open(env.work / "daemon.log", "w") as log:  # the child keeps its own copy
+            self.proc = subprocess.Popen(
+                env.argv("watch", str(env.root)), env=env.env, stdout=subprocess.DEVNULL, stderr=log
+            )
+        self.client: Any = None
+
+    def wait_watching(self, timeout: float = 1800) -> float:
+        from mdindex.config import load_settings
+        from mdindex.daemon.client import find_daemon
+
+        deadline = time.monotonic() + timeout
+        settings = load_settings({"state_dir": str(self.env.state)})
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                sys.exit(
+                    f"the daemon exited {self.proc.returncode}; see {self.env.work}/daemon.log"
+                )
+            try:
+                self.client = self.client or find_daemon(settings)
+                status = self.client.ask("/status") if self.client else {}
+            except Exception:
+                status = {}
+            if isinstance(status, dict) and status.get("phase") == "watching":
+                return time.perf_counter() - self.started
+            time.sleep(0.05)
+        sys.exit("the daemon never reached watching")
+
+    def ask(self, path: str, post: bool = False) -> Any:
+        return self.client.ask(path, post=post, timeout=600)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def status_wait(env: Env) -> float:
+    out = env.run("status", "--wait", "--timeout", "120", "--json")
+    if out["rc"] != 0:
+        sys.exit(f"status --wait failed: {out['stdout'][-2000:]}")
+    return float(out["wall_s"])
+
+
+def searchable(daemon: Daemon, word: str, path: str) -> bool:
+    import urllib.parse
+
+    q = urllib.parse.urlencode({"q": word, "k": 10, "mode": "sparse", "path": path})
+    hits = daemon.ask(f"/search?{q}")
+    return any(word in h["text"] for h in hits)
+
+
+def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix=f"mdindex-scale-{size}-", dir=args.tmp))
+    env = Env(work, stand_in=args.embedder == "fixed")
+    row: dict[str, Any] = {"files": size, "embedder": args.embedder}
+    t = time.perf_counter()
+    generate(files, env.root, size)
+    env.git("init", "-q", "-b", "main")
+    env.git("add", "-A")
+    env.git("-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "tree")
+    print(
+        f"[{size}] tree generated and committed in {time.perf_counter() - t:.0f}s", file=sys.stderr
+    )
+
+    cold = env.run("backfill", str(env.root), "--json")
+    summary = json.loads(cold["stdout"])
+    row |= {
+        "points": summary["points_upserted"],
+        "chunks_embedded": summary["chunks_embedded"],
+        "cold_s": cold["wall_s"],
+        "cold_chunks_per_s": summary["chunks_embedded"] / cold["wall_s"],
+        "cold_embed_share": summary.get("embed_seconds", 0.0) / cold["wall_s"],
+        "cold_peak_rss_mb": cold["peak_rss_mb"],
+    }
+    print(f"[{size}] cold backfill {cold['wall_s']:.0f}s, {row['points']} points", file=sys.stderr)
+    noop = env.run("backfill", str(env.root), "--json")
+    row["noop_s"] = noop["wall_s"]
+    row["noop_peak_rss_mb"] = noop["peak_rss_mb"]
+    status = env.run("status", str(env.root), "--json")
+    row["status_s"] = status["wall_s"]
+    verify = env.run("verify", str(env.root), "--json")
+    row["verify_s"] = verify["wall_s"]
+    print(
+        f"[{size}] no-op {row['noop_s']:.1f}s, status {row['status_s']:.1f}s, verify {row['verify_s']:.1f}s",
+        file=sys.stderr,
+    )
+
+    daemon = Daemon(env)
+    try:
+        row["daemon_start_s"] = daemon.wait_watching()
+        time.sleep(2)
+        row["daemon_idle_rss_mb"] = proc_mem_mb(daemon.proc.pid, "VmRSS")
+
+        # the periodic rescan: the daemon's reconcile, asked for over its socket
+        cpu0, t0 = proc_cpu_s(daemon.proc.pid), time.perf_counter()
+        daemon.ask("/reconcile", post=True)
+        row["rescan_s"] = time.perf_counter() - t0
+        row["rescan_cpu_s"] = proc_cpu_s(daemon.proc.pid) - cpu0
+
+        # one edit to searchable, as a script sees it: write, then `status --wait`
+        rng = random.Random(size)
+        paths = sorted(p for p in env.root.rglob("*.md"))
+        latencies = []
+        for k in range(args.edits):
+            path = rng.choice(paths)
+            word = f"zqedit{k}x{size}"
+            t0 = time.perf_counter()
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(f"\n\nEdited with the word {word}.\n")
+            status_wait(env)
+            latencies.append(time.perf_counter() - t0)
+            rel = path.relative_to(env.root).as_posix()
+            if not searchable(daemon, word, rel):
+                sys.exit(f"edit {k}: {word} not searchable after status --wait returned")
+        row["edit_p50_s"] = statistics.median(latencies)
+        row["edit_p95_s"] = pct(latencies, 0.95)
+
+        # a burst: `git checkout` of a branch with 1,000 files changed
+        env.git("checkout", "-q", "-b", "burst")
+        changed = rng.sample(paths, min(1000, len(paths)))
+        for n, path in enumerate(changed):
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(f"\n\nBurst change {n} zqburst{n}x.\n")
+        env.git("-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-am", "burst")
+        env.git("checkout", "-q", "main")
+        status_wait(env)
+        t0 = time.perf_counter()
+        env.git("checkout", "-q", "burst")
+        checkout_s = time.perf_counter() - t0
+        status_wait(env)
+        row["burst_s"] = time.perf_counter() - t0
+        row["burst_checkout_s"] = checkout_s
+        last = changed[-1].relative_to(env.root).as_posix()
+        if not searchable(daemon, f"zqburst{len(changed) - 1}x", last):
+            sys.exit("the burst's last file is not searchable after status --wait returned")
+
+        # search with the model loaded, through the daemon as the CLI asks it
+        import urllib.parse
+
+        queries = [" ".join(random.Random(q).sample(WORDS, 3)) for q in range(args.queries)]
+        for mode in ("hybrid", "dense"):
+            for filtered in (False, True):
+                times = []
+                for q in queries:
+                    params = {"q": q, "k": 10, "mode": mode}
+                    if filtered:
+                        params["path"] = "set000/"
+                    t0 = time.perf_counter()
+                    daemon.ask("/search?" + urllib.parse.urlencode(params))
+                    times.append(time.perf_counter() - t0)
+                name = f"search_{mode}{'_path' if filtered else ''}"
+                row[name + "_p50_ms"] = statistics.median(times) * 1000
+                row[name + "_p95_ms"] = pct(times, 0.95) * 1000
+        time.sleep(2)
+        row["daemon_idle_rss_after_mb"] = proc_mem_mb(daemon.proc.pid, "VmRSS")
+        row["daemon_peak_rss_mb"] = proc_mem_mb(daemon.proc.pid, "VmHWM")
+    finally:
+        daemon.stop()
+    row["state_mb"] = sum(p.stat().st_size for p in env.state.glob("*.sqlite3*")) / 2**20
+    row["store_mb"] = size_mb(env.state) - row["state_mb"]
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return row
+
+
+COLUMNS = [
+    "files",
+    "points",
+    "chunks_embedded",
+    "cold_s",
+    "cold_chunks_per_s",
+    "cold_embed_share",
+    "cold_peak_rss_mb",
+    "noop_s",
+    "status_s",
+    "verify_s",
+    "daemon_start_s",
+    "rescan_s",
+    "rescan_cpu_s",
+    "edit_p50_s",
+    "edit_p95_s",
+    "burst_s",
+    "search_hybrid_p50_ms",
+    "search_hybrid_p95_ms",
+    "search_hybrid_path_p50_ms",
+    "search_dense_p50_ms",
+    "search_dense_path_p50_ms",
+    "daemon_idle_rss_mb",
+    "daemon_peak_rss_mb",
+    "state_mb",
+    "store_mb",
+]
+
+PLOTTED = {
+    "cold_s": "cold backfill (s)",
+    "noop_s": "no-op re-run (s)",
+    "daemon_start_s": "daemon start to watching (s)",
+    "rescan_cpu_s": "rescan CPU (s)",
+    "edit_p50_s": "edit to searchable p50 (s)",
+    "burst_s": "1,000-file checkout (s)",
+    "status_s": "status (s)",
+    "verify_s": "verify (s)",
+}
+
+
+def picture(rows: list[dict[str, Any]], cpu: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
+    xs = [r["files"] for r in rows]
+    for key, label in PLOTTED.items():
+        left.plot(xs, [r[key] for r in rows], marker="o", label=label)
+    left.set(xscale="log", yscale="log", xlabel="files", ylabel="seconds", title="time")
+    left.legend(fontsize=7)
+    for key, label in (
+        ("daemon_idle_rss_mb", "daemon idle RSS"),
+        ("daemon_peak_rss_mb", "daemon peak RSS"),
+        ("cold_peak_rss_mb", "backfill peak RSS"),
+        ("store_mb", "store on disk"),
+        ("state_mb", "state on disk"),
+    ):
+        right.plot(xs, [r[key] for r in rows], marker="o", label=label)
+    right.set(xscale="log", yscale="log", xlabel="files", ylabel="MB", title="memory and disk")
+    right.legend(fontsize=7)
+    fig.suptitle(f"mdindex against tree size ({rows[0]['embedder']} embedder; {cpu})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            name = line.split(":", 1)[1].strip()
+            return f"{name}, {os.cpu_count()} cores"
+    return "unknown CPU"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--corpus")
+    ap.add_argument("--sizes", default="10000")
+    ap.add_argument("--embedder", choices=["model", "fixed"], default="model")
+    ap.add_argument(
+        "--large", action="store_true", help="10,000, 50,000 and 100,000 files, stand-in embedder"
+    )
+    ap.add_argument("--edits", type=int, default=20)
+    ap.add_argument("--queries", type=int, default=50)
+    ap.add_argument(
+        "--model-chunks-per-s", type=float, help="the real model's rate, for what it would add"
+    )
+    ap.add_argument("--tmp", help="where the trees go (default: the system's temp folder)")
+    ap.add_argument("--keep", action="store_true", help="keep the trees, states and stores")
+    args = ap.parse_args()
+    if args.large:
+        args.sizes, args.embedder = "10000,50000,100000", "fixed"
+    files = corpus_files(corpus_dir(args.corpus))
+    cpu = cpu_name()
+    rows = [measure(int(s), files, args) for s in args.sizes.split(",")]
+    rate = args.model_chunks_per_s or (
+        rows[0]["cold_chunks_per_s"] if args.embedder == "model" else None
+    )
+    for row in rows:
+        if args.embedder == "fixed" and rate:
+            row["model_would_add_s"] = row["chunks_embedded"] / rate
+    print(
+        f"mdindex at scale; {cpu}; embedder: {args.embedder}"
+        + (" (a stand-in: hash vectors, fixed cost per batch)" if args.embedder == "fixed" else "")
+    )
+    for chunk in range(0, len(COLUMNS), 9):
+        cols = COLUMNS[chunk : chunk + 9]
+        print(table(rows, ["files", *[c for c in cols if c != "files"]]))
+        print()
+    if len(rows) >= 2:
+        a, b = rows[-2], rows[-1]
+        print(f"growth {a['files']} -> {b['files']} files ({b['files'] / a['files']:.1f}x):")
+        for key in COLUMNS[1:]:
+            if a.get(key) and b.get(key):
+                print(f"  {key}: {b[key] / a[key]:.2f}x")
+    name = "scale" if args.embedder == "model" else "scale_large"
+    write_json(name, {"cpu": cpu, "embedder": args.embedder, "rows": rows})
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    picture(rows, cpu, RESULTS / f"{name}.png")
+    print(f"written bench/results/{name}.json and .png")
+
+
+if __name__ == "__main__":
+    main()

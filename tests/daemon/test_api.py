@@ -1,0 +1,182 @@
+"""What a real daemon answers on its API's threads while it starts and while it
+runs (health, search, status and waiting for freshness), and the endpoints it
+listens on."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mdindex.daemon.client import find_daemon
+from mdindex.errors import ConfigError, StoreError, StoreUnavailable
+from mdindex.index.lock import lock_path, read_holder
+from tests.conftest import TinyEmbedder, run_rollout, settings_for
+from tests.daemon.running import QUIET_MS, Running, tcp_port, wait_for
+
+
+class SlowLoad(TinyEmbedder):
+    """A model that takes as long to load as the test wants."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded = threading.Event()
+
+    def load(self) -> None:
+        assert self.loaded.wait(60)
+
+
+def settled(d: Running) -> None:
+    """Until the startup reconcile is over and its version live."""
+
+    def done() -> bool:
+        status = d.daemon.api.status()
+        return status["phase"] == "watching" and bool(status["versions"][0]["live"])
+
+    wait_for(done, 30, "the first version live")
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    r = tmp_path / "notes"
+    (r / "sub").mkdir(parents=True)
+    (r / "a.md").write_text("# A\n\nAlpha apples.\n")
+    (r / "sub" / "b.md").write_text("# B\n\nBeta bananas.\n")
+    return r
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, root: Path) -> Iterator[Running]:
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder()).start()
+    yield d
+    if d.thread.is_alive():
+        d.stop()
+
+
+def test_while_the_model_loads_status_answers_and_searches_wait(tmp_path: Path, root: Path) -> None:
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    run_rollout(s, TinyEmbedder())  # indexed before: a restart
+    model = SlowLoad()
+    d = Running(s, model)
+    d.thread.start()
+    found: list[Any] = []
+    try:
+        wait_for(lambda: bool(d.daemon.endpoints.servers), 30, "the endpoints")
+        api = d.daemon.api
+        assert api.health() == (False, "starting")
+        status = api.status()
+        assert (status["phase"], status["healthy"], status["daemon"]) == ("starting", False, True)
+        assert status["store"] is None and status["points"] == 0
+        assert status["queue_paths"] == 0 and status["oldest_wait_s"] is None
+        assert status["embedding"] == {} and "caught_up" not in status
+        with pytest.raises(StoreError, match="still starting"):
+            api.serving(timeout=0.2)
+
+        def search() -> None:
+            found.extend(api.search({"q": "bananas", "k": 1, "mode": "sparse"}))
+
+        searcher = threading.Thread(target=search, daemon=True)
+        searcher.start()
+        searcher.join(0.5)
+        assert searcher.is_alive() and found == []  # it waits for the model
+        model.loaded.set()
+        searcher.join(30)
+        assert [h["doc_path"] for h in found] == ["sub/b.md"]
+    finally:
+        model.loaded.set()
+        wait_for(lambda: d.daemon.work.next_rescan > 0, 30, "the start")
+        d.stop()
+
+
+def test_a_running_daemon_answers_health_search_and_status(daemon: Running) -> None:
+    api = daemon.daemon.api
+    settled(daemon)
+    assert api.health() == (True, "watching")
+    [hit] = api.search({"q": "Alpha apples", "k": 1, "mode": "sparse"})
+    assert hit["doc_path"] == "a.md" and "vector_key" not in hit
+    with pytest.raises(ValueError, match="k must be 1 to 100"):
+        api.search({"q": "apples", "k": 0})
+    status = api.status()
+    assert (status["phase"], status["healthy"], status["reason"]) == ("watching", True, "")
+    assert status["documents"] == 2 and status["coverage"] == "2 of 2"
+    assert status["engine"] == "qdrant-edge" and status["points"] == len(daemon.points())
+    assert status["embedding"] == TinyEmbedder().describe()
+    assert [(v["live"], v["status"]) for v in status["versions"]] == [(True, "complete")]
+    assert status["queue_paths"] == 0 and status["build_blocked"] == ""
+
+
+def test_status_waits_until_every_change_before_it_is_searchable(
+    daemon: Running, root: Path
+) -> None:
+    api = daemon.daemon.api
+    (root / "new.md").write_text("# New\n\nA zeppelin lands.\n")
+    status = api.status(wait=30)
+    assert status["caught_up"] is True and status["documents"] == 3
+    assert [h["doc_path"] for h in api.search({"q": "zeppelin", "k": 1, "mode": "sparse"})] == [
+        "new.md"
+    ]
+    # deletions the guard refuses are changes still to be made
+    for path in root.rglob("*.md"):
+        path.unlink()
+    status = api.status(wait=30)
+    assert status["caught_up"] is False and status["phase"] == "degraded"
+    assert "deletions refused" in status["reason"] and status["healthy"] is False
+    assert api.health() == (False, status["reason"])
+
+
+def test_a_store_that_fails_shows_in_health_and_status(daemon: Running) -> None:
+    api = daemon.daemon.api
+    settled(daemon)
+    daemon.daemon.health.store_failed(StoreUnavailable("qdrant-edge refusing writes"))
+    assert api.health() == (False, "store: qdrant-edge refusing writes")
+    status = api.status()
+    assert status["phase"] == "degraded" and status["healthy"] is False
+
+
+def test_versions_requests_are_answered_by_the_main_loop(daemon: Running) -> None:
+    api = daemon.daemon.api
+    with pytest.raises(ConfigError, match="names no version"):
+        api.versions("use", ["0000"])
+    assert api.versions("drop", []) == {"dropped": []}
+
+
+def test_the_endpoints_are_a_socket_and_a_tcp_port(tmp_path: Path, root: Path) -> None:
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS, http_port=0)
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        holder = read_holder(lock_path(s.state_dir, s.collection))
+        assert holder is not None and holder["command"] == "watch"
+        port = tcp_port(d)
+        assert holder["socket"] == str(s.state_dir / "mdindex.sock")
+        assert (holder["http_host"], holder["http_port"]) == ("127.0.0.1", port)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
+            assert json.load(r)["status"] == "ok"
+    finally:
+        d.stop()
+    assert not (s.state_dir / "mdindex.sock").exists()
+    assert find_daemon(s) is None  # the lock is released with the endpoints
+
+
+def test_a_socket_path_too_long_moves_to_a_private_folder(tmp_path: Path, root: Path) -> None:
+    deep = tmp_path / ("state-" + "x" * 60) / ("y" * 40)
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS, state_dir=str(deep))
+    assert len(os.fsencode(deep / "mdindex.sock")) >= 100
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        found = find_daemon(s)
+        assert found is not None
+        sock = Path(found.socket)
+        assert sock.name == "api.sock" and sock.parent.name.startswith("mdindex-")
+        assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+        assert found.ask("/status")["documents"] == 2
+    finally:
+        d.stop()
+    assert not sock.parent.exists()

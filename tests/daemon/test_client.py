@@ -1,0 +1,167 @@
+"""How the CLI and `mdindex mcp` reach the index: the daemon found through the
+lock file (again for every call, so a restarted one is followed), else the
+store opened here with the live version's settings."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mdindex.daemon.client import DaemonClient, DaemonGone, IndexClient, find_daemon
+from mdindex.errors import ConfigError, FreshnessUnknown, StoreUnavailable
+from mdindex.index.lock import WriterLock, token_path
+from mdindex.index.search import Query
+from tests.conftest import TinyEmbedder, run_rollout, settings_for
+from tests.daemon.running import QUIET_MS, Running, converges, token_of
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    r = tmp_path / "notes"
+    r.mkdir()
+    (r / "a.md").write_text("# A\n\nAlpha apples, a secret recipe.\n")
+    return r
+
+
+@pytest.fixture
+def holder(tmp_path: Path, root: Path) -> Iterator[WriterLock]:
+    """The writer lock as a daemon holds it, before it records where it listens."""
+    s = settings_for(tmp_path, [str(root)])
+    lock = WriterLock(s.state_dir, s.collection, "watch").acquire()
+    yield lock
+    lock.release()
+
+
+def sparse(text: str) -> Query:
+    return Query(text, k=1, mode="sparse")  # answered without loading a model
+
+
+def test_the_socket_answers_the_cli_without_any_setting(tmp_path: Path, root: Path) -> None:
+    """No http_port: the CLI finds the daemon's socket through the lock file."""
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        converges(d, tmp_path, root)
+        assert not [srv for srv in d.daemon.endpoints.servers if srv.path is None]  # no TCP port
+        found = find_daemon(s)
+        assert found is not None and found.socket and not found.url
+        assert found.ask("/status")["documents"] == 1
+        assert found.ask("/search?q=recipe")[0]["doc_path"] == "a.md"
+        # without the token the socket refuses too
+        conn = http.client.HTTPConnection("localhost")
+        conn.sock = socket.socket(socket.AF_UNIX)
+        conn.sock.connect(found.socket)
+        conn.request("GET", "/status")
+        assert conn.getresponse().status == 401
+        conn.close()
+    finally:
+        d.stop()
+
+
+def test_only_a_watch_holding_the_lock_is_a_daemon(tmp_path: Path, root: Path) -> None:
+    s = settings_for(tmp_path, [str(root)])
+    assert find_daemon(s) is None  # no lock file at all
+    backfill = WriterLock(s.state_dir, s.collection, "backfill").acquire(socket="/x.sock")
+    try:
+        assert find_daemon(s) is None  # a backfill holds the store: no daemon to ask
+    finally:
+        backfill.release()
+    lock = WriterLock(s.state_dir, s.collection, "watch").acquire(socket="/x.sock")
+    lock.release()
+    assert find_daemon(s) is None  # a record left behind, no holder
+
+
+def test_a_daemon_without_endpoints_yet_is_waited_for(
+    tmp_path: Path, root: Path, holder: WriterLock
+) -> None:
+    s = settings_for(tmp_path, [str(root)])
+    with pytest.raises(StoreUnavailable, match=r"did not open its socket within 0 s"):
+        find_daemon(s, wait_s=0.2)
+    assert find_daemon(s, required=False) is None
+    server = settings_for(tmp_path, [str(root)], qdrant_url="http://127.0.0.1:9")
+    assert find_daemon(server) is None  # a server store is shared: go to it directly
+
+
+def test_the_daemon_is_found_with_its_token(tmp_path: Path, root: Path, holder: WriterLock) -> None:
+    s = settings_for(tmp_path, [str(root)])
+    holder.update(socket="/run/mdindex.sock", http_host="127.0.0.1", http_port=8123)
+    with pytest.raises(StoreUnavailable, match="cannot be read"):
+        find_daemon(s)
+    token_path(s.state_dir, s.collection).write_text("the-token\n")
+    assert find_daemon(s) == DaemonClient("/run/mdindex.sock", "http://127.0.0.1:8123", "the-token")
+    holder.update(http_host="127.0.0.1", http_port=8123)  # TCP only
+    assert find_daemon(s) == DaemonClient("", "http://127.0.0.1:8123", "the-token")
+
+
+def test_what_a_daemon_refuses_is_told_apart(tmp_path: Path, root: Path) -> None:
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        found = find_daemon(s)
+        assert found is not None
+        with pytest.raises(DaemonGone, match="refused the token"):
+            DaemonClient(found.socket, "", "another daemon's token").ask("/status")
+        with pytest.raises(ConfigError, match="the daemon refused /search: k must be 1 to 100"):
+            found.ask("/search?q=apples&k=0")
+        with pytest.raises(DaemonGone, match="is gone"):
+            DaemonClient(str(tmp_path / "nobody.sock"), "", found.token).ask("/status")
+    finally:
+        d.stop()
+
+
+def test_without_a_daemon_the_store_is_opened_here(tmp_path: Path, root: Path) -> None:
+    s = settings_for(tmp_path, [str(root)])
+    run_rollout(s, TinyEmbedder())
+    client = IndexClient(s)
+    [hit] = client.search(sparse("secret recipe"))
+    assert hit["doc_path"] == "a.md" and "vector_key" not in hit
+    status = client.status()
+    assert (status["daemon"], status["phase"], status["documents"]) == (False, "stopped", 1)
+    assert client.reconcile() is None  # nobody to ask: the caller syncs itself
+    (root / "b.md").write_text("# B\n\nBananas.\n")
+    waited = client.status(wait=0.5)
+    assert waited["caught_up"] is False and waited["pending"]["changed"] == 1
+    # no roots and no daemon: nothing can tell whether the index is caught up
+    rootless = settings_for(tmp_path, [])
+    with pytest.raises(FreshnessUnknown, match="no daemon holds the index"):
+        IndexClient(rootless).status(wait=0.3)
+
+
+def test_a_client_follows_a_daemon_that_restarts(tmp_path: Path, root: Path) -> None:
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    client = IndexClient(s)
+    first = Running(s, TinyEmbedder()).start()
+    try:
+        assert client.status(wait=30)["daemon"] is True
+        found = client.daemon()
+        assert found is not None and found.token == token_of(first)
+    finally:
+        first.stop()
+    assert client.daemon() is None and client.status()["daemon"] is False
+    second = Running(s, TinyEmbedder()).start()
+    try:
+        assert token_of(second) != found.token  # a new token with every start
+        assert client.status(wait=30)["daemon"] is True
+        assert [h["doc_path"] for h in client.search(sparse("recipe"))] == ["a.md"]
+        with pytest.raises(DaemonGone):  # what was found before is stale
+            found.ask("/status")
+    finally:
+        second.stop()
+
+
+def test_without_a_daemon_searches_follow_the_live_version(tmp_path: Path, root: Path) -> None:
+    heading = settings_for(tmp_path, [str(root)])
+    run_rollout(heading, TinyEmbedder())
+    client = IndexClient(heading)
+    live = client.live_settings()
+    assert live.strategy == "heading" and client.live_settings() is live  # read once
+    assert client.search(sparse("recipe"))[0]["strategy"] == "heading"
+    # another process switches the index to a token version
+    run_rollout(settings_for(tmp_path, [str(root)], strategy="token"), TinyEmbedder())
+    assert client.settings.strategy == "heading"
+    assert client.live_settings().strategy == "token"
+    assert client.search(sparse("recipe"))[0]["strategy"] == "token"

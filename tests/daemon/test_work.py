@@ -1,0 +1,162 @@
+"""What the daemon's main loop does with what it hears: the API's reconcile and
+versions requests (one reconcile for all those waiting), a batch the store
+refused (tried again later), and the store's housekeeping in quiet moments."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mdindex.config import Settings
+from mdindex.daemon import work
+from mdindex.daemon.service import Daemon
+from mdindex.errors import ConfigError
+from mdindex.index.runtime import collection_of
+from tests.conftest import TinyEmbedder, build_indexer, settings_for
+from tests.daemon.running import QUIET_MS, Running, converges, fresh, wait_for
+from tests.daemon.test_mailbox import Asker, waiting
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    r = tmp_path / "notes"
+    (r / "sub").mkdir(parents=True)
+    (r / "a.md").write_text("# A\n\nAlpha apples.\n")
+    (r / "b.md").write_text("# B\n\nBeta bananas.\n")
+    (r / "sub" / "c.md").write_text("# C\n\nCherries.\n")
+    return r
+
+
+@contextmanager
+def started(settings: Settings) -> Iterator[Daemon]:
+    """A daemon started, its main loop's jobs run by the test, one at a time."""
+    daemon = Running(settings, TinyEmbedder()).daemon
+    daemon.startup()
+    try:
+        daemon.work.reconcile("startup")
+        yield daemon
+    finally:
+        daemon.shutdown()
+
+
+def test_one_reconcile_answers_every_request_waiting(tmp_path: Path, root: Path) -> None:
+    with started(settings_for(tmp_path, [str(root)])) as daemon:
+        (root / "new.md").write_text("# New\n\nA new note.\n")
+        askers = [Asker(daemon.mailbox, "reconcile", force=False) for _ in range(2)]
+        waiting(daemon.mailbox, 2)
+        daemon.work.serve_requests()
+        first, second = (a.done().answer for a in askers)
+        # one reconcile: the second would have found nothing left to do
+        assert first == second and first is not None
+        assert first["files_changed"] == 1 and first["files_seen"] == 4
+        assert not daemon.mailbox
+
+
+def test_a_forced_request_forces_the_reconcile_they_share(tmp_path: Path, root: Path) -> None:
+    with started(settings_for(tmp_path, [str(root)])) as daemon:
+        for path in root.rglob("*.md"):
+            path.unlink()
+        plain = Asker(daemon.mailbox, "reconcile", force=False)
+        waiting(daemon.mailbox, 1)
+        daemon.work.serve_requests()
+        refused = plain.done().answer
+        assert refused is not None and refused["files_deleted"] == 0
+        assert "no markdown files" in refused["refused"]
+        assert daemon.phase == "degraded" and daemon.health.reason.startswith("deletions refused")
+        askers = [Asker(daemon.mailbox, "reconcile", force=force) for force in (False, True)]
+        waiting(daemon.mailbox, 2)
+        daemon.work.serve_requests()
+        for asker in askers:
+            answer = asker.done().answer
+            assert answer is not None
+            assert (answer["files_deleted"], answer["refused"]) == (3, "")
+        assert daemon.phase == "watching" and not daemon.work.force_next
+        assert daemon.indexer is not None and daemon.indexer.counts() == (0, 0)
+
+
+def test_versions_requests_are_answered_one_by_one(tmp_path: Path, root: Path) -> None:
+    with started(settings_for(tmp_path, [str(root)])) as daemon:
+        wrong = Asker(daemon.mailbox, "use", fingerprints=["0000"])
+        waiting(daemon.mailbox, 1)
+        drop = Asker(daemon.mailbox, "drop", fingerprints=[])
+        waiting(daemon.mailbox, 2)
+        daemon.work.serve_requests()
+        assert isinstance(wrong.done().error, ConfigError)
+        assert "names no version" in str(wrong.error)
+        assert drop.done().answer == {"dropped": []}
+
+
+def test_a_batch_the_store_refused_is_tried_again(
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local store another writer holds busy: the batch waits, then lands
+    without a rescan once the store takes writes again."""
+    monkeypatch.setattr(work, "STORE_RETRY_S", 1.0)
+    s = settings_for(tmp_path, [str(root)], store="client", quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder()).start()
+    api = d.daemon.api
+    try:
+        converges(d, tmp_path, root)
+        storage = s.store_path / "collection" / collection_of(s) / "storage.sqlite"
+        busy = sqlite3.connect(storage, isolation_level=None)
+        busy.execute("BEGIN EXCLUSIVE")
+        try:
+            (root / "new.md").write_text("# New\n\nWritten while the store was busy.\n")
+            wait_for(lambda: d.daemon.health.reason.startswith("store:"), 60, "the refusal")
+            healthy, reason = api.health()
+            assert not healthy and "database is locked" in reason
+        finally:
+            busy.execute("ROLLBACK")
+            busy.close()
+        wait_for(lambda: "new.md" in {p["doc_path"] for p in d.points().values()}, 30, "new.md")
+        wait_for(lambda: api.health() == (True, "watching"), 10, "healthy again")
+        converges(d, tmp_path, root)
+        assert d.daemon.metrics.registry.get_sample_value("mdindex_rescans_total") == 0
+    finally:
+        d.stop()
+
+
+def test_edge_store_builds_its_index_when_quiet_and_keeps_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mdindex.daemon import work
+    from mdindex.sinks.edge import EdgeStore
+    from tests.faults.helpers import make_tree, mutate
+
+    monkeypatch.setattr(work, "SETTLE_AFTER_S", 0.3)
+    root = make_tree(tmp_path / "docs")
+    s = settings_for(tmp_path, [str(root)], store="edge", quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder())
+
+    def factory(settings: Any, **options: Any) -> Any:
+        # Tiny thresholds, so a store of a few dozen points gets an HNSW index.
+        collection = collection_of(settings)
+        store = EdgeStore(
+            collection,
+            path=settings.store_path / collection,
+            index_min_points=10,
+            indexing_threshold_kb=1,
+        )
+        return build_indexer(settings, d.embedder, store=store, **options)
+
+    d.daemon.indexer_factory = factory
+    d.start()
+    try:
+        points = len(fresh(tmp_path, root))
+        wait_for(lambda: d.daemon.status().get("indexed_points") == points, 30, "index built")
+        mutate(root)
+        converges(d, tmp_path, root)
+        # every chunk finds itself first through the index, asked (densely, for a
+        # cosine score) with what was embedded: its text behind its context
+        for payload in d.points().values():
+            embedded = " > ".join([payload["title"], *payload["heading_path"]])
+            query = {"q": f"{embedded}\n\n{payload['text']}", "k": 1, "mode": "dense"}
+            top = d.daemon.api.search(query)[0]
+            assert top["text"] == payload["text"] and top["score"] > 0.999
+    finally:
+        d.stop()

@@ -1,0 +1,133 @@
+"""Building an edge shard's search index out of the way: when it pays off
+(``wants_index``), and a child process that builds it or gives way at once."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mdindex.sinks import Point
+from mdindex.sinks.base import StoreQuery
+from mdindex.sinks.edge import EdgeStore
+from mdindex.sinks.edge.optimize import optimize, wants_index
+from mdindex.sinks.edge.shard import load, read_config
+
+
+def filled(tmp_path: Path, n: int, dim: int, **kw: int) -> tuple[EdgeStore, np.ndarray]:
+    store = EdgeStore("c", path=tmp_path / "c", batch_points=2048, **kw)
+    store.open()
+    store.ensure_collection(dim)
+    rng = np.random.default_rng(1)
+    vectors = rng.standard_normal((n, dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    store.upsert(
+        [Point(str(uuid.UUID(int=i + 1)), vectors[i].tolist(), {"i": i}) for i in range(n)]
+    )
+    return store, vectors
+
+
+def more(store: EdgeStore, vectors: np.ndarray, n: int, start: int) -> None:
+    store.upsert(
+        [Point(str(uuid.UUID(int=start + i)), vectors[i].tolist(), {"i": i}) for i in range(n)]
+    )
+
+
+def with_threshold(config: dict[str, Any], kb: int | None) -> dict[str, Any]:
+    return {**config, "optimizers": {**config["optimizers"], "indexing_threshold": kb}}
+
+
+def test_an_index_is_wanted_for_enough_points_enough_of_them_unindexed(tmp_path: Path) -> None:
+    store, vectors = filled(tmp_path, 200, 16, indexing_threshold_kb=1)  # 1 kB: 16 16-d vectors
+    try:
+        info, config = store.shard.info(), read_config(store.path)
+        assert (info.points_count, info.indexed_vectors_count) == (200, 0)
+        assert config["optimizers"]["indexing_threshold"] == 1
+        assert wants_index(info, config, 100) and wants_index(info, config, 200)
+        assert not wants_index(info, config, 201)  # fewer points than index_min_points
+        # a segment under the optimizer's threshold stays plain: with Qdrant's
+        # default of 10 MB, under 160,000 16-d vectors
+        assert not wants_index(info, with_threshold(config, 10_000), 100)
+        assert not wants_index(info, with_threshold(config, None), 100)  # the default then
+        assert not wants_index(info, {**config, "optimizers": None}, 100)
+        store.close()
+        assert optimize(store.path, lambda: False)
+        store.open()
+        assert store.shard.info().indexed_vectors_count == 200
+        assert not wants_index(store.shard.info(), config, 100)
+        # a tenth of the store unindexed asks for another build, less does not
+        more(store, vectors, 20, start=1000)
+        assert not wants_index(store.shard.info(), config, 100)  # 20 of 220
+        more(store, vectors, 10, start=2000)
+        assert wants_index(store.shard.info(), config, 100)  # 30 of 230
+    finally:
+        store.close()
+
+
+def test_optimize_builds_the_index_of_a_closed_shard(tmp_path: Path) -> None:
+    store, vectors = filled(tmp_path, 500, 16, indexing_threshold_kb=1)
+    store.close()
+    assert optimize(store.path, lambda: False) is True
+    shard = load(store.path)
+    try:
+        assert shard.info().indexed_vectors_count == 500
+    finally:
+        shard.close()
+    store.open()
+    try:
+        assert store.count() == 500
+        hits = store.search(StoreQuery(1, dense=vectors[42].tolist()))
+        assert hits[0].payload == {"i": 42}
+    finally:
+        store.close()
+
+
+def test_optimize_gives_way_at_once_and_leaves_the_shard_as_it_was(tmp_path: Path) -> None:
+    store, vectors = filled(tmp_path, 500, 16, indexing_threshold_kb=1)
+    store.close()
+    started = time.monotonic()
+    assert optimize(store.path, lambda: True) is False
+    assert time.monotonic() - started < 2
+    store.open()
+    try:
+        assert store.count() == 500 and store.shard.info().indexed_vectors_count == 0
+        assert store.search(StoreQuery(1, dense=vectors[7].tolist()))[0].payload == {"i": 7}
+    finally:
+        store.close()
+
+
+def test_a_build_that_fails_says_why(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store, _ = filled(tmp_path, 50, 16, indexing_threshold_kb=1)
+    try:  # still open here: the child cannot have it
+        with caplog.at_level(logging.WARNING, logger="mdindex.sinks.edge.optimize"):
+            assert optimize(store.path, lambda: False) is False
+        assert "index build failed" in caplog.text
+        assert store.count() == 50 and store.shard.info().indexed_vectors_count == 0
+    finally:
+        store.close()
+
+
+def test_index_build_gives_way_and_loses_nothing(tmp_path: Path) -> None:
+    # Large enough that building takes seconds on two cores.
+    store, vectors = filled(tmp_path, 20_000, 384, index_min_points=1000)
+    started = time.monotonic()
+    asked = []
+
+    def idle() -> bool:
+        asked.append(time.monotonic())
+        return time.monotonic() - started < 0.5
+
+    assert store.settle(idle) is False
+    assert time.monotonic() - started < 3
+    assert len(asked) >= 3
+    assert store.count() == 20_000
+    assert store.describe()["indexed_points"] == 0
+    hits = store.search(StoreQuery(1, dense=vectors[3].tolist()))
+    assert hits[0].payload["i"] == 3
+    assert store.wants_index()
+    store.close()

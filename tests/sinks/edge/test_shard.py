@@ -1,0 +1,95 @@
+"""A qdrant-edge shard on disk: created with the model's vectors, loaded once,
+and an existing one checked against the model by its own creation record."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mdindex.errors import LayoutMismatch, LockError, StoreError, StoreMismatch
+from mdindex.sinks.edge.shard import CONFIG_FILE, check_existing, create, load, read_config
+
+
+def made(path: Path, dimension: int = 8, sparse: bool = True, threshold: int = 1234) -> Path:
+    shard = create(path, dimension, sparse, threshold)
+    shard.close()
+    return path
+
+
+def test_create_records_the_vectors_and_load_reads_the_shard(tmp_path: Path) -> None:
+    from qdrant_edge import CountRequest
+
+    path = made(tmp_path / "store" / "c")  # the parent folder is made too
+    config = read_config(path)
+    assert config["vectors"] == {"": {**config["vectors"][""], "size": 8, "distance": "Cosine"}}
+    assert set(config["sparse_vectors"]) == {"bm25"}
+    assert config["optimizers"]["indexing_threshold"] == 1234
+    shard = load(path)
+    try:
+        assert shard.count(CountRequest(exact=True)) == 0
+    finally:
+        shard.close()
+    dense_only = read_config(made(tmp_path / "d", dimension=3, sparse=False))
+    assert dense_only["vectors"][""]["size"] == 3 and not dense_only.get("sparse_vectors")
+
+
+def test_a_shard_open_elsewhere_is_a_lock_error(tmp_path: Path) -> None:
+    path = made(tmp_path / "c")
+    first = load(path)
+    try:
+        with pytest.raises(LockError, match="open in another process"):
+            load(path)
+    finally:
+        first.close()
+    load(path).close()  # free again once closed
+
+
+@pytest.mark.parametrize("content", [None, "{not json", "[1, 2]", '"a string"'])
+def test_an_unreadable_record_is_a_store_error(tmp_path: Path, content: str | None) -> None:
+    path = tmp_path / "c"
+    path.mkdir()
+    if content is not None:
+        (path / CONFIG_FILE).write_text(content)
+    with pytest.raises(StoreError, match=f"unreadable {CONFIG_FILE}"):
+        read_config(path)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> dict[str, Any]:
+    return read_config(made(tmp_path / "c"))
+
+
+def test_the_models_vectors_are_accepted(config: dict[str, Any], tmp_path: Path) -> None:
+    assert check_existing(config, tmp_path, 8, sparse=True) is True
+    assert check_existing(config, tmp_path, 8, sparse=False) is True  # kept, unused
+    dense_only = read_config(made(tmp_path / "d", sparse=False))
+    assert check_existing(dense_only, tmp_path, 8, sparse=False) is False
+
+
+def test_other_vectors_are_refused(config: dict[str, Any], tmp_path: Path) -> None:
+    with pytest.raises(StoreMismatch, match="has 8-d Cosine vectors but the model gives 16-d"):
+        check_existing(config, tmp_path, 16, sparse=True)
+    dot = copy.deepcopy(config)
+    dot["vectors"][""]["distance"] = "Dot"
+    with pytest.raises(StoreMismatch, match="8-d Dot vectors"):
+        check_existing(dot, tmp_path, 8, sparse=True)
+    named = copy.deepcopy(config)
+    named["vectors"] = {"text": config["vectors"][""]}
+    with pytest.raises(StoreMismatch, match="named vectors"):
+        check_existing(named, tmp_path, 8, sparse=True)
+    two = copy.deepcopy(config)
+    two["vectors"]["other"] = config["vectors"][""]
+    with pytest.raises(StoreMismatch, match="named vectors"):
+        check_existing(two, tmp_path, 8, sparse=True)
+    with pytest.raises(StoreMismatch, match="named vectors"):
+        check_existing({}, tmp_path, 8, sparse=True)
+
+
+def test_a_missing_sparse_vector_is_a_layout_mismatch(tmp_path: Path) -> None:
+    dense_only = read_config(made(tmp_path / "d", sparse=False))
+    with pytest.raises(LayoutMismatch, match="no 'bm25' sparse vector"):
+        check_existing(dense_only, tmp_path / "d", 8, sparse=True)
+    assert issubclass(LayoutMismatch, StoreMismatch)
