@@ -269,3 +269,30 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
             + ", ".join(skipped),
             red=True,
         )
+
+
+class FakeTime:
+    """A clock that only sleeping moves."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
+    """Time for ``mdindex.retry``: moved only by its sleeps, with no jitter."""
+    from mdindex import retry
+
+    fake = FakeTime()
+    monkeypatch.setattr(retry.time, "monotonic", fake.monotonic)
+    monkeypatch.setattr(retry.time, "sleep", fake.sleep)
+    monkeypatch.setattr(retry.random, "random", lambda: 0.5)
+    return fake

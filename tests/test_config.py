@@ -132,7 +132,10 @@ INDEX_CHANGES = {
     "sparse_vectors": False,
     "semantic_threshold": 0.2,
     "min_sentences": 3,
+    "embedding_model": "all-MiniLM-L6-v2",  # with embedding_url: a server's vectors
 }
+# Settings that come with an index setting: a server's model needs its URL.
+WITH = {"embedding_model": {"embedding_url": "http://127.0.0.1:9/v1"}}
 # Every other setting, by what it changes: payloads only (rewritten in place,
 # vectors reused), or nothing stored at all. A new setting must be placed.
 PAYLOAD_ONLY = {"base_url", "url_style"}
@@ -145,6 +148,7 @@ NOT_STORED = {
     "quiet_period_ms", "replication_factor", "rescan_interval_s", "retry_budget_s", "roots",
     "search_mode", "shard_number", "state_dir", "store", "upsert_batch_bytes",
     "upsert_batch_points", "write_consistency_factor", "write_ordering",
+    "embedding_url", "embedding_batch", "embedding_concurrency", "embedding_timeout_s",
 }  # fmt: skip
 
 
@@ -159,7 +163,7 @@ def test_every_setting_is_placed_and_every_index_setting_makes_a_version(tmp_pat
     state = {"state_dir": str(tmp_path / "state")}
     base = load_settings({"strategy": "semantic", **state})  # semantic: every key counts
     for key, value in INDEX_CHANGES.items():
-        changed = {"strategy": "semantic", **state, key: value}
+        changed = {"strategy": "semantic", **state, key: value, **WITH.get(key, {})}
         assert version_of(load_settings(changed)) != version_of(base), key
     for key in PAYLOAD_ONLY:
         assert version_of(
@@ -182,7 +186,14 @@ def test_point_ids_come_from_the_index_settings_alone(tmp_path: Path) -> None:
 
     base = ids()
     for key, value in INDEX_CHANGES.items():
-        if key in ("model", "sparse_vectors"):
-            continue  # another model cannot load here; sparse vectors change no ID
+        if key in ("model", "sparse_vectors", "embedding_model"):
+            continue  # another model cannot load here; the other two change no chunk
         assert ids(**{key: value}) != base, key
     assert ids(sparse_vectors=False) == base
+    # a server's vectors: the same chunks, under another vector key (no reuse of
+    # in-process vectors), in the version of their own the test above shows
+    server = {"embedding_model": "all-MiniLM-L6-v2", **WITH["embedding_model"]}
+    assert ids(**server) == base
+    planner = make_models(load_settings({**state, **server})).planner
+    assert planner.vector_model == "server:all-MiniLM-L6-v2"
+    assert make_models(load_settings(state)).planner.vector_model == "all-MiniLM-L6-v2"

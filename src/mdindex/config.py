@@ -30,6 +30,7 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _EXTRA_ENV = {
     "MDINDEX_CONFIG",
     "MDINDEX_QDRANT_API_KEY",
+    "MDINDEX_EMBEDDING_API_KEY",
     "MDINDEX_CRASH_POINT",
     "MDINDEX_RAY_KILL_ONCE",
 }
@@ -72,6 +73,19 @@ def redact(text: str) -> str:
     return _USERINFO.sub("***@", text)
 
 
+def secret(env: str, credential: str) -> str | None:
+    """A key from the environment, else a systemd credential; never from a flag or
+    a config file, so that it shows in no process list and no settings dump."""
+    if os.environ.get(env):
+        return os.environ[env]
+    creds = os.environ.get("CREDENTIALS_DIRECTORY")
+    if creds:
+        path = Path(creds) / credential
+        if path.is_file():
+            return path.read_text(encoding="utf-8").strip() or None
+    return None
+
+
 def _split_list(value: Any) -> Any:
     # Lists may come from TOML (already lists) or env vars (comma separated).
     if isinstance(value, str):
@@ -96,8 +110,13 @@ INDEX_KEYS = (
     "sparse_vectors",
     "semantic_threshold",
     "min_sentences",
+    "embedding_model",
 )
 SEMANTIC_KEYS = ("semantic_threshold", "min_sentences")  # they count for semantic only
+# The server's model decides the vectors where a server embeds: switching between
+# local and remote embedding of one model is a new version, two servers of one
+# model are the same version.
+SERVER_KEYS = ("embedding_model",)  # they count where a server embeds
 
 
 def index_params(settings: Settings) -> dict[str, Any]:
@@ -105,7 +124,8 @@ def index_params(settings: Settings) -> dict[str, Any]:
     params = {
         key: getattr(settings, key)
         for key in INDEX_KEYS
-        if key not in SEMANTIC_KEYS or settings.strategy == "semantic"
+        if (key not in SEMANTIC_KEYS or settings.strategy == "semantic")
+        and (key not in SERVER_KEYS or settings.embedding_model)
     }
     params["noise_sections"] = sorted(params["noise_sections"])
     return params
@@ -161,6 +181,14 @@ class Settings(BaseSettings):
     backend: Literal["auto", "torch", "onnx"] = "auto"
     cache_dir: Path = Field(default_factory=_default_cache_dir)
     batch_size: int | None = Field(default=None, ge=1, le=4096)  # None: 64 on CPU, 512 on CUDA
+    # An OpenAI-compatible embedding server instead of this process's model
+    # (mdindex.embedding.remote): the URL `/embeddings` is under, and the model
+    # name it serves. `model` still gives the tokenizer chunks are counted with.
+    embedding_url: str | None = None
+    embedding_model: str | None = None
+    embedding_batch: int = Field(default=128, ge=1, le=8192)  # texts per request
+    embedding_concurrency: int = Field(default=4, ge=1, le=64)  # requests in flight
+    embedding_timeout_s: float = Field(default=60.0, gt=0)
 
     max_tokens: int | None = Field(default=None, ge=8)
     overlap_tokens: int = Field(default=32, ge=0)
@@ -225,6 +253,15 @@ class Settings(BaseSettings):
         if self.qdrant_url and not re.match(r"^https?://", self.qdrant_url):
             raise ValueError(
                 f"qdrant_url {redact(self.qdrant_url)!r} must start with http:// or https://"
+            )
+        if self.embedding_url and not re.match(r"^https?://", self.embedding_url):
+            raise ValueError(
+                f"embedding_url {redact(self.embedding_url)!r} must start with http:// or https://"
+            )
+        if bool(self.embedding_url) != bool(self.embedding_model):
+            raise ValueError(
+                "embedding_url and embedding_model go together: the server's URL and the "
+                "name of the model it serves"
             )
         if not self.qdrant_url:
             for key in CLUSTER_KEYS:

@@ -13,6 +13,7 @@ MdindexError
 │   ├── UnreadableFile
 │   └── FileTimeout        parsing and chunking it ran over its time budget
 ├── EmbeddingError         the model cannot load, failed or gave non-finite vectors (exit 3)
+│   └── EmbeddingUnavailable  the embedding server unreachable after retries (exit 3)
 ├── StateError             the local state refuses writes (disk full, read-only) (exit 3)
 └── StoreError             Qdrant refused an operation
     ├── StoreMismatch      existing collection has other vector settings  (exit 2)
@@ -90,6 +91,11 @@ class EmbeddingError(MdindexError):
     # The whole run failed: exit 1 would read as "some files failed", which
     # mdindex-backfill.service counts as success.
     exit_code = EXIT_STORE
+
+
+class EmbeddingUnavailable(EmbeddingError):
+    """The embedding server did not answer within the retry budget: like a store
+    that is down, the daemon keeps the paths and tries again later."""
 
 
 class StateError(MdindexError):

@@ -43,8 +43,10 @@ def test_backfill_search_status_chunk_verify(docs_tree: Path, tmp_path: Path) ->
         "points_upserted",
         "points_deleted",
         "seconds",
+        "embed_seconds",
     ):
         assert key in summary
+    assert 0 < summary["embed_seconds"] <= summary["seconds"]
 
     # Without a daemon the query goes through the ONNX export the backfill made:
     # neither sentence-transformers nor torch is imported.

@@ -129,6 +129,10 @@ def test_an_interrupt_exits_130_quietly(docs_tree: Path, tmp_path: Path) -> None
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        # A shell without job control starts background jobs with SIGINT ignored,
+        # and a child keeps that (as nohup relies on): a CI job started with `&`
+        # would make this test pass a signal the child never sees.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     ) as process:
         assert process.stderr is not None
         seen = []

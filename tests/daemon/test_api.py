@@ -176,7 +176,58 @@ def test_a_socket_path_too_long_moves_to_a_private_folder(tmp_path: Path, root: 
         sock = Path(found.socket)
         assert sock.name == "api.sock" and sock.parent.name.startswith("mdindex-")
         assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
-        assert found.ask("/status")["documents"] == 2
+        # start() returns once the first reconcile is under way
+        wait_for(lambda: found.ask("/status")["documents"] == 2, 30, "indexed over the socket")
     finally:
         d.stop()
     assert not sock.parent.exists()
+
+
+def test_status_wait_rests_on_a_barrier_not_a_scan(tmp_path: Path, root: Path) -> None:
+    """A wait marks the moment in the event stream and syncs what came before it:
+    no whole reconcile (which would move the next rescan's time), and every
+    edit made before the call is stored when it returns, a burst of 150 too.
+    A quiet period of 10 s shows nothing waited for the debouncer."""
+    for i in range(300):
+        (root / "sub" / f"n{i}.md").write_text(f"# N{i}\n\nNote {i}.\n")
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=10_000)
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        settled(d)
+        next_rescan = d.daemon.work.next_rescan
+        (root / "a.md").write_text("# A\n\nAlpha apricots now.\n")
+        status = d.daemon.api.status(wait=30)
+        assert status["caught_up"] and status["caught_up_by"] == "events"
+        texts = {p["doc_path"]: p["text"] for p in d.points().values()}
+        assert "apricots" in texts["a.md"]
+        for i in range(0, 300, 2):  # a burst: a checkout of 150 files
+            (root / "sub" / f"n{i}.md").write_text(f"# N{i}\n\nNote {i}, changed.\n")
+        (root / "sub" / "n1.md").unlink()
+        status = d.daemon.api.status(wait=30)
+        assert status["caught_up"] and status["caught_up_by"] == "events"
+        texts = {p["doc_path"]: p["text"] for p in d.points().values()}
+        assert all("changed" in texts[f"sub/n{i}.md"] for i in range(0, 300, 2))
+        assert "sub/n1.md" not in texts
+        # nothing waits: a wait costs one open per root and no sync
+        assert d.daemon.api.status(wait=30)["caught_up_by"] == "events"
+        assert d.daemon.work.next_rescan == next_rescan
+    finally:
+        d.stop()
+
+
+def test_status_wait_scans_where_no_barrier_can_be_set(tmp_path: Path) -> None:
+    """A root with no file in it to open: the whole stat-only reconcile decides."""
+    root = tmp_path / "notes"
+    (root / "empty" / "deeper").mkdir(parents=True)
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=10_000)
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        settled(d)
+        status = d.daemon.api.status(wait=30)
+        assert status["caught_up"] and status["caught_up_by"] == "scan"
+        (root / "empty" / "deeper" / "x.md").write_text("# X\n\nA first note.\n")
+        status = d.daemon.api.status(wait=30)
+        assert status["caught_up"]  # one a level or two down will do as a barrier
+        assert [p["doc_path"] for p in d.points().values()] == ["empty/deeper/x.md"]
+    finally:
+        d.stop()

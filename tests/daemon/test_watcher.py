@@ -1,10 +1,17 @@
-"""The debouncer on a fake clock (real files for its size and mtime checks)."""
+"""The debouncer on a fake clock (real files for its size and mtime checks), and
+the real observer: the barrier that `status --wait` rests on, and the kernel
+dropping events."""
 
 from __future__ import annotations
 
+import logging
+import os
+import queue
+import time
 from pathlib import Path
 
-from mdindex.daemon.watcher import Change, Debouncer
+from mdindex.config import Root
+from mdindex.daemon.watcher import Change, Debouncer, Watcher, _file_to_open, _open_and_close
 
 
 class Clock:
@@ -93,3 +100,118 @@ def test_a_batch_is_bounded(tmp_path: Path) -> None:
         d.add(Change(str(tmp_path / f"{i}.md")))
     clock.now += 1
     assert len(d.ready(limit=10).files) == 10 and len(d) == 15
+
+
+def test_take_all_hands_on_every_path_due_or_not(tmp_path: Path) -> None:
+    clock = Clock()
+    d = Debouncer(0.3, clock=clock)
+    d.add(Change(str(tmp_path / "a.md")))
+    d.add(Change(str(tmp_path / "sub"), is_dir=True))
+    assert not d.ready()  # not quiet yet
+    batch = d.take_all()
+    assert batch.files == [str(tmp_path / "a.md")] and batch.dirs == [str(tmp_path / "sub")]
+    assert len(d) == 0
+
+
+# -- the real observer -------------------------------------------------------
+
+
+def queued(watcher: Watcher) -> list[str]:
+    out = []
+    while True:
+        try:
+            out.append(watcher.events.get_nowait().path)
+        except queue.Empty:
+            return out
+
+
+def test_a_barrier_passes_after_every_event_before_it(tmp_path: Path) -> None:
+    """status --wait's mark: once the barrier's opens come through, every event the
+    kernel queued before them is in the watcher's queue, whatever the tree's size."""
+    root = tmp_path / "docs"
+    (root / "deep" / "er").mkdir(parents=True)
+    (root / "index.md").write_text("# Index\n")
+    watcher = Watcher([Root("docs", root)])
+    watcher.start()
+    try:
+        for round_ in range(5):
+            written = []
+            for i in range(200):
+                path = root / "deep" / "er" / f"r{round_}n{i}.md"
+                path.write_text(f"# {i}\n")
+                written.append(str(path))
+            barrier = watcher.barrier()
+            assert barrier is not None
+            assert barrier.passed.wait(10), "the barrier never came through"
+            assert set(written) <= set(queued(watcher))
+        # a barrier's own opens are not changes
+        barrier = watcher.barrier()
+        assert barrier is not None and barrier.passed.wait(10)
+        time.sleep(0.2)
+        assert queued(watcher) == []
+    finally:
+        watcher.stop()
+
+
+def test_no_barrier_without_a_file_to_open_or_without_inotify(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    (empty / "only" / "folders").mkdir(parents=True)
+    watcher = Watcher([Root("empty", empty)])
+    watcher.start()
+    try:
+        assert watcher.barrier() is None  # the caller then reconciles
+        (empty / "only" / "a.md").write_text("# A\n")
+        barrier = watcher.barrier()  # one a level down will do
+        assert barrier is not None and barrier.passed.wait(10)
+    finally:
+        watcher.stop()
+    assert watcher.barrier() is None  # stopped: no observer
+
+
+def test_the_barrier_opens_only_a_regular_file_and_never_waits(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    link = tmp_path / "link"
+    (tmp_path / "target").write_text("x")
+    link.symlink_to(tmp_path / "target")
+    started = time.monotonic()
+    assert not _open_and_close(str(fifo))  # opened without blocking, then refused
+    assert not _open_and_close(str(link))  # O_NOFOLLOW
+    assert not _open_and_close(str(tmp_path / "gone"))
+    assert _open_and_close(str(tmp_path / "target"))
+    assert time.monotonic() - started < 1
+    # and the search for one skips both
+    (tmp_path / "target").unlink()
+    assert _file_to_open(str(tmp_path)) is None
+
+
+def test_an_inotify_overflow_makes_the_watcher_rescan(tmp_path: Path) -> None:
+    """watchdog says only in its log that the kernel dropped events. With the
+    kernel's queue cut to 16 events (where this test may set it), a burst of
+    files overflows it for real; elsewhere watchdog's own log call is made."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    limit = Path("/proc/sys/fs/inotify/max_queued_events")
+    real = os.geteuid() == 0 and os.access(limit, os.W_OK)
+    before = limit.read_text() if real else ""
+    if real:
+        limit.write_text("16")
+    watcher = Watcher([Root("docs", root)])
+    try:
+        watcher.start()  # a new inotify instance takes the queue size now
+        if real:
+            limit.write_text(before)
+            for i in range(3000):
+                (root / f"{i}.md").write_text("x")
+        else:
+            logging.getLogger("watchdog.observers.inotify_c").warning(
+                "Inotify queue overflowed; filesystem events were lost"
+            )
+        deadline = time.monotonic() + 10
+        while not watcher.overflowed.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert watcher.overflowed.is_set()
+    finally:
+        if real:
+            limit.write_text(before)
+        watcher.stop()

@@ -44,6 +44,7 @@ def test_as_dict_is_every_count_and_list() -> None:
         points_upserted=9,
         points_deleted=2,
         seconds=1.23456,
+        embed_seconds=0.5,
         dry_run=True,
         refused="root 'docs' lost more than half of its documents",
     )
@@ -59,6 +60,7 @@ def test_as_dict_is_every_count_and_list() -> None:
         "points_upserted": 9,
         "points_deleted": 2,
         "seconds": 1.235,
+        "embed_seconds": 0.5,
         "errors": [{"path": "x.md", "root": "docs", "reason": "not a regular file"}],
         "warnings": [
             {

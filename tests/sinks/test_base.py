@@ -5,32 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mdindex.errors import LockError, StoreError, StoreUnavailable
-from mdindex.sinks import base
 from mdindex.sinks.base import Retrier
-
-
-class FakeTime:
-    """A clock that only sleeping moves."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
-    fake = FakeTime()
-    monkeypatch.setattr(base.time, "monotonic", fake.monotonic)
-    monkeypatch.setattr(base.time, "sleep", fake.sleep)
-    monkeypatch.setattr(base.random, "random", lambda: 0.5)  # no jitter
-    return fake
+from tests.conftest import FakeTime
 
 
 def transient(exc: BaseException) -> bool:

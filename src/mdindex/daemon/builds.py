@@ -14,7 +14,13 @@ import logging
 import time
 from collections.abc import Callable
 
-from mdindex.errors import LockError, PruneRefused, SpaceRefused, StoreError
+from mdindex.errors import (
+    EmbeddingUnavailable,
+    LockError,
+    PruneRefused,
+    SpaceRefused,
+    StoreError,
+)
 from mdindex.index.indexer import Hooks, Indexer
 from mdindex.index.runtime import version_of
 from mdindex.versions.catalog import Progress
@@ -120,11 +126,11 @@ class Builds:
                 return False
             self.rollout.complete(self.building, self.build, self.embedded)
             self.rollout.switch(self.building, self.build)
-        except (PruneRefused, StoreError) as exc:
+        except (PruneRefused, StoreError, EmbeddingUnavailable) as exc:
             log.error("version %s: %s; trying again later", self.building, exc)
             self.blocked = str(exc)
-            # a store error may pass soon; a missing root waits for the next rescan
-            wait = STORE_RETRY_S if isinstance(exc, StoreError) else self.rescan_interval_s
+            # a store or server error may pass soon; a missing root waits for the next rescan
+            wait = self.rescan_interval_s if isinstance(exc, PruneRefused) else STORE_RETRY_S
             self.retry_at = time.monotonic() + wait
             return False
         finally:

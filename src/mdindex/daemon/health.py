@@ -11,11 +11,15 @@ from typing import Any
 
 from mdindex.daemon.http import Metrics
 from mdindex.daemon.notify import Notifier
-from mdindex.errors import MdindexError
+from mdindex.errors import EmbeddingUnavailable, MdindexError, StoreError
 from mdindex.index.indexer import Indexer
 from mdindex.index.summary import Summary
 
 log = logging.getLogger(__name__)
+
+# Failures that pass: the store or the embedding server is down for now. The
+# daemon keeps what it was doing for later, shows why, and tries again.
+PASSING = (StoreError, EmbeddingUnavailable)
 
 
 @dataclass
@@ -42,13 +46,16 @@ class Health:
         self.reconciling = False
         self.unhealthy = ""  # why the store does not answer, when it does not
         self.refused = ""  # deletions the guard refused, until a reconcile is not refused
+        self.unwatched = ""  # why some folders are rescanned instead of watched
         self.totals = Summary()
         self.gauges = Gauges()
 
     @property
     def reason(self) -> str:
         """Why the daemon is degraded ("" when it is not)."""
-        return self.unhealthy or (f"deletions refused: {self.refused}" if self.refused else "")
+        if self.unhealthy:
+            return self.unhealthy
+        return f"deletions refused: {self.refused}" if self.refused else self.unwatched
 
     def phase(self, ready: bool) -> str:
         if not ready:
@@ -81,16 +88,18 @@ class Health:
         for key in ("files_changed", "files_deleted", "files_failed", "chunks_embedded"):
             setattr(self.totals, key, getattr(self.totals, key) + getattr(summary, key))
         self.metrics.last_sync.set(time.time())
-        if self.unhealthy.startswith("store"):
-            log.info("store reachable again")
+        if self.unhealthy:
+            log.info("%s reachable again", self.unhealthy.split(":")[0])
         self.unhealthy = ""
 
     def store_failed(self, exc: MdindexError) -> None:
-        log.error("store error; will retry: %s", exc)
+        """The store, or the embedding server (``PASSING``), does not answer now."""
+        what = "embedding server" if isinstance(exc, EmbeddingUnavailable) else "store"
+        log.error("%s error; will retry: %s", what, exc)
         self.metrics.errors.inc()
-        self.unhealthy = f"store: {exc}"
+        self.unhealthy = f"{what}: {exc}"
         self.metrics.healthy.set(0)
-        self.status("store unavailable, retrying")
+        self.status(f"{what} unavailable, retrying")
 
     def publish(self, indexer: Indexer, versions: list[dict[str, Any]]) -> None:
         """The gauges of the live version, for the API's threads and Prometheus."""

@@ -171,6 +171,8 @@ class Daemon:
                 continue
             if self.builds.close_retired():
                 self.work.update_gauges()
+            if self.work.unwatched_due():
+                self.work.rescan_unwatched()
             batch = self.debouncer.ready()
             if batch:
                 self.work.process(batch)

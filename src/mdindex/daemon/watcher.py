@@ -5,25 +5,65 @@ ends of a move); the batcher waits until a path has been quiet, and its size
 and mtime stable, for the quiet period, then hands the path on. What the path
 holds at that moment decides between index and delete, so atomic saves,
 vim-style saves and rename chains need no special cases.
+
+A barrier marks "now" in the event stream, for `status --wait`: the watcher
+opens one file in each root (read-only, nothing read) and waits for watchdog
+to hand on that open. inotify keeps one ordered queue and watchdog one ordered
+path per root, so once the opens are through, every event the kernel queued
+before them is in ``events``: the wait costs the same on a tree of any size.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import queue
+import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileAttribEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileOpenedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers.api import BaseObserver
 
 from mdindex.config import Root
 from mdindex.index import guard
 
 log = logging.getLogger(__name__)
+
+# What the observer reports: not reads' closes, nor a folder's mtime moving
+# with every file event inside it (half the events of a tree being read).
+EVENTS: list[type[FileSystemEvent]] = [
+    FileCreatedEvent,
+    DirCreatedEvent,
+    FileDeletedEvent,
+    DirDeletedEvent,
+    FileModifiedEvent,
+    FileAttribEvent,
+    FileMovedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileOpenedEvent,  # the barrier's
+]
+# watchdog says so only in its log when the kernel's event queue overflowed.
+OVERFLOW_MESSAGE = "Inotify queue overflowed"
+# Entries looked at, per root, for a file to open as a barrier.
+BARRIER_SEARCH = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +83,17 @@ class Batch:
         return bool(self.files or self.dirs)
 
 
+class Barrier:
+    """Files opened to mark a moment in each watched root's event stream; ``passed``
+    once watchdog has handed on every one of their opens."""
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        self.waiting = set(paths)
+        self.passed = threading.Event()
+        if not self.waiting:
+            self.passed.set()
+
+
 class Watcher:
     """A recursive watchdog observer on every root, with a bounded event queue.
 
@@ -55,25 +106,78 @@ class Watcher:
         self.events: queue.Queue[Change] = queue.Queue(maxsize=max_queue)
         self.overflowed = threading.Event()
         self._observer: BaseObserver | None = None
-        self._watched = 0  # roots the observer was started on
+        self._watched: list[Root] = []  # roots the observer watches
         self.root_ids: dict[str, str] = {}  # their folders' identities (index.guard)
+        # roots or folders the kernel does not watch (mdindex.daemon.coverage)
+        self.unwatched: list[str] = []
+        self._barriers: list[Barrier] = []
         self._lock = threading.Lock()
+        _overflow_alarm.watchers.add(self)
 
     def start(self) -> None:
         """Watch every root that is a folder now (one that is gone is watched again
-        once ``follow_roots`` sees it back)."""
+        once ``follow_roots`` sees it back). A root the kernel will not watch
+        (no inotify watches left) is left to the daemon's coverage check."""
         self.root_ids = guard.identities(self.roots)
         from watchdog.observers import Observer
 
         observer = Observer()
-        handler = _Handler(self)
-        watched = [root for root in self.roots if root.path.is_dir()]
-        for root in watched:
-            observer.schedule(handler, str(root.path), recursive=True)
         observer.daemon = True
-        observer.start()
+        observer.start()  # first, so that each root's watch fails on its own
+        handler = _Handler(self)
+        watched = []
+        for root in self.roots:
+            if not root.path.is_dir():
+                continue
+            try:
+                observer.schedule(handler, str(root.path), recursive=True, event_filter=EVENTS)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EMFILE):
+                    observer.stop()
+                    raise
+                # the daemon's coverage check finds it unwatched, says why, rescans it
+                log.warning("cannot watch root %s: %s", root.label, exc)
+                continue
+            watched.append(root)
         with self._lock:
-            self._observer, self._watched = observer, len(watched)
+            self._observer, self._watched = observer, watched
+
+    def barrier(self) -> Barrier | None:
+        """Open one file in each watched root to mark "now" in the event stream;
+        None when that cannot be done (no inotify, a root with no file to open):
+        the caller then looks at the files themselves."""
+        with self._lock:
+            observer, roots = self._observer, list(self._watched)
+        if observer is None or type(observer).__name__ != "InotifyObserver":
+            return None  # other observers report no opens
+        paths = []
+        for root in roots:
+            found = _file_to_open(str(root.path))
+            if found is None:
+                return None
+            paths.append(found)
+        barrier = Barrier(paths)
+        with self._lock:
+            self._barriers.append(barrier)
+        for path in paths:
+            if not _open_and_close(path):
+                self._drop(barrier)
+                return None
+        return barrier
+
+    def opened(self, path: str) -> None:
+        """An open reached the handler: the barriers waiting for it move on."""
+        with self._lock:
+            for barrier in list(self._barriers):
+                barrier.waiting.discard(path)
+                if not barrier.waiting:
+                    barrier.passed.set()
+                    self._barriers.remove(barrier)
+
+    def _drop(self, barrier: Barrier) -> None:
+        with self._lock:
+            if barrier in self._barriers:
+                self._barriers.remove(barrier)
 
     def follow_roots(self) -> bool:
         """A root replaced by another folder (``mv docs docs.bak; mkdir docs``),
@@ -99,7 +203,7 @@ class Watcher:
         if obs is None or not obs.is_alive():
             return False
         emitters = obs.emitters
-        return len(emitters) == self._watched and all(e.is_alive() for e in emitters)
+        return len(emitters) == len(self._watched) and all(e.is_alive() for e in emitters)
 
     def restart(self) -> None:
         self.stop(timeout=2.0)
@@ -133,17 +237,77 @@ class _Handler(FileSystemEventHandler):
 
     def dispatch(self, event: FileSystemEvent) -> None:
         kind = getattr(event, "event_type", "")
-        if kind in ("opened", "closed_no_write"):
-            return  # reads do not change anything
         is_dir = bool(getattr(event, "is_directory", False))
-        if is_dir and kind == "modified":
+        if kind == "opened":  # reads change nothing; a barrier's open marks a moment
+            if self.watcher._barriers:
+                self.watcher.opened(_text(event.src_path))
+            return
+        if kind == "closed_no_write" or (is_dir and kind == "modified"):
             return  # a folder's mtime moves with every file event inside it
         for attr in ("src_path", "dest_path"):
-            path = getattr(event, attr, "")
-            if isinstance(path, bytes):
-                path = os.fsdecode(path)
+            path = _text(getattr(event, attr, ""))
             if path:
                 self.watcher.put(Change(path, is_dir))
+
+
+def _text(path: str | bytes) -> str:
+    return os.fsdecode(path) if isinstance(path, bytes) else path
+
+
+class _OverflowAlarm(logging.Filter):
+    """watchdog's inotify says only in its log that the kernel dropped events
+    (its queue overflowed): every watcher then rescans."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import weakref
+
+        self.watchers: weakref.WeakSet[Watcher] = weakref.WeakSet()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if OVERFLOW_MESSAGE in str(record.msg):
+            for watcher in list(self.watchers):
+                watcher.overflowed.set()
+        return True
+
+
+_overflow_alarm = _OverflowAlarm()
+logging.getLogger("watchdog.observers.inotify_c").addFilter(_overflow_alarm)
+
+
+def _file_to_open(root: str) -> str | None:
+    """A regular file in a watched folder of ``root``: at its top, else a little
+    deeper (a bounded look); None when there is none."""
+    folders, looked = [root], 0
+    while folders and looked < BARRIER_SEARCH:
+        folder = folders.pop(0)
+        try:
+            with os.scandir(folder) as it:
+                for entry in it:
+                    looked += 1
+                    if entry.is_file(follow_symlinks=False):
+                        return os.path.join(folder, entry.name)
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(os.path.join(folder, entry.name))
+                    if looked >= BARRIER_SEARCH:
+                        break
+        except OSError:
+            continue
+    return None
+
+
+def _open_and_close(path: str) -> bool:
+    """Open a file for reading and close it, reading nothing: the kernel's open
+    event is the mark. Never follows a link, never waits on a FIFO, and gives
+    up on anything that is not a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
 
 
 def _stat(path: str) -> tuple[int, int] | None:
@@ -219,6 +383,14 @@ class Debouncer:
         oldest = min(first for _, _, _, first in self.pending.values()) + self.max_wait
         not_before = min(t for _, t, _, _ in self.pending.values()) + self.quiet
         return max(not_before, min(quiet_at, oldest))
+
+    def take_all(self) -> Batch:
+        """Every path waiting, due or not (a `status --wait` wants them now)."""
+        batch = Batch()
+        for path, (is_dir, _, _, _) in self.pending.items():
+            (batch.dirs if is_dir else batch.files).append(path)
+        self.pending.clear()
+        return batch
 
     def ready(self, limit: int = 1000) -> Batch:
         """Pop the paths that may go now; restart the clock of files still being written."""

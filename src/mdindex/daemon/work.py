@@ -9,7 +9,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from mdindex.daemon import coverage
 from mdindex.daemon.builds import STORE_RETRY_S
+from mdindex.daemon.health import PASSING
 from mdindex.daemon.mailbox import Request
 from mdindex.daemon.watcher import Batch
 from mdindex.errors import MdindexError, PruneRefused, StoreError, StoreMismatch
@@ -39,6 +41,8 @@ class Work:
         self.settle_due = False  # the store may want housekeeping once things are quiet
         self.last_work = 0.0
         self.files_seen = 0
+        self.next_unwatched_scan = 0.0
+        self.watch_limit = coverage.limit()  # as it was when the watches were added
 
     def rescan_due(self) -> bool:
         return time.monotonic() >= self.next_rescan
@@ -50,20 +54,39 @@ class Work:
     def serve_requests(self) -> None:
         """One reconcile answers every reconcile request queued before it started:
         each asked after its changes reached the disk, and a reconcile sees the
-        disk. `versions use|drop` are answered one by one."""
+        disk. A flush (asked once a barrier passed) syncs the paths waiting.
+        `versions use|drop` are answered one by one."""
         requests = self.daemon.mailbox.take()
-        reconciles = [r for r in requests if r.kind == "reconcile"]
-        if reconciles:
-            self.force_next = self.force_next or any(r.args.get("force") for r in reconciles)
-            summary = self.reconcile("requested")
-            for r in reconciles:
+        for kind, job in (("reconcile", self.requested), ("flush", self.flush)):
+            asked = [r for r in requests if r.kind == kind]
+            if not asked:
+                continue
+            summary = job(asked)
+            for r in asked:
                 if summary is None:
-                    r.reply(error=StoreError(self.daemon.health.reason or "reconcile failed"))
+                    r.reply(error=StoreError(self.daemon.health.reason or f"{kind} failed"))
                 else:
                     r.reply(summary.as_dict())
         for r in requests:
-            if r.kind != "reconcile":
+            if r.kind not in ("reconcile", "flush"):
                 self.serve_versions(r)
+
+    def requested(self, asked: list[Request]) -> Summary | None:
+        self.force_next = self.force_next or any(r.args.get("force") for r in asked)
+        return self.reconcile("requested")
+
+    def flush(self, asked: list[Request]) -> Summary | None:
+        """Every path waiting now, and the folders the kernel does not watch,
+        synced at once: a barrier passed, so every event from before it is here.
+        Events lost meanwhile (an overflow) leave only a whole reconcile."""
+        if self.daemon.check_roots() or self.daemon.watcher.overflowed.is_set():
+            self.daemon.watcher.overflowed.clear()
+            return self.reconcile("rescan")
+        self.daemon.drain(timeout=0)
+        batch = self.daemon.debouncer.take_all()
+        from_events = bool(batch.dirs)
+        batch.dirs += self.daemon.watcher.unwatched
+        return self.process(batch, events=from_events) if batch else Summary()
 
     def serve_versions(self, request: Request) -> None:
         fingerprints = request.args["fingerprints"]
@@ -109,7 +132,7 @@ class Work:
             summary = indexer.backfill(prune=True, force=force, keep_going=True)
         except StoreMismatch:
             raise
-        except StoreError as exc:
+        except PASSING as exc:
             self.daemon.health.reconciling = False
             self.daemon.health.store_failed(exc)
             self.next_rescan = time.monotonic() + STORE_RETRY_S
@@ -121,6 +144,7 @@ class Work:
         )  # a whole reconcile says whether it still holds
         self.account(summary)
         log.info("%s: %s", why, summary.line())
+        self.check_coverage(whole=True)
         self.after_sync(summary)
         return summary
 
@@ -153,33 +177,75 @@ class Work:
         self.daemon.builds.plan()
         self.update_gauges()
 
-    def process(self, batch: Batch) -> None:
-        """Event handling: the paths a batch names go to the sync core."""
+    def process(self, batch: Batch, events: bool = True) -> Summary | None:
+        """Event handling: the paths a batch names go to the sync core. None when
+        the store failed (the paths wait and are tried again). ``events``: the
+        paths came from file events (not from the folders rescanned unwatched)."""
         indexer = self.daemon.builds.live
         assert indexer is not None
-        if batch.dirs:
+        if batch.dirs and events:
             self.next_rescan = min(self.next_rescan, time.monotonic() + DIR_RESCAN_DELAY_S)
         if self.daemon.check_roots():
             # the paths may name the old folder's files: the rescan decides
             for path in batch.files + batch.dirs:
                 log.debug("dropped with a replaced root: %s", path)
-            return
+            return Summary()  # the rescan it asked for comes next
         changes = indexer.changes(batch.files, batch.dirs)
         try:
             summary = indexer.apply(changes)
-        except StoreError as exc:
+        except PASSING as exc:
             self.daemon.health.store_failed(exc)
             for path in batch.files:  # try these paths again later
                 self.daemon.debouncer.add_path(path, False, delay=STORE_RETRY_S)
             for path in batch.dirs:
                 self.daemon.debouncer.add_path(path, True, delay=STORE_RETRY_S)
-            return
+            return None
+        if batch.dirs:  # new folders: does the kernel watch them?
+            self.check_coverage(whole=False)
         self.files_seen += changes.new - summary.files_deleted
         if summary.refused:
             self.daemon.health.refused = summary.refused
         self.account(summary)
         if summary.files_changed or summary.files_deleted or summary.files_failed:
             log.info("%s", summary.line())
+        return summary
+
+    # -- folders the kernel does not watch ---------------------------------
+
+    def check_coverage(self, whole: bool) -> None:
+        """The folders the last look at the files listed, against the watches the
+        kernel holds: those not watched are rescanned (every ``coverage.RESCAN_S``
+        and for each `status --wait`), and status says why."""
+        indexer = self.daemon.builds.live
+        watched = coverage.watched_inodes()
+        watcher = self.daemon.watcher
+        if indexer is None or watched is None or not watcher.alive():
+            log.debug("watch coverage not checked (no inotify, or the observer is down)")
+            return
+        missing = coverage.uncovered(indexer.scanned_folders(), watched)
+        before = watcher.unwatched
+        watcher.unwatched = coverage.topmost(missing if whole else [*before, *missing])
+        reason = coverage.reason(len(watcher.unwatched), coverage.limit())
+        if watcher.unwatched and watcher.unwatched != before:
+            log.error("%s", reason)
+        elif before and not watcher.unwatched:
+            log.info("every folder is watched again")
+        self.daemon.health.unwatched = reason if watcher.unwatched else ""
+
+    def unwatched_due(self) -> bool:
+        return bool(self.daemon.watcher.unwatched) and time.monotonic() >= self.next_unwatched_scan
+
+    def rescan_unwatched(self) -> None:
+        """The folders that cannot be watched, looked at again; a limit raised
+        since watches them (the observer starts again and adds its watches)."""
+        self.next_unwatched_scan = time.monotonic() + coverage.RESCAN_S
+        if coverage.limit() != self.watch_limit:
+            log.info("the inotify watch limit changed; watching the roots again")
+            self.watch_limit = coverage.limit()
+            self.daemon.watcher.restart()
+            self.daemon.watcher.overflowed.set()  # a whole reconcile, then coverage again
+            return
+        self.process(Batch(dirs=list(self.daemon.watcher.unwatched)), events=False)
 
     def settle(self) -> None:
         """Let the store do its housekeeping while nothing else waits; it gives way

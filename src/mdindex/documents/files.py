@@ -242,12 +242,17 @@ def stat_file(
 
 
 def scan(
-    root: Root, accept: PathFilter, follow_symlinks: bool = False, under: str = ""
+    root: Root,
+    accept: PathFilter,
+    follow_symlinks: bool = False,
+    under: str = "",
+    folders: dict[tuple[int, int], str] | None = None,
 ) -> Iterator[FileRef | Failure]:
     """Every document below ``root`` (or below its subfolder ``under``): a folder's
-    files by name, then its subfolders by name."""
+    files by name, then its subfolders by name. ``folders`` gets each folder
+    listed, by device and inode: its path."""
     base = root.path.resolve()
-    seen_dirs: set[tuple[int, int]] = set()
+    seen_dirs: dict[tuple[int, int], str] = {} if folders is None else folders
     stack = [under.strip("/")]
     while stack:
         rel_dir = stack.pop()
@@ -256,7 +261,7 @@ def scan(
             st = folder.stat()
             if (st.st_dev, st.st_ino) in seen_dirs:
                 continue  # a followed link led back to a folder already scanned
-            seen_dirs.add((st.st_dev, st.st_ino))
+            seen_dirs[(st.st_dev, st.st_ino)] = str(folder)
             with os.scandir(folder) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except FileNotFoundError:

@@ -84,10 +84,14 @@ class Detector:
         self.accept = accept
         self.follow = follow_symlinks
         self.fingerprint = fingerprint  # of the settings a state row must have been written with
+        # the folders the last look listed, by device and inode (the daemon
+        # checks the kernel watches each of them)
+        self.folders: dict[tuple[int, int], str] = {}
 
     def tree(self) -> Seen:
         """Every file under every root."""
         seen = Seen()
+        self.folders = {}
         for root in self.roots:
             if not root.path.is_dir():
                 seen.missing_roots.append(root.label)
@@ -98,6 +102,7 @@ class Detector:
         """What is at these absolute paths now (files), and below these folders."""
         seen = Seen(scope=[])
         assert seen.scope is not None
+        self.folders = {}
         for path in paths:
             loc = locate(self.roots, path)
             if loc is None or not loc[1]:
@@ -130,7 +135,7 @@ class Detector:
         return seen
 
     def _scan_into(self, seen: Seen, root: Root, under: str) -> None:
-        for item in scan(root, self.accept, self.follow, under=under):
+        for item in scan(root, self.accept, self.follow, under, self.folders):
             seen.seen += 1
             if isinstance(item, Failure):
                 seen.failures.append(item)

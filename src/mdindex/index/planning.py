@@ -113,6 +113,11 @@ class Planner:
         for what only changes payloads (``base_url``, ``url_style``)."""
         self.settings = settings
         self.info = info
+        # whose vectors a vector key names: an embedding server's model is not
+        # the local one, even where both have one name (nothing is reused across)
+        server = params.get("embedding_model")
+        self.vector_model = f"server:{server}" if server else info.name
+        self.payload_model = str(server) if server else info.name
         self.counter = counter
         self.chunker = chunker
         self.prepend_context = bool(params["prepend_context"])
@@ -196,7 +201,7 @@ class Planner:
             occurrence = seen.get(content_hash, 0)
             seen[content_hash] = occurrence + 1
             embed_input, ids = self._embed_input(doc, chunk, prefixes)
-            vector_key = digest(f"{self.info.name}\x00{embed_input}")[:32]
+            vector_key = digest(f"{self.vector_model}\x00{embed_input}")[:32]
             url = doc.url
             if url and chunk.anchor:
                 url = f"{url}#{chunk.anchor}"
@@ -217,7 +222,7 @@ class Planner:
                 "content_hash": content_hash,
                 "doc_hash": doc.doc_hash,
                 "strategy": self.chunker.strategy,
-                "model": self.info.name,
+                "model": self.payload_model,
                 "meta": doc.meta,
                 "vector_key": vector_key,
             }

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mdindex.chunking import CHUNKER_VERSION, Chunker
-from mdindex.config import Settings, index_params
+from mdindex.config import Settings, index_params, secret
 from mdindex.embedding.embedder import Embedder, ModelEmbedder
 from mdindex.embedding.model import ModelInfo, load_counter, resolve_model
 from mdindex.embedding.sparse import SparseEncoder
@@ -30,15 +29,7 @@ API_KEY_CREDENTIAL = "qdrant-api-key"
 
 
 def api_key() -> str | None:
-    """From the environment, else a systemd credential; never from a flag."""
-    if os.environ.get(API_KEY_ENV):
-        return os.environ[API_KEY_ENV]
-    creds = os.environ.get("CREDENTIALS_DIRECTORY")
-    if creds:
-        path = Path(creds) / API_KEY_CREDENTIAL
-        if path.is_file():
-            return path.read_text(encoding="utf-8").strip() or None
-    return None
+    return secret(API_KEY_ENV, API_KEY_CREDENTIAL)
 
 
 def cluster_spec(settings: Settings) -> ClusterSpec:
@@ -125,21 +116,31 @@ class Models:
     settings: Settings
     info: ModelInfo
     counter: TokenCounter
-    embedder: ModelEmbedder
+    embedder: Embedder
     chunker: Chunker
     planner: Planner
 
 
-def make_models(
-    settings: Settings, *, queries_only: bool = False, embedder: ModelEmbedder | None = None
-) -> Models:
-    """``queries_only``: for a short-lived process that only embeds queries (the
-    cached ONNX export, without torch, when there is one). ``embedder``: one
-    already loaded for the same model, shared (two versions of one index)."""
-    params = index_params(settings)
-    info = resolve_model(params["model"])
-    counter = load_counter(info, params["max_tokens"])
-    embedder = embedder or ModelEmbedder(
+def make_embedder(settings: Settings, info: ModelInfo, queries_only: bool = False) -> Embedder:
+    """The model in this process, or the embedding server the settings name."""
+    if settings.embedding_model and not settings.embedding_url:
+        from mdindex.embedding.remote import NoServer
+
+        return NoServer(settings.embedding_model, info)  # a server's version, opened without it
+    if settings.embedding_url and settings.embedding_model:
+        from mdindex.embedding.remote import RemoteEmbedder
+
+        return RemoteEmbedder(
+            settings.embedding_url,
+            settings.embedding_model,
+            local=info,
+            batch=settings.embedding_batch,
+            concurrency=settings.embedding_concurrency,
+            timeout_s=settings.embedding_timeout_s,
+            retry_budget_s=settings.retry_budget_s,
+            cache_dir=settings.cache_dir,
+        )
+    return ModelEmbedder(
         info,
         settings.device,
         settings.batch_size,
@@ -148,6 +149,18 @@ def make_models(
         cache_dir=settings.cache_dir,
         queries_only=queries_only,
     )
+
+
+def make_models(
+    settings: Settings, *, queries_only: bool = False, embedder: Embedder | None = None
+) -> Models:
+    """``queries_only``: for a short-lived process that only embeds queries (the
+    cached ONNX export, without torch, when there is one). ``embedder``: one
+    already loaded for the same model, shared (two versions of one index)."""
+    params = index_params(settings)
+    info = resolve_model(params["model"])
+    counter = load_counter(info, params["max_tokens"])
+    embedder = embedder or make_embedder(settings, info, queries_only)
     chunker = Chunker.from_params(counter, params, embed=embedder)
     planner = Planner(settings, params, info, counter, chunker)
     return Models(settings, info, counter, embedder, chunker, planner)

@@ -23,6 +23,7 @@ class Summary:
     points_upserted: int = 0
     points_deleted: int = 0
     seconds: float = 0.0
+    embed_seconds: float = 0.0  # of ``seconds``, in the embedder (its own thread)
     errors: list[dict[str, str]] = field(default_factory=list)
     # indexed, but part of it was left out or changed (frontmatter over a limit, ...)
     warnings: list[dict[str, str]] = field(default_factory=list)
@@ -54,6 +55,7 @@ class Summary:
             "points_upserted": self.points_upserted,
             "points_deleted": self.points_deleted,
             "seconds": round(self.seconds, 3),
+            "embed_seconds": round(self.embed_seconds, 3),
             "errors": self.errors,
             "warnings": self.warnings,
             "refused": self.refused,

@@ -56,6 +56,9 @@ class IndexView:
             self.store.close()
         finally:
             self.state.close()
+            close = getattr(self.embedder, "close", None)  # an embedding server's connections
+            if close is not None:
+                close()
 
     def load_model(self) -> None:
         """Load the embedding model now, not on the first call (a daemon starts with it)."""
@@ -72,6 +75,11 @@ class IndexView:
         whole = paths is None and folders is None
         seen = self.detector.tree() if whole else self.detector.paths(paths or (), folders or ())
         return self.detector.compare(seen, self.state)
+
+    def scanned_folders(self) -> dict[tuple[int, int], str]:
+        """The folders the last ``changes`` listed (the whole tree, or below the
+        folders it was given), by device and inode."""
+        return self.detector.folders
 
     def confirm(self, changes: Changes) -> tuple[list[FileRef], list[Failure]]:
         """Of the files ``changes`` flags (by size, mtime or settings), those whose

