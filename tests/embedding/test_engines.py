@@ -9,17 +9,19 @@ import pytest
 from numpy.typing import NDArray
 
 from mdindex.embedding.embedder import ModelEmbedder
-from mdindex.embedding.engines import TorchEngine, encode, pad, run_sorted
+from mdindex.embedding.engines import PAD_MULTIPLE, TorchEngine, encode, pad, run_sorted
 from mdindex.embedding.model import load_tokenizer
 
 
 def test_pad_right_pads_with_zeros_and_masks_the_padding() -> None:
     ids, mask = pad([[5, 6, 7], [8], [9, 10]])
     assert ids.dtype == mask.dtype == np.int64
-    assert ids.tolist() == [[5, 6, 7], [8, 0, 0], [9, 10, 0]]
-    assert mask.tolist() == [[1, 1, 1], [1, 0, 0], [1, 1, 0]]
-    ids, mask = pad([[1, 2]])
-    assert (ids.tolist(), mask.tolist()) == ([[1, 2]], [[1, 1]])
+    z = [0] * (PAD_MULTIPLE - 3)  # widths are a multiple of PAD_MULTIPLE: few shapes
+    assert ids.tolist() == [[5, 6, 7, *z], [8, 0, 0, *z], [9, 10, 0, *z]]
+    assert mask.tolist() == [[1, 1, 1, *z], [1, 0, 0, *z], [1, 1, 0, *z]]
+    ids, mask = pad([[1] * (PAD_MULTIPLE + 1)])
+    assert ids.shape == mask.shape == (1, 2 * PAD_MULTIPLE)
+    assert mask.sum() == PAD_MULTIPLE + 1
 
 
 def features(ids: NDArray[np.int64], mask: NDArray[np.int64]) -> NDArray[np.float32]:
@@ -58,12 +60,13 @@ def test_run_sorted_batches_rows_of_like_length_longest_first() -> None:
     widths: list[tuple[int, ...]] = []
 
     def run(engine: object, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> NDArray[np.float32]:
-        widths.append(ids.shape)
+        assert ids.shape[1] % PAD_MULTIPLE == 0
+        widths.append((ids.shape[0], int(mask.sum(axis=1).max())))
         return features(ids, mask)
 
     got = run_sorted(features, ROWS, 3, run)
     assert got.tolist() == [alone(r) for r in ROWS]
-    # lengths 12 8 5 | 4 4 3 | 3 2: each batch padded only to its own longest
+    # lengths 12 8 5 | 4 4 3 | 3 2: batches of like length, the longest first
     assert widths == [(3, 12), (3, 4), (2, 3)]
 
 

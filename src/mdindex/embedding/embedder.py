@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mdindex.embedding.engines import TorchEngine, encode, run_sorted
+from mdindex.embedding.engines import TorchEngine, encode, give_back_heap, run_sorted
 from mdindex.embedding.model import ModelInfo, Wanted, load_sentence_transformer
 from mdindex.errors import EmbeddingError
 
@@ -200,7 +200,11 @@ class ModelEmbedder:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         loaded = self._loaded()
-        return self._run(loaded, loaded.engine, texts, token_ids)
+        try:
+            return self._run(loaded, loaded.engine, texts, token_ids)
+        finally:
+            if loaded.device == "cpu":
+                give_back_heap()
 
     def _run(
         self,

@@ -17,13 +17,31 @@ if TYPE_CHECKING:
     Engine = Callable[[NDArray[np.int64], NDArray[np.int64]], NDArray[np.float32]]
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# Batches are padded to a multiple of this many tokens. Every new (batch, width)
+# shape makes oneDNN and onnxruntime allocate anew, and the heap kept the freed
+# blocks: a cold backfill of the shared corpus grew from 1.0 to 1.7 GB of RSS
+# while embedding. 16 leaves 16 widths up to the 256 limit; the masked padding
+# changes no vector (mean cosine 0.999996 in bf16) and no speed (91 against 88
+# chunks/s on 1,500 corpus chunks, AMD EPYC with avx512_bf16, 2 cores).
+PAD_MULTIPLE = 16
+
+
+def give_back_heap() -> None:
+    """Return the heap's free memory to the system (glibc's ``malloc_trim``).
+    Tensors freed after a batch stay in the process's heap otherwise: RSS after
+    a cold backfill of the shared corpus, 1.47 GB without, 0.95 GB with, at no
+    measurable cost (one call per group of documents)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 def pad(rows: list[list[int]]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Token id rows as one right-padded id matrix and its attention mask."""
     import numpy as np
 
-    width = max(len(r) for r in rows)
+    width = -(-max(len(r) for r in rows) // PAD_MULTIPLE) * PAD_MULTIPLE
     ids = np.zeros((len(rows), width), dtype=np.int64)
     mask = np.zeros((len(rows), width), dtype=np.int64)
     for i, row in enumerate(rows):

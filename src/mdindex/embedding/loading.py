@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from tokenizers import Tokenizer
 
 from mdindex.embedding import calibration, onnx_export
-from mdindex.embedding.engines import OnnxRunner, TorchEngine, encode, run_sorted
+from mdindex.embedding.engines import OnnxRunner, TorchEngine, encode, give_back_heap, run_sorted
 from mdindex.embedding.model import (
     ModelInfo,
     Wanted,
@@ -191,6 +191,8 @@ def _choose(
     runners = {name: _runner(info, want, name, loaded, model) for name in names}
     choice = calibration.measure(runners)
     calibration.save(cache_dir, key, choice)
+    del runners  # the candidates not chosen, and what the export left on the heap
+    give_back_heap()
     return choice
 
 
