@@ -396,6 +396,7 @@ COLUMNS = [
     "cold_chunks_per_s",
     "cold_embed_share",
     "cold_peak_rss_mb",
+    "model_would_add_s",
     "noop_s",
     "status_s",
     "verify_s",
@@ -463,6 +464,15 @@ def cpu_name() -> str:
     return "unknown CPU"
 
 
+def model_rate() -> float | None:
+    """The real model's cold chunks/s from this machine's model run, if one was made."""
+    try:
+        rows = json.loads((RESULTS / "scale.json").read_text())["rows"]
+        return float(rows[0]["cold_chunks_per_s"])
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -487,7 +497,7 @@ def main() -> None:
     cpu = cpu_name()
     rows = [measure(int(s), files, args) for s in args.sizes.split(",")]
     rate = args.model_chunks_per_s or (
-        rows[0]["cold_chunks_per_s"] if args.embedder == "model" else None
+        rows[0]["cold_chunks_per_s"] if args.embedder == "model" else model_rate()
     )
     for row in rows:
         if args.embedder == "fixed" and rate:

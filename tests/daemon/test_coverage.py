@@ -34,17 +34,28 @@ def test_the_kernel_says_which_folders_are_watched(tmp_path: Path) -> None:
 
     (tmp_path / "w" / "sub").mkdir(parents=True)
     (tmp_path / "not").mkdir()
+    (tmp_path / "shut").mkdir(mode=0)  # unlistable: no watch, and no watch limit to blame
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")  # watchdog follows no link
     folders = {}
-    for path in (tmp_path / "w", tmp_path / "w" / "sub", tmp_path / "not"):
+    for path in (tmp_path / "w", tmp_path / "w" / "sub", tmp_path / "not", tmp_path / "shut"):
         st = path.stat()
         folders[(st.st_dev, st.st_ino)] = str(path)
+    st = (tmp_path / "link").stat()
+    folders[(st.st_dev, st.st_ino)] = str(tmp_path / "link")
     observer = Observer()
     observer.schedule(FileSystemEventHandler(), str(tmp_path / "w"), recursive=True)
     observer.start()
     try:
         watched = coverage.watched_inodes()
         assert watched is not None
-        assert coverage.uncovered(folders, watched) == [str(tmp_path / "not")]
+        roots = [str(tmp_path)]
+        unreadable = not os.access(tmp_path / "shut", os.R_OK)  # root reads anything
+        want = [str(tmp_path / "not")] + ([] if unreadable else [str(tmp_path / "shut")])
+        assert coverage.uncovered(folders, watched, roots) == want
+        # matched by inode: a device the kernel names otherwise (btrfs) changes nothing
+        other_dev = {(dev + 1, ino) for dev, ino in watched}
+        assert coverage.uncovered(folders, other_dev, roots) == want
     finally:
         observer.stop()
         observer.join()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,14 @@ def test_an_assistant_searches_the_live_index_over_http(tmp_path: Path) -> None:
     root = tmp_path / "notes"
     root.mkdir()
     (root / "keys.md").write_text("# Keys\n\n## Rotate\n\nRotate API keys every ninety days.\n")
-    s = settings_for(tmp_path, [root], quiet_period_ms=QUIET_MS, http_port=0)
+    # issue 23, defect 4, over HTTP: files under the root that are not indexed documents
+    (root / ".env").write_text("TOKEN=hunter2\n")
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("url = https://x:hunter2@example.com\n")
+    (root / "plain.txt").write_text("hunter2\n")
+    (root / "drafts").mkdir()
+    (root / "drafts" / "secret.md").write_text("# Draft\n\nhunter2\n")
+    s = settings_for(tmp_path, [root], quiet_period_ms=QUIET_MS, http_port=0, exclude=["drafts/**"])
     d = Running(s, make_models(s).embedder).start()
     try:
         assert d.daemon.status(60)["caught_up"] is True
@@ -43,6 +51,14 @@ def test_an_assistant_searches_the_live_index_over_http(tmp_path: Path) -> None:
             out: dict[str, Any] = {"tools": [t.name for t in (await client.list_tools()).tools]}
             out["search"] = await client.call_tool("search", {"query": "how often rotate keys"})
             out["read"] = await client.call_tool("read", {"root": "notes", "path": "../x.md"})
+            out["hidden"] = []
+            for path in (".env", ".git/config", "plain.txt", "drafts/secret.md"):
+                out["hidden"].append(
+                    await client.call_tool("read", {"root": "notes", "path": path})
+                )
+                with contextlib.suppress(Exception):  # an error is what is wanted
+                    res = await client.read_resource(f"mdindex://notes/{path}")
+                    out["hidden"].append(res)
             (root / "otters.md").write_text("# Otters\n\nOtters hold hands while they sleep.\n")
             out["status"] = await client.call_tool("status", {})
             return out
@@ -53,6 +69,9 @@ def test_an_assistant_searches_the_live_index_over_http(tmp_path: Path) -> None:
         hit = out["search"].structured_content["hits"][0]
         assert (hit["path"], hit["section"], hit["start_line"]) == ("keys.md", "Rotate", 3)
         assert out["read"].is_error and ".. parts" in out["read"].content[0].text
+        assert len(out["hidden"]) == 4  # four tool errors, no resource read at all
+        for refused in out["hidden"]:
+            assert refused.is_error and "hunter2" not in str(refused)
         assert "phase" in out["status"].structured_content
         # the same checks as the rest of the port: no token, a foreign Host
         assert request(port, "/mcp", method="POST")[0] == 401

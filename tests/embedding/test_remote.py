@@ -4,6 +4,7 @@ CLI, the sync core and the daemon."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -218,3 +219,62 @@ def test_an_unreachable_server_is_tried_again_then_unavailable(tmp_path: Path) -
     )
     assert r.returncode == 3 and "unreachable after" in r.stderr
     assert len(r.stderr.strip().splitlines()[-1]) < 400
+
+
+def server_sockets(url: str) -> int:
+    """This process's TCP connections to the server's port."""
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            inodes.add(os.readlink(f"/proc/self/fd/{fd}"))
+    count = 0
+    for line in Path("/proc/self/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[2].split(":")[1], 16) == port and f"socket:[{fields[9]}]" in inodes:
+            count += 1
+    return count
+
+
+def test_connections_are_shared_not_one_per_thread(server: str) -> None:
+    """Found by a hostile review: each thread kept its own connection for good, so
+    a daemon answering searches (a thread each) ran out of file descriptors."""
+    import threading
+
+    embedder = remote(server, concurrency=2)
+    embedder.load()
+    for _ in range(40):  # forty searches, each on a thread of its own, as the daemon's
+        t = threading.Thread(target=embedder.embed_query, args=("where are the otters",))
+        t.start()
+        t.join()
+    assert server_sockets(server) <= 2
+    embedder.close()
+    assert server_sockets(server) == 0
+
+
+def test_a_key_with_a_control_character_is_refused_without_showing_it(server: str) -> None:
+    assert remote(server, key=KEY + "\n").embed_query("trailing newline is trimmed").shape == (384,)
+    with pytest.raises(ConfigError, match="control character") as caught:
+        remote(server, key="sk-abc\rdef")
+    assert "sk-abc" not in str(caught.value)
+
+
+def test_a_daemon_started_while_the_server_is_down_waits_for_it(tmp_path: Path) -> None:
+    """Found by a hostile review: the daemon exited at start (and systemd restarted
+    it in a loop) when the server was down at boot; now it stays up, degraded
+    with the reason, and its loop tries again (``Work.reconcile``)."""
+    from tests.daemon.running import Running, wait_for
+
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "otters.md").write_text("# Otters\n\nOtters hold hands while they sleep.\n")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    s = settings_for(tmp_path, [root], embedding_url=url, embedding_model=MODEL, retry_budget_s=1.0)
+    d = Running(s, remote(url, retry_budget_s=1.0)).start()
+    try:
+        wait_for(lambda: "embedding server" in d.daemon.health.unhealthy, 30, "degraded")
+        assert d.points() == {}
+    finally:
+        d.stop()
+    assert d.exit_code in (None, 0)

@@ -7,7 +7,6 @@ import json
 import logging
 import sys
 import time
-import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -295,8 +294,7 @@ def cmd_versions(args: argparse.Namespace, settings: Settings) -> int:
 
 def _versions_through_daemon(args: argparse.Namespace, client: IndexClient, fps: list[str]) -> int:
     """The daemon holds the store: it drops, or builds and switches while it answers."""
-    query = urllib.parse.urlencode({"action": args.action, "fingerprint": fps}, doseq=True)
-    data = client.ask(f"/versions?{query}", post=True)
+    data = client.versions(args.action, fps)
     if args.action == "drop":
         emit(args, data, f"dropped {len(data['dropped'])} version(s) (by the watch daemon)")
         return EXIT_OK
@@ -305,7 +303,7 @@ def _versions_through_daemon(args: argparse.Namespace, client: IndexClient, fps:
     deadline = time.monotonic() + args.timeout
     while True:
         status = client.status()
-        live: dict[str, Any] = next((r for r in status["versions"] if r["live"]), {})
+        live = client.live_version(status)
         if live.get("fingerprint") == target:
             emit(args, {"live": target}, f"version {target} is live (switched by the watch daemon)")
             return EXIT_OK

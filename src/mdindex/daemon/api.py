@@ -80,11 +80,27 @@ class DaemonApi:
         where there can be none, or it does not pass in time, a stat-only
         reconcile of the whole tree ("scan") decides."""
         deadline = time.monotonic() + wait
-        barrier = self.daemon.watcher.barrier() if self.daemon.ready.is_set() else None
-        if barrier is not None and barrier.passed.wait(min(wait, BARRIER_WAIT_S)):
+        if self.daemon.ready.is_set() and self._barriers(min(wait, BARRIER_WAIT_S)):
             left = max(0.0, deadline - time.monotonic())
             return self.daemon.mailbox.ask("flush", left) or {}, "events"
         return self.reconcile(timeout=max(0.0, deadline - time.monotonic())), "scan"
+
+    def _barriers(self, wait: float) -> bool:
+        """Two barriers, the second set once the first has passed. Any open of the
+        file passes a barrier, and an open made before the caller's edits (the
+        daemon reading that file, another program) may reach the watcher after
+        the first was set: it passes the first, but the second's own open comes
+        after it in the stream. Two such opens in flight at once would be needed
+        to pass both early."""
+        deadline = time.monotonic() + wait
+        for _ in range(2):
+            barrier = self.daemon.watcher.barrier()
+            if barrier is None:
+                return False
+            if not barrier.passed.wait(max(0.0, deadline - time.monotonic())):
+                self.daemon.watcher.forget(barrier)
+                return False
+        return True
 
     def versions(self, action: str, fingerprints: list[str]) -> dict[str, Any]:
         """`versions use|drop`, done on the main loop."""

@@ -195,11 +195,7 @@ class IndexClient:
     def status(self, wait: float | None = None) -> dict[str, Any]:
         """The status fields; with ``wait``, once every change made before the call
         is searchable or ``wait`` seconds passed (``caught_up`` says which)."""
-        if wait is None:
-            data = self.ask("/status")
-        else:
-            query = urllib.parse.urlencode({"wait": 1, "timeout": wait})
-            data = self.ask(f"/status?{query}", timeout=wait + 30)
+        data = self.ask("/status") if wait is None else self._wait(wait)
         if data is not _NO_DAEMON:
             return dict(data)
         if wait is not None and not self.settings.root_list():
@@ -219,6 +215,25 @@ class IndexClient:
 
         return offline_status(self.settings)
 
+    def versions(self, action: str, fingerprints: list[str]) -> dict[str, Any]:
+        """The daemon uses (builds, then switches to) or drops versions; for
+        ``use`` it answers at once with the ``target`` it is switching to."""
+        query = urllib.parse.urlencode({"action": action, "fingerprint": fingerprints}, doseq=True)
+        data = self.ask(f"/versions?{query}", post=True)
+        if data is _NO_DAEMON:
+            raise DaemonGone("the watch daemon stopped before it answered; run the command again")
+        return dict(data)
+
+    @staticmethod
+    def live_version(status: dict[str, Any]) -> dict[str, Any]:
+        """The live version's row of a status."""
+        return next((r for r in status.get("versions") or [] if r.get("live")), {})
+
+    def _wait(self, timeout_s: float) -> Any:
+        """The daemon's answer once it has caught up (or ``timeout_s`` passed)."""
+        query = urllib.parse.urlencode({"wait": 1, "timeout": timeout_s})
+        return self.ask(f"/status?{query}", timeout=timeout_s + 30)
+
     def reconcile(self, force: bool = False) -> dict[str, Any] | None:
         """The daemon reconciles now (`mdindex backfill` while it runs); None when
         no daemon holds the store."""
@@ -229,10 +244,7 @@ class IndexClient:
         """Every change made before the call, searchable (or the timeout): the
         daemon waits for it; without one, a backfill here that stops between
         groups of documents once ``timeout_s`` has passed."""
-        data = self.ask(
-            "/status?" + urllib.parse.urlencode({"wait": 1, "timeout": timeout_s}),
-            timeout=timeout_s + 30,
-        )
+        data = self._wait(timeout_s)
         if data is not _NO_DAEMON:
             return dict(data)
         from mdindex.index.indexer import Hooks

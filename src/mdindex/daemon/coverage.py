@@ -62,10 +62,42 @@ def limit() -> int | None:
         return None
 
 
-def uncovered(folders: dict[tuple[int, int], str], watched: set[tuple[int, int]]) -> list[str]:
+def uncovered(
+    folders: dict[tuple[int, int], str], watched: set[tuple[int, int]], roots: Iterable[str]
+) -> list[str]:
     """The topmost of ``folders`` that are not watched (a rescan of each covers
-    what lies below it)."""
-    return topmost(path for key, path in folders.items() if key not in watched)
+    what lies below it).
+
+    Matched by inode: the kernel names a watch's device by its superblock, which
+    is not what ``stat`` says on btrfs subvolumes or overlayfs, so a device
+    compare would find no folder watched there. (Two folders of one tree on
+    two filesystems with one inode number would pass for each other: rare, and
+    the periodic rescan still covers them.) Folders the watcher could not
+    watch for another reason are left out: one this process may not list, and
+    one reached through a link (watchdog follows none; the periodic rescan
+    covers them, as before)."""
+    inodes = {ino for _, ino in watched}
+    tops = [str(r).rstrip("/") for r in roots]
+    return topmost(
+        path
+        for (_, ino), path in folders.items()
+        if ino not in inodes and os.access(path, os.R_OK | os.X_OK) and not _linked(path, tops)
+    )
+
+
+def _linked(path: str, roots: list[str]) -> bool:
+    """Whether ``path`` is reached through a symbolic link below its root."""
+    root = next((r for r in roots if path == r or path.startswith(r + "/")), None)
+    if root is None:
+        return True
+    at = root
+    for part in path[len(root) :].strip("/").split("/"):
+        if not part:
+            continue
+        at = f"{at}/{part}"
+        if os.path.islink(at):
+            return True
+    return False
 
 
 def topmost(paths: Iterable[str]) -> list[str]:

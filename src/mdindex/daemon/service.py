@@ -31,6 +31,7 @@ from mdindex.daemon.work import Work
 from mdindex.documents.files import FileRef
 from mdindex.errors import (
     EXIT_OK,
+    EmbeddingUnavailable,
     MdindexError,
     PruneRefused,
     StoreError,
@@ -143,13 +144,14 @@ class Daemon:
         self.builds.serve(indexer, serving)
         # Watch first, so nothing that changes during the reconcile is missed.
         self.watcher.start()
-        indexer.load_model()
         try:
-            indexer.open_store()
+            indexer.load_model()
+            indexer.open_store()  # (a new store needs the model's dimension)
         except StoreMismatch:
             raise
-        except StoreError as exc:
-            # Keep running: /healthz says why, and the main loop retries.
+        except (StoreError, EmbeddingUnavailable) as exc:
+            # A store or an embedding server down at boot: keep running; /healthz
+            # says why, and the main loop retries.
             self.health.store_failed(exc)
         self.work.update_gauges()
         self.ready.set()

@@ -174,6 +174,10 @@ class Watcher:
                     barrier.passed.set()
                     self._barriers.remove(barrier)
 
+    def forget(self, barrier: Barrier) -> None:
+        """A barrier no one waits for any more."""
+        self._drop(barrier)
+
     def _drop(self, barrier: Barrier) -> None:
         with self._lock:
             if barrier in self._barriers:

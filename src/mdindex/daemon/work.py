@@ -222,7 +222,8 @@ class Work:
         if indexer is None or watched is None or not watcher.alive():
             log.debug("watch coverage not checked (no inotify, or the observer is down)")
             return
-        missing = coverage.uncovered(indexer.scanned_folders(), watched)
+        roots = [str(r.path) for r in self.daemon.roots]
+        missing = coverage.uncovered(indexer.scanned_folders(), watched, roots)
         before = watcher.unwatched
         watcher.unwatched = coverage.topmost(missing if whole else [*before, *missing])
         reason = coverage.reason(len(watcher.unwatched), coverage.limit())

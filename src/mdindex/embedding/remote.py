@@ -44,6 +44,9 @@ API_KEY_CREDENTIAL = "embedding-api-key"
 # HTTP statuses worth another try: the server is busy, restarting or behind a proxy that is.
 TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
 TOO_LARGE_STATUS = {413}
+# An answer is a batch of vectors as JSON: 2,048 texts of 1,024 floats is about
+# 40 MB; more than this is a broken or hostile server, not vectors.
+MAX_ANSWER_BYTES = 256 << 20
 # What a kept-alive connection the server closed looks like on the next request.
 STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
@@ -101,10 +104,19 @@ class RemoteEmbedder:
         self.timeout_s = timeout_s
         self.retry_budget_s = retry_budget_s
         self.cache_dir = cache_dir
-        self._key = key if key is not None else secret(API_KEY_ENV, API_KEY_CREDENTIAL)
+        key = (key if key is not None else secret(API_KEY_ENV, API_KEY_CREDENTIAL) or "").strip()
+        if any(not c.isprintable() for c in key):
+            # http.client would put it, whole, in the error it raises
+            raise ConfigError(
+                f"the embedding API key ({API_KEY_ENV} or the {API_KEY_CREDENTIAL} credential) "
+                "holds a control character"
+            )
+        self._key = key
         self._dimension: int | None = None
-        self._local = threading.local()  # one kept-alive connection per thread
-        self._connections: list[http.client.HTTPConnection] = []  # every thread's, to close
+        # Kept-alive connections not in use: a request takes one (or opens one) and
+        # puts it back when its answer is read whole. At most `concurrency` are
+        # kept, whichever threads (the daemon's HTTP threads, the workers) ask.
+        self._idle: list[http.client.HTTPConnection] = []
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()  # loading (the checks run once)
         self._pool_lock = threading.Lock()  # the worker threads and their connections
@@ -280,17 +292,21 @@ class RemoteEmbedder:
             try:
                 conn.request(method, self._parsed.path + path, body=body, headers=headers)
                 response = conn.getresponse()
-                raw = response.read()
-                break
+                raw = response.read(MAX_ANSWER_BYTES + 1)
+                if len(raw) > MAX_ANSWER_BYTES:
+                    raise EmbeddingError(
+                        f"embedding server {self.where} answered {path} with more than "
+                        f"{MAX_ANSWER_BYTES >> 20} MB"
+                    )
             except BaseException as exc:
                 conn.close()  # a half-read answer must not be read by the next request
-                self._local.conn = None
-                with self._pool_lock:
-                    self._connections.remove(conn)
                 # a kept-alive connection the server has closed meanwhile: once more,
                 # on a new one, before counting it as a failure
                 if not (reused and not again and isinstance(exc, STALE)):
                     raise
+            else:
+                self._release(conn, response)
+                break
         text = raw.decode("utf-8", "replace")
         if response.status >= 400:
             raise HttpStatus(response.status, text)
@@ -311,30 +327,37 @@ class RemoteEmbedder:
             return self._pool
 
     def close(self) -> None:
-        """Let the worker threads go and close every connection (a later call
-        opens them again)."""
+        """Let the worker threads go and close every idle connection (a later
+        call opens them again)."""
         with self._pool_lock:
             pool, self._pool = self._pool, None
-            connections = list(self._connections)
         if pool is not None:
             pool.shutdown(wait=True)
-        for conn in connections:
+        with self._pool_lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
             conn.close()
 
     def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
-        """This thread's connection, and whether it served a request before."""
-        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
-        if conn is not None:
-            return conn, True
+        """An idle kept-alive connection, or a new one; and whether it is reused."""
+        with self._pool_lock:
+            if self._idle:
+                return self._idle.pop(), True
         host, port = self._parsed.hostname or "", self._parsed.port
         if self._parsed.scheme == "https":
-            conn = http.client.HTTPSConnection(host, port, timeout=self.timeout_s)
-        else:
-            conn = http.client.HTTPConnection(host, port, timeout=self.timeout_s)
-        self._local.conn = conn
+            return http.client.HTTPSConnection(host, port, timeout=self.timeout_s), False
+        return http.client.HTTPConnection(host, port, timeout=self.timeout_s), False
+
+    def _release(
+        self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse
+    ) -> None:
+        """Keep the connection for the next request, unless the server closes it
+        or enough are kept already."""
         with self._pool_lock:
-            self._connections.append(conn)
-        return conn, False
+            if not response.will_close and len(self._idle) < self.concurrency:
+                self._idle.append(conn)
+                return
+        conn.close()
 
 
 def parse_vectors(where: str, data: Any, count: int) -> NDArray[np.float32]:
@@ -467,7 +490,8 @@ def _too_large(exc: ServerRefused) -> bool:
     text = exc.body.lower()
     return exc.status in (400, 422) and any(
         word in text
-        for word in ("too many", "too large", "too_long", "at most", "batch size", "maximum")
+        # not "maximum context length" or "too long": those are about one text
+        for word in ("too many", "too large", "at most", "batch size")
     )
 
 

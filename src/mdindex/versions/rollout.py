@@ -72,6 +72,15 @@ def remove_state(path: Path) -> None:
 IndexerFactory = Callable[..., Indexer]
 
 
+def embedded_alike(a: Settings, b: Settings) -> bool:
+    """Whether two versions' vectors come from one embedder."""
+    return (a.model, a.embedding_url, a.embedding_model) == (
+        b.model,
+        b.embedding_url,
+        b.embedding_model,
+    )
+
+
 class Rollout:
     """The versions of one configured collection, under the writer lock.
     ``factory`` stands in for the models the settings name (tests, benchmarks)."""
@@ -98,8 +107,9 @@ class Rollout:
         """The models of a version's settings; one embedder per model, shared."""
         key = version_of(settings)
         if key not in self._models:
+            # the same model computed the same way: in this process, or by one server
             same_model = next(
-                (m.embedder for m in self._models.values() if m.settings.model == settings.model),
+                (m.embedder for m in self._models.values() if embedded_alike(m.settings, settings)),
                 None,
             )
             self._models[key] = make_models(settings, embedder=same_model)
@@ -302,7 +312,10 @@ class Rollout:
                 self.record(target, indexer)
                 return summary
             self.complete(target, indexer, summary.chunks_embedded, force=switch_anyway)
-        self.switch(target)
+            # with the store this run holds: opened again after the indexer took its
+            # signature, an edge store rewrote files, and the next no-op run loaded
+            # it to check (2.8 s at 545,000 points, bench/scale.py)
+            self.switch(target, indexer)
         self.retain()
         return summary
 
