@@ -378,6 +378,9 @@ def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -
                 row[name + "_p95_ms"] = pct(times, 0.95) * 1000
         time.sleep(2)
         row["daemon_idle_rss_after_mb"] = proc_mem_mb(daemon.proc.pid, "VmRSS")
+        # the store's files mapped in count in RSS but are the page cache's to reclaim
+        row["daemon_idle_anon_mb"] = proc_mem_mb(daemon.proc.pid, "RssAnon")
+        row["daemon_idle_file_mb"] = proc_mem_mb(daemon.proc.pid, "RssFile")
         row["daemon_peak_rss_mb"] = proc_mem_mb(daemon.proc.pid, "VmHWM")
     finally:
         daemon.stop()
@@ -412,6 +415,8 @@ COLUMNS = [
     "search_dense_p50_ms",
     "search_dense_path_p50_ms",
     "daemon_idle_rss_mb",
+    "daemon_idle_anon_mb",
+    "daemon_idle_file_mb",
     "daemon_peak_rss_mb",
     "state_mb",
     "store_mb",

@@ -97,9 +97,12 @@ class DaemonApi:
             barrier = self.daemon.watcher.barrier()
             if barrier is None:
                 return False
-            if not barrier.passed.wait(max(0.0, deadline - time.monotonic())):
-                self.daemon.watcher.forget(barrier)
-                return False
+            # events lost (the kernel's queue overflowed) lose the barrier's too: no
+            # use waiting for it, the scan decides at once
+            while not barrier.passed.wait(0.05):
+                if self.daemon.watcher.overflowed.is_set() or time.monotonic() >= deadline:
+                    self.daemon.watcher.forget(barrier)
+                    return False
         return True
 
     def versions(self, action: str, fingerprints: list[str]) -> dict[str, Any]:
