@@ -69,7 +69,7 @@ def infinity(exe: Path, model: Path, name: str) -> Iterator[str]:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 sys.exit(f"infinity exited {proc.returncode}; see {log}")
-            if healthy(url):
+            if healthy(f"http://127.0.0.1:{port}"):  # /health is outside the prefix
                 break
             time.sleep(0.5)
         else:

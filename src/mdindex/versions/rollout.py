@@ -107,7 +107,6 @@ class Rollout:
         """The models of a version's settings; one embedder per model, shared."""
         key = version_of(settings)
         if key not in self._models:
-            # the same model computed the same way: in this process, or by one server
             same_model = next(
                 (m.embedder for m in self._models.values() if embedded_alike(m.settings, settings)),
                 None,
@@ -312,10 +311,8 @@ class Rollout:
                 self.record(target, indexer)
                 return summary
             self.complete(target, indexer, summary.chunks_embedded, force=switch_anyway)
-            # with the store this run holds: opened again after the indexer took its
-            # signature, an edge store rewrote files, and the next no-op run loaded
-            # it to check (2.8 s at 545,000 points, bench/scale.py)
-            self.switch(target, indexer)
+            # this run's store: opened anew, edge rewrote files and the next no-op
+            self.switch(target, indexer)  # loaded it (2.8 s at 545k points)
         self.retain()
         return summary
 
