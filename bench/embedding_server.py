@@ -3,7 +3,7 @@
     python bench/embedding_server.py [--corpus DIR] [--chunks 2000] [--infinity PATH]
 
 Starts infinity-emb (``.venv-infinity/bin/infinity_emb``, as .ci/run makes it,
-or ``--infinity``) on loopback serving the packaged model, then embeds the
+or ``--infinity``) on loopback as the tests do (``tests/embedding/server.py``) serving the packaged model, then embeds the
 same corpus chunks (heading strategy) three ways, each after a warm-up:
 
 - in the process, with the backend the calibration chose on this machine;
@@ -19,16 +19,11 @@ separate GPU server would give; the note under the table says that.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import random
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,50 +32,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import REPO, corpus_dir, load_texts, offline, table, write_json
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def healthy(url: str) -> bool:
-    with (
-        contextlib.suppress(OSError),
-        urllib.request.urlopen(f"{url}/health", timeout=2) as response,
-    ):
-        return bool(response.status == 200)
-    return False
-
-
-@contextlib.contextmanager
-def infinity(exe: Path, model: Path, name: str) -> Iterator[str]:
-    port = free_port()
-    cmd = [str(exe), "v2", "--engine", "torch", "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["--url-prefix", "/v1", "--model-id", str(model), "--served-model-name", name]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0"}
-    log = Path(tempfile.mkdtemp(prefix="mdindex-infinity-")) / "infinity.log"
-    with open(log, "w") as out:  # the child keeps its own copy
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                sys.exit(f"infinity exited {proc.returncode}; see {log}")
-            if healthy(f"http://127.0.0.1:{port}"):  # /health is outside the prefix
-                break
-            time.sleep(0.5)
-        else:
-            sys.exit(f"infinity did not answer in 180 s; see {log}")
-        yield url
-    finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=30)
-        if proc.poll() is None:
-            proc.kill()
 
 
 def timed(embed: Any, texts: list[str]) -> tuple[float, np.ndarray]:
@@ -102,7 +53,9 @@ def main() -> None:
     exe = Path(args.infinity)
     if not exe.exists():
         sys.exit(f"{exe} not found: make it as .ci/run does, or pass --infinity")
-
+    # the tests' server, started the same way (tests/embedding/server.py)
+    os.environ["MDINDEX_TEST_INFINITY"] = str(exe)
+    sys.path.insert(0, str(REPO))
     from backends import cpu_line
     from mdindex.chunking import Chunker
     from mdindex.config import DEFAULT_MODEL
@@ -110,6 +63,7 @@ def main() -> None:
     from mdindex.embedding.embedder import ModelEmbedder
     from mdindex.embedding.model import load_counter, resolve_model
     from mdindex.embedding.remote import RemoteEmbedder
+    from tests.embedding.server import infinity
 
     cpu = cpu_line()
     print(cpu)
@@ -136,7 +90,8 @@ def main() -> None:
             "mean_cosine": 1.0,
         }
     ]
-    with infinity(exe, info.path, "all-MiniLM-L6-v2") as url:
+    log = Path(tempfile.mkdtemp(prefix="mdindex-infinity-")) / "infinity.log"
+    with infinity({"all-MiniLM-L6-v2": info.path}, log, key=None) as url:
         for how, batch, concurrency in (
             ("server, 128 per request, 4 in flight", 128, 4),
             ("server, 128 per request, 1 in flight", 128, 1),
