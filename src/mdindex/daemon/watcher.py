@@ -161,7 +161,7 @@ class Watcher:
             self._barriers.append(barrier)
         for path in paths:
             if not _open_and_close(path):
-                self._drop(barrier)
+                self.forget(barrier)
                 return None
         return barrier
 
@@ -176,9 +176,6 @@ class Watcher:
 
     def forget(self, barrier: Barrier) -> None:
         """A barrier no one waits for any more."""
-        self._drop(barrier)
-
-    def _drop(self, barrier: Barrier) -> None:
         with self._lock:
             if barrier in self._barriers:
                 self._barriers.remove(barrier)
