@@ -153,6 +153,76 @@ def test_a_barrier_passes_after_every_event_before_it(tmp_path: Path) -> None:
         watcher.stop()
 
 
+def open_masks(watcher: Watcher) -> list[bool]:
+    """For each of the observer's kernel watches: does it ask for opens (IN_OPEN)?"""
+    fd = watcher._observer._inotify_fd._inotify_fd  # type: ignore[union-attr]
+    lines = Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines()
+    masks = [line.split(" mask:")[1].split()[0] for line in lines if line.startswith("inotify ")]
+    return [bool(int(mask, 16) & 0x20) for mask in masks]
+
+
+def test_a_scan_of_the_whole_tree_cannot_flood_the_kernel_queue(tmp_path: Path) -> None:
+    """A scan opens every folder and each changed file. With opens asked for on
+    every folder, a scan of 9,000 folders overflowed the kernel's queue (16,384)
+    and watchdog then opened every folder again, for ever. Opens are asked for
+    only in the barrier's folder: with the queue cut to 64 events (where this
+    test may set it), whole scans of 300 folders overflow nothing."""
+    root = tmp_path / "docs"
+    for i in range(300):
+        (root / f"f{i}").mkdir(parents=True)
+        (root / f"f{i}" / "a.md").write_text(f"# {i}\n")
+    (root / "index.md").write_text("# Index\n")
+    limit = Path("/proc/sys/fs/inotify/max_queued_events")
+    real = os.geteuid() == 0 and os.access(limit, os.W_OK)
+    before = limit.read_text() if real else ""
+    if real:
+        limit.write_text("64")
+    watcher = Watcher([Root("docs", root)])
+    try:
+        watcher.start()
+        if real:
+            limit.write_text(before)
+        masks = open_masks(watcher)
+        assert len(masks) == 301 and not any(masks)
+        barrier = watcher.barrier()
+        assert barrier is not None and barrier.passed.wait(10)
+        assert sum(open_masks(watcher)) == 1  # the root's, where index.md is
+        for _ in range(5):  # whole scans, reading every file
+            for folder, _dirs, files in os.walk(root):
+                for name in files:
+                    (Path(folder) / name).read_bytes()
+        barrier = watcher.barrier()
+        assert barrier is not None and barrier.passed.wait(10)
+        time.sleep(0.2)
+        assert not watcher.overflowed.is_set()
+        assert queued(watcher) == []  # reads change nothing
+    finally:
+        if real:
+            limit.write_text(before)
+        watcher.stop()
+
+
+def test_a_barrier_survives_its_folder_being_watched_anew(tmp_path: Path) -> None:
+    """watchdog sets a folder's whole mask when it watches it again, dropping the
+    opens; each barrier asks for them again."""
+    root = tmp_path / "docs"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "a.md").write_text("# A\n")
+    watcher = Watcher([Root("docs", root)])
+    watcher.start()
+    try:
+        barrier = watcher.barrier()
+        assert barrier is not None and barrier.passed.wait(10)
+        (root / "sub").rename(tmp_path / "away")
+        (tmp_path / "away").rename(root / "sub")  # watched again, under a new mask
+        for _ in range(3):
+            barrier = watcher.barrier()
+            assert barrier is not None and barrier.passed.wait(10)
+        assert set(queued(watcher)) >= {str(root / "sub")}
+    finally:
+        watcher.stop()
+
+
 def test_no_barrier_without_a_file_to_open_or_without_inotify(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     (empty / "only" / "folders").mkdir(parents=True)
