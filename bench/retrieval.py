@@ -46,10 +46,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import long_sections
 from common import REPO, offline, table, write_json
 
 EVALSETS = REPO.parent / "shared" / "evalsets"
-CORPUS_FOLDER = {"anthropic-docs": "pages", "chroma-chunking": "corpora"}
+CORPUS_FOLDER = {
+    "anthropic-docs": "pages",
+    "chroma-chunking": "corpora",
+    "anthropic-flat": "pages",  # long sections (bench/long_sections.py)
+    "chroma-headed": "corpora",
+}
 KS = (1, 3, 5, 10)
 LIMIT = 254  # as bench/peers.py: the peers' chunk token limit and overlap
 OVERLAP = 32
@@ -213,10 +219,21 @@ class Mdindex:
         mode: str,
         fusion: str,
         store_kind: str,
+        collapse: str = "passages",
     ) -> tuple[list[list[Hit]], list[float]]:
         from mdindex.config import load_settings
+        from mdindex.index import search as searching
         from mdindex.index.runtime import make_store
         from mdindex.index.search import Query, search
+
+        # the rule that keeps hits of one section: "off" (every window), "section"
+        # (the best window of each section, the rule before passages), "passagesN"
+        # (touching windows joined, at most N passages a section), "passages" (the default)
+        default = (searching.MAX_PASSAGES, searching.GAP)
+        if collapse == "section":
+            searching.MAX_PASSAGES, searching.GAP = 1, -(10**9)
+        elif collapse.startswith("passages") and collapse != "passages":
+            searching.MAX_PASSAGES = int(collapse.removeprefix("passages"))
 
         settings = load_settings(
             {
@@ -236,12 +253,15 @@ class Mdindex:
                     self.models.embedder,
                     self.models.planner.sparse,
                     store,
-                    Query(q["question"], k=10, mode=mode, fusion=fusion),
+                    Query(
+                        q["question"], k=10, mode=mode, fusion=fusion, per_section=collapse != "off"
+                    ),
                 )
                 times.append(time.perf_counter() - t)
                 answers.append([(h["doc_path"], h["char_start"], h["char_end"]) for h in hits])
         finally:
             store.close()
+            searching.MAX_PASSAGES, searching.GAP = default
         return answers, times
 
     def chunks(self, work: Path, corpus: Path, store_kind: str) -> list[tuple[Hit, str]]:
@@ -445,7 +465,12 @@ def main() -> None:
     ap.add_argument("--strategies", default="heading,token,semantic")
     ap.add_argument("--modes", default="dense,sparse,hybrid")
     ap.add_argument("--context", default="off,on")
-    ap.add_argument("--fusion", default="rrf", help="rrf, dbsf, or both: rrf,dbsf")
+    ap.add_argument("--fusion", default="dbsf", help="rrf, dbsf, or both: rrf,dbsf")
+    ap.add_argument(
+        "--collapse",
+        default="passages",
+        help="hits of one section: off, section, passages (the default), passagesN; several: a,b",
+    )
     ap.add_argument("--peers", default="langchain,llamaindex,bm25")
     ap.add_argument(
         "--work", help="keep the indexes here; a later run re-uses them (its backfill is a no-op)"
@@ -472,15 +497,20 @@ def main() -> None:
     }
     print(f"CPU: {results['cpu']}, {results['cores']} cores", file=sys.stderr)
     for name in args.sets.split(","):
-        corpus = evalsets / name / CORPUS_FOLDER[name]
+        if name in long_sections.SETS:
+            made = Path(args.work or tempfile.mkdtemp(prefix="long-sections-")) / "sets"
+            long_sections.make_set(name, evalsets, made)
+            corpus = made / name / CORPUS_FOLDER[name]
+            questions_file = made / name / "questions.jsonl"
+        else:
+            corpus = evalsets / name / CORPUS_FOLDER[name]
+            questions_file = evalsets / name / "questions.jsonl"
         questions = [
-            json.loads(line)
-            for line in (evalsets / name / "questions.jsonl").read_text().splitlines()
-            if line.strip()
+            json.loads(line) for line in questions_file.read_text().splitlines() if line.strip()
         ]
         if args.questions:
             questions = questions[: args.questions]
-        chroma = name == "chroma-chunking"
+        chroma = name.startswith("chroma")
         rows: list[dict[str, Any]] = []
         if args.work:
             scratch = Path(args.work) / name
@@ -500,15 +530,29 @@ def main() -> None:
                 if strategy == "heading" and not context:
                     heading_work = work
                 for mode in args.modes.split(","):
-                    for fusion in args.fusion.split(",") if mode == "hybrid" else ["rrf"]:
+                    for fusion, collapse in [
+                        (f, c)
+                        for f in (args.fusion.split(",") if mode == "hybrid" else ["rrf"])
+                        for c in args.collapse.split(",")
+                    ]:
                         answers, times = engine.ask(
-                            work, corpus, strategy, context, questions, mode, fusion, args.store
+                            work,
+                            corpus,
+                            strategy,
+                            context,
+                            questions,
+                            mode,
+                            fusion,
+                            args.store,
+                            collapse,
                         )
                         label = (
                             mode
                             if mode != "hybrid" or "," not in args.fusion
                             else f"hybrid-{fusion}"
                         )
+                        if "," in args.collapse:
+                            label += f"/{collapse}"
                         rows.append(
                             {
                                 "pipeline": "mdindex",

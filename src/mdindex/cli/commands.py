@@ -162,6 +162,36 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
+def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
+    from mdindex.daemon import evaluate
+
+    if (args.questions is None) == (args.headings is None):
+        raise ConfigError("eval: give a QUESTIONS file, or --headings for the heading self-check")
+    settings.require_roots()
+    if args.questions is not None:
+        questions = evaluate.load_questions(settings, args.questions)
+    else:
+        if not 1 <= args.headings <= evaluate.MAX_QUESTIONS:
+            raise ConfigError(f"eval: --headings must be 1 to {evaluate.MAX_QUESTIONS}")
+        questions = evaluate.heading_questions(settings, args.headings, args.seed)
+        if not questions:
+            raise ConfigError("eval: the live index holds no sections with headings")
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    rows = evaluate.compare(settings, IndexClient(settings), questions, args.versions, modes)
+    columns = ["version", "mode", "recall@1", "recall@3", "recall@5", "recall@10", "mrr@10"]
+    lines = [f"{len(questions)} questions" + (" (heading paths)" if args.headings else "")]
+    lines.append("  ".join(f"{c:>9}" for c in [*columns, "gains"]))
+    for r in rows:
+        cells = [r["version"] + ("*" if r["live"] else ""), r["mode"]]
+        cells += [f"{r[c]:.3f}" for c in columns[2:]] + [f"{r['answers_live_misses']:.3f}"]
+        lines.append("  ".join(f"{c:>9}" for c in cells))
+    lines.append(
+        "(* live; gains: share of questions answered in the top 10 that the first row misses)"
+    )
+    emit(args, rows, "\n".join(lines))
+    return EXIT_OK
+
+
 def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
     """An MCP server on stdin/stdout: through the daemon when one holds the
     store, else over the store itself. Logs go to stderr, never stdout."""
@@ -336,6 +366,7 @@ COMMANDS: dict[str, Command] = {
     "backfill": cmd_backfill,
     "watch": cmd_watch,
     "search": cmd_search,
+    "eval": cmd_eval,
     "mcp": cmd_mcp,
     "chunk": cmd_chunk,
     "status": cmd_status,

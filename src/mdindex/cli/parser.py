@@ -107,6 +107,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="only documents whose frontmatter KEY is VALUE or lists it (repeatable: all hold)",
     )
 
+    p = command(
+        "eval", "how well search answers your questions: recall and MRR per version and mode"
+    )
+    _common(p, roots=False)
+    p.add_argument(
+        "questions",
+        nargs="?",
+        type=Path,
+        metavar="QUESTIONS",
+        help="JSONL or YAML: question, path, and a quote, lines or chars (see docs/eval.md)",
+    )
+    p.add_argument(
+        "--headings",
+        type=int,
+        nargs="?",
+        const=100,
+        metavar="N",
+        help="no questions file: ask N sections' heading paths (default 100), seeded",
+    )
+    p.add_argument("--seed", type=int, default=0, help="for --headings (default 0)")
+    p.add_argument(
+        "--versions",
+        choices=["live", "all"],
+        default="live",
+        help="the live version, or every complete one kept (keep_versions)",
+    )
+    p.add_argument(
+        "--modes",
+        default="hybrid",
+        metavar="MODE[,MODE]",
+        help="search modes to compare: dense, sparse, hybrid (default hybrid)",
+    )
+
     p = command("mcp", "serve the index to an AI assistant over MCP (stdio)")
     _common(p, roots=True)
 

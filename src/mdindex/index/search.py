@@ -43,6 +43,10 @@ CANDIDATES = 100
 # per section is kept from this many per hit wanted.
 GLOB_OVERSAMPLE = 10
 SECTION_OVERSAMPLE = 3
+# Passages one section may answer with, and the most characters (a paragraph
+# break) between two windows that still make one passage (see ``passages``).
+MAX_PASSAGES = 3
+GAP = 2
 MAX_HITS = 1000
 _META_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _GLOB_CHARS = "*?["
@@ -249,20 +253,74 @@ def search(
     if glob:
         hits = [h for h in hits if fnmatch.fnmatchcase(str(h.payload.get("doc_path", "")), glob)]
     if query.per_section:
-        hits = one_per_section(hits)
+        hits = passages(hits)
     return [{"score": h.score, **public(h.payload)} for h in hits[: query.k]]
 
 
-def one_per_section(hits: list[Hit]) -> list[Hit]:
-    """The best hit of each heading section, in rank order."""
-    seen: set[tuple[Any, ...]] = set()
-    out = []
+def passages(hits: list[Hit]) -> list[Hit]:
+    """Hits in rank order, windows of one section that touch made one passage.
+
+    A hit whose window overlaps, or is next to, a passage already kept of its
+    section joins it: the passage's span, lines and text grow to cover both,
+    and it keeps its rank. A window apart from them starts a passage of its
+    own, up to MAX_PASSAGES per section. Windows of no section (before the first
+    heading, a file without headings) stay as they are."""
+    kept: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    out: list[Hit] = []
     for h in hits:
         path = h.payload.get("heading_path")
-        if path:
-            key = (h.payload.get("root"), h.payload.get("doc_path"), tuple(path))
-            if key in seen:
-                continue
-            seen.add(key)
-        out.append(h)
+        if not path:
+            out.append(h)
+            continue
+        key = (h.payload.get("root"), h.payload.get("doc_path"), tuple(path))
+        mine = kept.setdefault(key, [])
+        near = next((p for p in mine if _touch(p, h.payload)), None)
+        if near is not None:
+            _join(near, h.payload)
+            # a window between two passages bridges them: one passage, at the better rank
+            for other in [p for p in mine if p is not near and _touch(near, p)]:
+                first, last = sorted(
+                    (near, other), key=lambda p: next(i for i, q in enumerate(mine) if q is p)
+                )
+                _join(first, last)
+                mine.remove(last)
+                out = [x for x in out if x.payload is not last]
+                near = first
+        elif len(mine) < MAX_PASSAGES:
+            payload = dict(h.payload)
+            mine.append(payload)
+            out.append(Hit(h.id, h.score, payload))
     return out
+
+
+def _touch(passage: dict[str, Any], payload: dict[str, Any]) -> bool:
+    """The window overlaps the passage, or follows or precedes it across no more
+    than a paragraph break."""
+    try:
+        start, end = int(payload["char_start"]), int(payload["char_end"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    return bool(start <= passage["char_end"] + GAP and passage["char_start"] <= end + GAP)
+
+
+def _join(passage: dict[str, Any], payload: dict[str, Any]) -> None:
+    """Grow the passage to cover the window: offsets, lines and text (a chunk's
+    text is its document's between its offsets; a gap between two windows of
+    one section is the blank lines between paragraphs)."""
+    a0, a1, text = passage["char_start"], passage["char_end"], str(passage.get("text", ""))
+    b0, b1, other = (
+        int(payload["char_start"]),
+        int(payload["char_end"]),
+        str(payload.get("text", "")),
+    )
+    if b0 < a0:
+        text = other[: a0 - b0] + text if b1 >= a0 else other + "\n" * (a0 - b1) + text
+    if b1 > a1:
+        text = text + other[a1 - b0 :] if b0 <= a1 else text + "\n" * (b0 - a1) + other
+    passage.update(
+        text=text,
+        char_start=min(a0, b0),
+        char_end=max(a1, b1),
+        line_start=min(passage.get("line_start", 0), payload.get("line_start", 0)),
+        line_end=max(passage.get("line_end", 0), payload.get("line_end", 0)),
+    )

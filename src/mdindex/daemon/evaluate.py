@@ -1,0 +1,320 @@
+"""`mdindex eval`: how well search answers the user's own questions, version
+against version and mode against mode.
+
+A questions file (JSONL, or YAML: a list, or ``questions:`` holding one) has
+one question each, with its gold answers written the way a person can::
+
+    {"question": "How do I install it?", "path": "guide/setup.md"}
+    {"question": "...", "path": "guide/setup.md", "quote": "pip install mdindex"}
+    {"question": "...", "path": "guide/setup.md", "lines": [12, 20]}
+    {"question": "...", "path": "guide/setup.md", "chars": [310, 745]}
+    {"question": "...", "gold": [{"path": "a.md", "quote": "..."}, {"path": "b.md"}]}
+
+``root`` names the root when there are several; ``id`` names the question
+(else its line). The evalsets' own ``doc_path``/``char_start``/``char_end``
+are read too. Each gold becomes a span of the document as indexed (a path
+alone: the whole document); a hit answers a gold when it overlaps the span.
+A path the live index does not hold, or a quote not in the file, is a
+one-line error naming the question.
+
+Questions run through the CLI's search call (through the daemon when one
+holds the store); a version other than the live one is opened here, with
+the model it was built with.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mdindex.config import Settings
+from mdindex.daemon.client import IndexClient
+from mdindex.daemon.mcp_server import indexed_documents, locate_document
+from mdindex.documents.files import printable
+from mdindex.documents.parsing import parse_document
+from mdindex.documents.reading import decode, read_bytes
+from mdindex.errors import ConfigError, MdindexError
+from mdindex.index.search import MODES, Query
+
+KS = (1, 3, 5, 10)
+MAX_QUESTIONS = 10_000
+MAX_FILE_BYTES = 64 << 20
+
+Ask = Callable[[Query], list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Gold:
+    """A span of a document, as indexed (characters, end excluded)."""
+
+    root: str
+    path: str
+    start: int
+    end: int
+
+    def answered_by(self, hit: dict[str, Any]) -> bool:
+        return (
+            hit.get("root") == self.root
+            and hit.get("doc_path") == self.path
+            and int(hit.get("char_start", 0)) < self.end
+            and self.start < int(hit.get("char_end", 0))
+        )
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    text: str
+    gold: tuple[Gold, ...]
+
+
+# -- questions ------------------------------------------------------------------
+
+
+def load_questions(settings: Settings, path: Path) -> list[Question]:
+    """The questions of a file, each gold checked against the live index and
+    the file as it is now; ConfigError (one line naming the question) if not."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"eval: cannot read {path}: {exc}") from None
+    items = _items(raw, path)
+    if not items:
+        raise ConfigError(f"eval: {path} holds no questions")
+    if len(items) > MAX_QUESTIONS:
+        raise ConfigError(f"eval: {path} holds over {MAX_QUESTIONS} questions")
+    texts = _Texts(settings)
+    return [_question(n, item, texts) for n, item in items]
+
+
+def _items(raw: str, path: Path) -> list[tuple[str, Any]]:
+    """(where, item) of each question: its line in JSONL, its place in YAML."""
+    if path.suffix.lower() in (".yaml", ".yml"):
+        try:
+            data = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ConfigError(
+                f"eval: {path} is not valid YAML: {str(exc).splitlines()[0]}"
+            ) from None
+        if isinstance(data, dict):
+            data = data.get("questions")
+        if not isinstance(data, list):
+            raise ConfigError(f"eval: {path} must hold a list of questions (or questions: [...])")
+        return [(f"question {i + 1}", item) for i, item in enumerate(data)]
+    out = []
+    for number, line in enumerate(raw.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            out.append((f"line {number}", json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"eval: {path} line {number} is not JSON: {exc.msg}") from None
+    return out
+
+
+def _question(where: str, item: Any, texts: _Texts) -> Question:
+    if not isinstance(item, dict):
+        raise ConfigError(f"eval: {where}: a question is a mapping with question and path")
+    qid = str(item.get("id") or where)[:80]
+    name = f"eval: question {printable(qid)}"
+    text = item.get("question")
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(f"{name}: no question text")
+    golds = item.get("gold", [item])
+    if not isinstance(golds, list) or not golds:
+        raise ConfigError(f"{name}: gold must be a list of answers")
+    try:
+        return Question(qid, text, tuple(_gold(g, texts) for g in golds))
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+
+
+def _gold(item: Any, texts: _Texts) -> Gold:
+    if not isinstance(item, dict):
+        raise ValueError("each gold answer is a mapping with a path")
+    path = item.get("path", item.get("doc_path"))
+    if not isinstance(path, str) or not path:
+        raise ValueError("a gold answer has no path")
+    root = item.get("root")
+    if root is not None and not isinstance(root, str):
+        raise ValueError("root must be a root's label")
+    root, text = texts.get(root, path)
+    if "quote" in item:
+        quote = item["quote"]
+        if not isinstance(quote, str) or not quote.strip():
+            raise ValueError("quote must be a phrase of the file")
+        # the words in order, any whitespace between them (a quote may be re-wrapped)
+        found = re.search(r"\s+".join(map(re.escape, quote.split())), text)
+        if found is None:
+            raise ValueError(f"quote {printable(quote[:60])!r} is not in {root}:{path}")
+        return Gold(root, path, found.start(), found.end())
+    if "lines" in item:
+        first, last = _pair(item["lines"], "lines")
+        starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        if not 1 <= first <= last <= len(starts):
+            raise ValueError(f"lines {first}-{last} are not within 1-{len(starts)} of {path}")
+        end = starts[last] if last < len(starts) else len(text)
+        return Gold(root, path, starts[first - 1], end)
+    if "chars" in item or "char_start" in item:
+        start, end = _pair(
+            item.get("chars", [item.get("char_start"), item.get("char_end")]), "chars"
+        )
+        if not 0 <= start < end <= len(text):
+            raise ValueError(f"chars {start}-{end} are not within 0-{len(text)} of {path}")
+        return Gold(root, path, start, end)
+    return Gold(root, path, 0, len(text))
+
+
+def _pair(value: Any, what: str) -> tuple[int, int]:
+    ok = isinstance(value, list | tuple) and len(value) == 2
+    if not ok or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ValueError(f"{what} must be two whole numbers, [first, last]")
+    return int(value[0]), int(value[1])
+
+
+class _Texts:
+    """Indexed documents' texts, each read once, only through the checks the MCP
+    ``read`` tool uses (inside the roots, the path filter, indexed)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.labels = [r.label for r in settings.root_list()]
+        self.cache: dict[tuple[str, str], str] = {}
+
+    def get(self, root: str | None, path: str) -> tuple[str, str]:
+        if root is None:
+            if len(self.labels) != 1:
+                raise ValueError(f"{path} needs a root (one of {', '.join(self.labels)})")
+            root = self.labels[0]
+        key = (root, path)
+        if key not in self.cache:
+            try:
+                ref = locate_document(self.settings, root, path)
+                self.cache[key] = decode(read_bytes(ref.path, self.settings.max_file_bytes, ref))
+            except MdindexError as exc:
+                raise ValueError(f"{root}:{printable(path[:200])}: {exc}") from None
+        return root, self.cache[key]
+
+
+def heading_questions(settings: Settings, sample: int, seed: int) -> list[Question]:
+    """Each sampled section's heading path as its question, the section its gold:
+    a rough figure for any corpus, without writing questions."""
+    texts = _Texts(settings)
+    sections = []
+    for root, path in indexed_documents(settings):
+        try:
+            root, text = texts.get(root, path)
+        except ValueError:
+            continue  # changed or gone since it was indexed
+        heads = parse_document(text, path).headings
+        for i, head in enumerate(heads):
+            end = heads[i + 1].start if i + 1 < len(heads) else len(text)
+            sections.append((root, path, head.start, end, head.path))
+    chosen = random.Random(seed).sample(sections, min(sample, len(sections)))
+    return [
+        Question(f"{root}:{path}#{i}", " ".join(hp), (Gold(root, path, start, end),))
+        for i, (root, path, start, end, hp) in enumerate(chosen)
+    ]
+
+
+# -- asking and scoring -----------------------------------------------------------
+
+
+def answer(questions: Sequence[Question], ask: Ask, mode: str) -> list[list[dict[str, Any]]]:
+    return [ask(Query(q.text, k=max(KS), mode=mode)) for q in questions]
+
+
+def rank(question: Question, hits: list[dict[str, Any]]) -> int | None:
+    """The rank (1-based) of the first hit answering the question, in the top 10."""
+    for i, hit in enumerate(hits[: max(KS)]):
+        if any(g.answered_by(hit) for g in question.gold):
+            return i + 1
+    return None
+
+
+def score(questions: Sequence[Question], answers: list[list[dict[str, Any]]]) -> dict[str, float]:
+    """recall@k (share of gold answers a hit in the top k overlaps) and MRR@10."""
+    out: dict[str, list[float]] = {key: [] for key in [*(f"recall@{k}" for k in KS), "mrr@10"]}
+    for q, hits in zip(questions, answers, strict=True):
+        for k in KS:
+            found = sum(any(g.answered_by(h) for h in hits[:k]) for g in q.gold)
+            out[f"recall@{k}"].append(found / len(q.gold))
+        first = rank(q, hits)
+        out["mrr@10"].append(0.0 if first is None else 1.0 / first)
+    return {key: round(statistics.fmean(values), 4) for key, values in out.items()}
+
+
+def compare(
+    settings: Settings,
+    client: IndexClient,
+    questions: Sequence[Question],
+    versions: str,
+    modes: Sequence[str],
+) -> list[dict[str, Any]]:
+    """One row per version and mode: its scores, and the share of questions it
+    answers (in its top 10) that the live version in the first mode misses."""
+    from mdindex.versions.catalog import Catalog
+
+    for mode in modes:
+        if mode not in MODES:
+            raise ConfigError(f"eval: mode must be one of {', '.join(MODES)}, not {mode!r}")
+    catalog = Catalog.load(settings)
+    live = catalog.live or ""
+    fps = (
+        [live]
+        if versions == "live"
+        else [live]
+        + [fp for fp, v in catalog.versions.items() if fp != live and v.status == "complete"]
+    )
+    rows: list[dict[str, Any]] = []
+    baseline: list[bool] = []
+    for fp in fps:
+        ask, close = (client.search, None) if fp == live else _open_version(settings, catalog, fp)
+        try:
+            for mode in modes:
+                answers = answer(questions, ask, mode)
+                found = [rank(q, a) is not None for q, a in zip(questions, answers, strict=True)]
+                if not baseline:
+                    baseline = found
+                gained = sum(f and not b for f, b in zip(found, baseline, strict=True))
+                rows.append(
+                    {
+                        "version": fp[:12] or "(none)",
+                        "live": fp == live,
+                        "mode": mode,
+                        "questions": len(questions),
+                        **score(questions, answers),
+                        "answers_live_misses": round(gained / len(questions), 4),
+                    }
+                )
+        finally:
+            if close is not None:
+                close()
+    return rows
+
+
+def _open_version(settings: Settings, catalog: Any, fp: str) -> tuple[Ask, Callable[[], None]]:
+    """Search a kept version here: its own model and store."""
+    from mdindex.index.runtime import make_models, make_store
+    from mdindex.index.search import search
+
+    vs = catalog.settings_for(settings, fp)
+    models = make_models(vs, queries_only=True)
+    store = make_store(vs)
+    try:
+        store.open()
+    except MdindexError as exc:
+        raise ConfigError(f"eval: version {fp}: {exc}") from None
+
+    def ask(query: Query) -> list[dict[str, Any]]:
+        return search(models.embedder, models.planner.sparse, store, query)
+
+    return ask, store.close
