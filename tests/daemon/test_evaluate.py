@@ -1,0 +1,205 @@
+"""`mdindex eval`: questions with every kind of gold, bad questions in one line,
+two versions compared through a running daemon, and the heading self-check."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mdindex.daemon.evaluate import Gold, Question, load_questions, rank, score
+from mdindex.errors import ConfigError
+from tests.conftest import TinyEmbedder, run_backfill, settings_for
+from tests.daemon.test_as_a_process import start, stop
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "MDINDEX_QUIET_PERIOD_MS": "100",
+    "MDINDEX_LOG_LEVEL": "WARNING",
+    "MDINDEX_KEEP_VERSIONS": "2",
+}
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mdindex", *args],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=600,
+    )
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> Path:
+    root = tmp_path / "docs"
+    shutil.copytree(EXAMPLES / "docs", root)
+    return root
+
+
+def write_questions(path: Path, questions: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(q) + "\n" for q in questions))
+    return path
+
+
+EVERY_KIND = [
+    {"id": "path", "question": "Who answers questions on the forum?", "path": "index.md"},
+    {
+        "id": "quote",
+        "question": "How do I fix missing or stale points?",
+        "path": "guide/troubleshooting.md",
+        # re-wrapped: the words in order, whatever whitespace between them
+        "quote": "fixes them\n   without re-embedding",
+    },
+    {
+        "id": "lines",
+        "question": "How do I share one index between machines?",
+        "path": "guide/configuration.md",
+        "lines": [12, 13],
+    },
+    {
+        "id": "chars",
+        "question": "What happens to a file that is not valid UTF-8?",
+        "path": "guide/troubleshooting.md",
+        "chars": [240, 300],
+    },
+    {
+        "id": "evalset",
+        "question": "Which Python version does the tool need?",
+        "gold": [{"doc_path": "index.md", "char_start": 250, "char_end": 330}],
+    },
+]
+
+
+def test_every_kind_of_gold_is_a_span_of_the_file(tmp_path: Path, docs: Path) -> None:
+    s = settings_for(tmp_path, [docs])
+    run_backfill(s, TinyEmbedder())
+    questions = load_questions(s, write_questions(tmp_path / "q.jsonl", EVERY_KIND))
+    spans = {q.id: q.gold[0] for q in questions}
+    index = (docs / "index.md").read_text()
+    trouble = (docs / "guide/troubleshooting.md").read_text()
+    config = (docs / "guide/configuration.md").read_text()
+    assert (spans["path"].start, spans["path"].end) == (0, len(index))
+    quote = spans["quote"]
+    assert trouble[quote.start : quote.end] == "fixes them without re-embedding"
+    lines = spans["lines"]
+    assert config[lines.start : lines.end] == "".join(config.splitlines(True)[11:13])
+    assert (spans["chars"].start, spans["chars"].end) == (240, 300)
+    assert spans["evalset"] == Gold("docs", "index.md", 250, 330)
+    # the YAML file shipped with the examples loads too
+    assert len(load_questions(s, EXAMPLES / "questions.yaml")) == 6
+
+
+@pytest.mark.parametrize(
+    ("question", "reason"),
+    [
+        ({"id": "q1", "question": "x", "path": "nope.md"}, "question q1: no such document"),
+        (
+            {"id": "q2", "question": "x", "path": "index.md", "quote": "not in it"},
+            "question q2: quote 'not in it' is not in docs:index.md",
+        ),
+        (
+            {"id": "q3", "question": "x", "path": "index.md", "lines": [5, 900]},
+            "question q3: lines 5-900 are not within 1-",
+        ),
+        ({"id": "q4", "question": "x", "path": "../outside.md"}, "must be relative"),
+        ({"id": "q5", "question": "x", "path": ".env"}, "is not an indexed document"),
+        ({"id": "q6", "question": "", "path": "index.md"}, "question q6: no question text"),
+        ({"id": "q7", "question": "x", "path": "index.md", "chars": "a"}, "two whole numbers"),
+        ({"id": "q8", "question": "x", "path": "new.md"}, "not an indexed document"),
+        ({"id": "q9", "question": "x", "root": "other", "path": "index.md"}, "no root labelled"),
+    ],
+)
+def test_a_bad_question_is_one_line_naming_it(
+    tmp_path: Path, docs: Path, question: dict[str, object], reason: str
+) -> None:
+    (tmp_path / "outside.md").write_text("# Outside\n\nSecret.\n")
+    (docs / ".env").write_text("TOKEN=secret\n")
+    s = settings_for(tmp_path, [docs])
+    run_backfill(s, TinyEmbedder())
+    (docs / "new.md").write_text("# New\n\nNot indexed yet.\n")
+    with pytest.raises(ConfigError) as caught:
+        load_questions(s, write_questions(tmp_path / "q.jsonl", [question]))
+    message = str(caught.value)
+    assert reason in message and "\n" not in message, message
+
+
+def test_scores_count_spans_that_overlap() -> None:
+    q = Question("a", "x", (Gold("docs", "a.md", 10, 20), Gold("docs", "b.md", 0, 5)))
+    hit_a = {"root": "docs", "doc_path": "a.md", "char_start": 15, "char_end": 40}
+    hit_b = {"root": "docs", "doc_path": "b.md", "char_start": 5, "char_end": 9}  # touches only
+    miss = {"root": "notes", "doc_path": "a.md", "char_start": 0, "char_end": 99}
+    assert rank(q, [miss, hit_a]) == 2
+    scores = score([q], [[miss, hit_a, hit_b]])
+    assert scores["recall@1"] == 0 and scores["recall@3"] == 0.5 and scores["mrr@10"] == 0.5
+
+
+@pytest.mark.model
+def test_questions_and_two_versions_through_a_running_daemon(tmp_path: Path, docs: Path) -> None:
+    """The shipped questions, then a second version built beside the live one
+    (keep_versions = 2), compared through the daemon; the bad file's exit."""
+    state = tmp_path / "state"
+    where = ["--state-dir", str(state)]
+    first = cli("backfill", str(docs), *where)
+    assert first.returncode == 0, first.stderr
+    second = cli("backfill", str(docs), "--strategy", "token", *where)
+    assert second.returncode == 0, second.stderr
+    proc, _daemon = start(docs, state)
+    try:
+        run = cli("eval", str(EXAMPLES / "questions.yaml"), "--root", str(docs), *where, "--json")
+        assert run.returncode == 0, run.stderr
+        [row] = json.loads(run.stdout)
+        assert row["live"] and row["mode"] == "hybrid" and row["questions"] == 6
+        assert row["recall@10"] == 1.0 and row["mrr@10"] >= 0.75, row
+        run = cli(
+            "eval",
+            str(EXAMPLES / "questions.yaml"),
+            "--root",
+            str(docs),
+            "--versions",
+            "all",
+            "--modes",
+            "dense,hybrid",
+            *where,
+            "--json",
+        )
+        assert run.returncode == 0, run.stderr
+        rows = json.loads(run.stdout)
+        assert [(r["live"], r["mode"]) for r in rows] == [
+            (True, "dense"),
+            (True, "hybrid"),
+            (False, "dense"),
+            (False, "hybrid"),
+        ]
+        assert len({r["version"] for r in rows}) == 2
+        assert all(r["recall@10"] >= 0.8 for r in rows), rows
+        assert rows[0]["answers_live_misses"] == 0.0
+        # the heading self-check, every version: each section's path finds it
+        run = cli("eval", "--headings", "--versions", "all", "--root", str(docs), *where, "--json")
+        assert run.returncode == 0, run.stderr
+        rows = json.loads(run.stdout)
+        assert len(rows) == 2 and rows[0]["questions"] == 11
+        assert all(r["recall@10"] >= 0.9 for r in rows), rows
+        text = cli("eval", "--headings", "5", "--root", str(docs), *where)
+        assert text.returncode == 0 and "5 questions (heading paths)" in text.stdout
+        bad = write_questions(
+            tmp_path / "bad.jsonl", [{"id": "b1", "question": "x", "path": "zz.md"}]
+        )
+        run = cli("eval", str(bad), "--root", str(docs), *where)
+        assert run.returncode == 2
+        assert run.stderr.strip().splitlines() == [
+            "mdindex: error: eval: question b1: no such document: docs:zz.md "
+            "(or a link, which is not read)"
+        ]
+        run = cli("eval", "--root", str(docs), *where)
+        assert run.returncode == 2 and "give a QUESTIONS file" in run.stderr
+    finally:
+        code, _ = stop(proc)
+    assert code == 0
