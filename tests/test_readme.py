@@ -51,6 +51,7 @@ def test_the_next_steps_run_as_written(tmp_path: Path) -> None:
     }
 
     def here(line: str) -> str:
+        line = line.replace("examples/questions.yaml", str(REPO / "examples" / "questions.yaml"))
         return line.replace("examples/docs", str(docs)).replace(".mdindex", str(state))
 
     def run(line: str) -> str:
@@ -66,7 +67,7 @@ def test_the_next_steps_run_as_written(tmp_path: Path) -> None:
     assert len(quick) == 2 and "backfill examples/docs" in quick[0]
     assert "11 chunks embedded" in run(quick[0])
     assert "› The store" in run(quick[1]).splitlines()[0]
-    first, watch, write, versions = blocks("Next steps")
+    first, watch, write, versions, evaluate = blocks("Next steps")
     assert "embeds nothing" in first[0]
     out = [run(line) for line in first]
     assert "0 chunks embedded" in out[0]
@@ -90,3 +91,8 @@ def test_the_next_steps_run_as_written(tmp_path: Path) -> None:
     run(versions[2].replace("FINGERPRINT", heading))
     rows = json.loads(run(versions[1].split("#")[0] + " --json"))
     assert next(r for r in rows if r["live"])["fingerprint"] == heading
+
+    # how well it answers: the shipped questions, then the headings
+    scores = run(evaluate[0]).splitlines()
+    assert scores[0] == "6 questions" and "*" in scores[2], scores
+    assert "12 questions (heading paths)" in run(evaluate[1])  # otters.md is one more

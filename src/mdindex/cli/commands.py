@@ -180,11 +180,12 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     rows = evaluate.compare(settings, IndexClient(settings), questions, args.versions, modes)
     columns = ["version", "mode", "recall@1", "recall@3", "recall@5", "recall@10", "mrr@10"]
     lines = [f"{len(questions)} questions" + (" (heading paths)" if args.headings else "")]
-    lines.append("  ".join(f"{c:>9}" for c in [*columns, "gains"]))
+    widths = [13, 7, 9, 9, 9, 9, 9, 9]
+    lines.append(" ".join(f"{c:>{w}}" for c, w in zip([*columns, "gains"], widths, strict=True)))
     for r in rows:
         cells = [r["version"] + ("*" if r["live"] else ""), r["mode"]]
         cells += [f"{r[c]:.3f}" for c in columns[2:]] + [f"{r['answers_live_misses']:.3f}"]
-        lines.append("  ".join(f"{c:>9}" for c in cells))
+        lines.append(" ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
     lines.append(
         "(* live; gains: share of questions answered in the top 10 that the first row misses)"
     )

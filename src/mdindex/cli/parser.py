@@ -96,8 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--all-chunks",
         action="store_true",
-        help="every matching chunk, even several windows of one section (default: the best "
-        "window of each section)",
+        help="every matching chunk as it is (default: touching windows of one section "
+        "joined into one passage, at most three passages a section)",
     )
     p.add_argument(
         "--where",
