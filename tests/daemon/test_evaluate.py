@@ -3,15 +3,21 @@ two versions compared through a running daemon, and the heading self-check."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.control import current_build_context
 
+from mdindex.config import Settings
 from mdindex.daemon.evaluate import Gold, Question, load_questions, rank, score
 from mdindex.errors import ConfigError
 from tests.conftest import TinyEmbedder, run_backfill, settings_for
@@ -129,6 +135,140 @@ def test_a_bad_question_is_one_line_naming_it(
         load_questions(s, write_questions(tmp_path / "q.jsonl", [question]))
     message = str(caught.value)
     assert reason in message and "\n" not in message, message
+
+
+# -- generated hostile question files -----------------------------------------
+
+FOUND = Path(__file__).with_name("examples") / "eval"
+PIECES: list[Any] = [
+    "index.md",
+    "guide/troubleshooting.md",
+    "../outside.md",
+    "/etc/passwd",
+    ".env",
+    "index.md\x00",
+    "a\ud800b",
+    "\u202e\n\r",
+    "x" * 5000,
+    "",
+    " ",
+    0,
+    -1,
+    2**70,
+    1.5,
+    float("nan"),
+    True,
+    None,
+    [],
+    {},
+    [1],
+    [3, 1],
+    [1, 2**64],
+]
+values = st.recursive(
+    st.sampled_from(PIECES) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+KEYS = [
+    "question",
+    "path",
+    "doc_path",
+    "root",
+    "quote",
+    "lines",
+    "chars",
+    "char_start",
+    "gold",
+    "id",
+]
+questions = st.dictionaries(st.sampled_from(KEYS), values, max_size=6) | values
+raw_lines = st.sampled_from(
+    ["[" * 5000 + "]" * 5000, "{", "\ufeff{}", "# comment", "&a [*a, *a]", "- &x 1\n- *x", "\x00"]
+)
+
+
+def check_file(s: Settings, docs: Path, path: Path) -> None:
+    """A hostile questions file: questions whose gold spans lie inside their
+    files, or one line of ConfigError; nothing else, nothing read outside."""
+    try:
+        loaded = load_questions(s, path)
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("eval: ")
+        return
+    for q in loaded:
+        for g in q.gold:
+            text = (docs / g.path).read_text()
+            assert (docs / g.path).resolve().is_relative_to(docs.resolve())
+            assert 0 <= g.start < g.end <= len(text) or g.start == g.end == len(text) == 0
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, Path]:
+    tmp = tmp_path_factory.mktemp("hostile-eval")
+    docs = tmp / "docs"
+    shutil.copytree(EXAMPLES / "docs", docs)
+    (tmp / "outside.md").write_text("# Outside\n\nSecret.\n")
+    s = settings_for(tmp, [docs])
+    run_backfill(s, TinyEmbedder())
+    return s, docs
+
+
+def write_example(tmp: Path, name: str, body: bytes) -> Path:
+    path = tmp / name
+    path.write_bytes(body)
+    return path
+
+
+@pytest.mark.parametrize("found", sorted(FOUND.glob("*")), ids=lambda p: p.name)
+def test_found_question_files_stay_fixed(indexed: tuple[Settings, Path], found: Path) -> None:
+    s, docs = indexed
+    check_file(s, docs, found)
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    database=None,  # what failed is kept in examples/eval and replayed above
+)
+@given(
+    items=st.lists(questions, min_size=0, max_size=4),
+    extra=st.lists(raw_lines, max_size=2),
+    yaml_file=st.booleans(),
+)
+def test_generated_question_files_fail_in_one_line(
+    indexed: tuple[Settings, Path],
+    tmp_path: Path,
+    items: list[Any],
+    extra: list[str],
+    yaml_file: bool,
+) -> None:
+    import yaml
+
+    s, docs = indexed
+    if yaml_file:
+        try:
+            body = yaml.safe_dump(items, allow_unicode=True) + "\n".join(extra)
+        except yaml.YAMLError:
+            body = "\n".join(extra)
+        name = "q.yaml"
+    else:
+        lines = [json.dumps(i, ensure_ascii=False, allow_nan=True) for i in items] + extra
+        body, name = "\n".join(lines), "q.jsonl"
+    data = body.encode("utf-8", "surrogatepass")
+    path = write_example(tmp_path, name, data)
+    try:
+        check_file(s, docs, path)
+    except BaseException:
+        if current_build_context().is_final:
+            FOUND.mkdir(parents=True, exist_ok=True)
+            kept = FOUND / f"{hashlib.sha256(data).hexdigest()[:16]}{Path(name).suffix}"
+            kept.write_bytes(data)
+            print(f"kept as {kept}")
+        raise
 
 
 def test_scores_count_spans_that_overlap() -> None:

@@ -46,7 +46,7 @@ from mdindex.index.search import MODES, Query
 
 KS = (1, 3, 5, 10)
 MAX_QUESTIONS = 10_000
-MAX_FILE_BYTES = 64 << 20
+MAX_FILE_BYTES = 16 << 20  # of a questions file
 
 Ask = Callable[[Query], list[dict[str, Any]]]
 
@@ -83,9 +83,13 @@ def load_questions(settings: Settings, path: Path) -> list[Question]:
     """The questions of a file, each gold checked against the live index and
     the file as it is now; ConfigError (one line naming the question) if not."""
     try:
-        raw = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+        raw = decode(data)
+    except (OSError, MdindexError) as exc:
         raise ConfigError(f"eval: cannot read {path}: {exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(f"eval: {path} is over {MAX_FILE_BYTES >> 20} MB")
     items = _items(raw, path)
     if not items:
         raise ConfigError(f"eval: {path} holds no questions")
@@ -98,17 +102,7 @@ def load_questions(settings: Settings, path: Path) -> list[Question]:
 def _items(raw: str, path: Path) -> list[tuple[str, Any]]:
     """(where, item) of each question: its line in JSONL, its place in YAML."""
     if path.suffix.lower() in (".yaml", ".yml"):
-        try:
-            data = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
-            raise ConfigError(
-                f"eval: {path} is not valid YAML: {str(exc).splitlines()[0]}"
-            ) from None
-        if isinstance(data, dict):
-            data = data.get("questions")
-        if not isinstance(data, list):
-            raise ConfigError(f"eval: {path} must hold a list of questions (or questions: [...])")
-        return [(f"question {i + 1}", item) for i, item in enumerate(data)]
+        return _yaml_items(raw, path)
     out = []
     for number, line in enumerate(raw.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
@@ -117,17 +111,44 @@ def _items(raw: str, path: Path) -> list[tuple[str, Any]]:
             out.append((f"line {number}", json.loads(line)))
         except json.JSONDecodeError as exc:
             raise ConfigError(f"eval: {path} line {number} is not JSON: {exc.msg}") from None
+        except RecursionError:
+            raise ConfigError(f"eval: {path} line {number} is nested too deeply") from None
     return out
+
+
+def _yaml_items(raw: str, path: Path) -> list[tuple[str, Any]]:
+    # libyaml: 57 s for 100 KB of nested brackets in pure Python, refused at once here
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        # anchors and aliases are refused before anything is built (alias bombs)
+        for event in yaml.parse(raw, Loader=loader):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise ConfigError(f"eval: {path} uses YAML anchors or aliases; write them out")
+        data = yaml.load(raw, Loader=loader)  # a safe loader
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"eval: {path} is not valid YAML: {first}") from None
+    except RecursionError:
+        raise ConfigError(f"eval: {path} is nested too deeply") from None
+    if isinstance(data, dict):
+        data = data.get("questions")
+    if not isinstance(data, list):
+        raise ConfigError(f"eval: {path} must hold a list of questions (or questions: [...])")
+    return [(f"question {i + 1}", item) for i, item in enumerate(data)]
 
 
 def _question(where: str, item: Any, texts: _Texts) -> Question:
     if not isinstance(item, dict):
         raise ConfigError(f"eval: {where}: a question is a mapping with question and path")
-    qid = str(item.get("id") or where)[:80]
-    name = f"eval: question {printable(qid)}"
+    qid = printable(str(item.get("id") or where)[:80])
+    name = f"eval: question {qid}"
     text = item.get("question")
     if not isinstance(text, str) or not text.strip():
         raise ConfigError(f"{name}: no question text")
+    try:
+        Query(text)  # what search will be given: its length, NULs, lone surrogates
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
     golds = item.get("gold", [item])
     if not isinstance(golds, list) or not golds:
         raise ConfigError(f"{name}: gold must be a list of answers")
@@ -147,6 +168,7 @@ def _gold(item: Any, texts: _Texts) -> Gold:
     if root is not None and not isinstance(root, str):
         raise ValueError("root must be a root's label")
     root, text = texts.get(root, path)
+    shown = f"{root}:{printable(path[:200])}"
     if "quote" in item:
         quote = item["quote"]
         if not isinstance(quote, str) or not quote.strip():
@@ -154,13 +176,13 @@ def _gold(item: Any, texts: _Texts) -> Gold:
         # the words in order, any whitespace between them (a quote may be re-wrapped)
         found = re.search(r"\s+".join(map(re.escape, quote.split())), text)
         if found is None:
-            raise ValueError(f"quote {printable(quote[:60])!r} is not in {root}:{path}")
+            raise ValueError(f"quote {printable(quote[:60])!r} is not in {shown}")
         return Gold(root, path, found.start(), found.end())
     if "lines" in item:
         first, last = _pair(item["lines"], "lines")
         starts = [0] + [m.end() for m in re.finditer("\n", text)]
         if not 1 <= first <= last <= len(starts):
-            raise ValueError(f"lines {first}-{last} are not within 1-{len(starts)} of {path}")
+            raise ValueError(f"lines {first}-{last} are not within 1-{len(starts)} of {shown}")
         end = starts[last] if last < len(starts) else len(text)
         return Gold(root, path, starts[first - 1], end)
     if "chars" in item or "char_start" in item:
@@ -168,7 +190,7 @@ def _gold(item: Any, texts: _Texts) -> Gold:
             item.get("chars", [item.get("char_start"), item.get("char_end")]), "chars"
         )
         if not 0 <= start < end <= len(text):
-            raise ValueError(f"chars {start}-{end} are not within 0-{len(text)} of {path}")
+            raise ValueError(f"chars {start}-{end} are not within 0-{len(text)} of {shown}")
         return Gold(root, path, start, end)
     return Gold(root, path, 0, len(text))
 
@@ -192,7 +214,8 @@ class _Texts:
     def get(self, root: str | None, path: str) -> tuple[str, str]:
         if root is None:
             if len(self.labels) != 1:
-                raise ValueError(f"{path} needs a root (one of {', '.join(self.labels)})")
+                shown = printable(path[:200])
+                raise ValueError(f"{shown} needs a root (one of {', '.join(self.labels)})")
             root = self.labels[0]
         key = (root, path)
         if key not in self.cache:
