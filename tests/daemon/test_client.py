@@ -127,6 +127,10 @@ def test_without_a_daemon_the_store_is_opened_here(tmp_path: Path, root: Path) -
     assert waited["caught_up"] is False and waited["pending"]["changed"] == 1
     # no roots and no daemon: nothing can tell whether the index is caught up
     rootless = settings_for(tmp_path, [])
+    status = IndexClient(rootless).status()
+    assert status["documents"] == 1 and status["caught_up"] is None
+    assert status["coverage"] == "1 indexed (no roots given)" and status["pending"] is None
+    assert status["reason"] == "no roots given: the files were not compared with the index"
     with pytest.raises(FreshnessUnknown, match="no daemon holds the index"):
         IndexClient(rootless).status(wait=0.3)
 

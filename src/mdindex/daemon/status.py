@@ -62,6 +62,8 @@ def offline_status(settings: Settings) -> dict[str, Any]:
     from mdindex.versions.rollout import Rollout
 
     live = reader_settings(settings)
+    if not settings.root_list():
+        return _without_roots(settings, live)
     with make_indexer(live) as indexer:
         changes = indexer.changes()
         # size and mtime only say a file may have changed; its text decides
@@ -91,4 +93,33 @@ def offline_status(settings: Settings) -> dict[str, Any]:
         "pending": {"changed": len(changed), "deleted": len(changes.deleted)},
         "missing_roots": changes.missing_roots,
         "caught_up": not (changed or changes.deleted),
+    }
+
+
+def _without_roots(settings: Settings, live: Settings) -> dict[str, Any]:
+    """No daemon and no roots given: what the state and the store say, and that
+    the files were not looked at (nothing is refused, nothing is pending)."""
+    from mdindex.index.runtime import make_indexer
+    from mdindex.versions.rollout import Rollout
+
+    with make_indexer(live) as indexer:
+        documents, _ = indexer.counts()
+        data = fields(
+            live,
+            indexer.store_status(),
+            documents=documents,
+            files_seen=0,
+            failed=indexer.failures(),
+            last_sync=indexer.last_sync(),
+            phase="stopped",
+            reason="no roots given: the files were not compared with the index",
+            embedding=indexer.embedding_status(),
+            versions=Rollout(settings).rows(),
+        )
+    return data | {
+        "coverage": f"{documents} indexed (no roots given)",
+        "daemon": False,
+        "pending": None,
+        "missing_roots": [],
+        "caught_up": None,
     }

@@ -64,8 +64,9 @@ class Summary:
 
     def line(self) -> str:
         verb = "would change" if self.dry_run else "changed"
+        files = "1 file" if self.files_seen == 1 else f"{self.files_seen} files"
         return (
-            f"{self.files_seen} files: {self.files_changed} {verb}, "
+            f"{files}: {self.files_changed} {verb}, "
             f"{self.files_unchanged} unchanged, "
             f"{self.files_deleted} deleted, {self.files_failed} failed; "
             f"{self.chunks_embedded} chunks embedded, {self.points_upserted} points upserted, "
