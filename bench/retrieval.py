@@ -229,11 +229,13 @@ class Mdindex:
         # the rule that keeps hits of one section: "off" (every window), "section"
         # (the best window of each section, the rule before passages), "passagesN"
         # (touching windows joined, at most N passages a section), "passages" (the default)
-        default = (searching.MAX_PASSAGES, searching.GAP)
+        default = (searching.MAX_PASSAGES, searching.GAP, searching.DECAY)
         if collapse == "section":
             searching.MAX_PASSAGES, searching.GAP = 1, -(10**9)
         elif collapse.startswith("passages") and collapse != "passages":
-            searching.MAX_PASSAGES = int(collapse.removeprefix("passages"))
+            cap, _, decay = collapse.removeprefix("passages").partition("-decay")
+            searching.MAX_PASSAGES = int(cap) if cap else 10**6
+            searching.DECAY = float(decay) if decay else 1.0
 
         settings = load_settings(
             {
@@ -261,7 +263,7 @@ class Mdindex:
                 answers.append([(h["doc_path"], h["char_start"], h["char_end"]) for h in hits])
         finally:
             store.close()
-            searching.MAX_PASSAGES, searching.GAP = default
+            searching.MAX_PASSAGES, searching.GAP, searching.DECAY = default
         return answers, times
 
     def chunks(self, work: Path, corpus: Path, store_kind: str) -> list[tuple[Hit, str]]:
