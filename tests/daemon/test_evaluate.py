@@ -320,7 +320,7 @@ def test_questions_and_two_versions_through_a_running_daemon(tmp_path: Path, doc
         ]
         assert len({r["version"] for r in rows}) == 2
         assert all(r["recall@10"] >= 0.8 for r in rows), rows
-        assert rows[0]["answers_live_misses"] == 0.0
+        assert rows[0]["gains"] == 0.0
         # the heading self-check, every version: each section's path finds it
         run = cli("eval", "--headings", "--versions", "all", "--root", str(docs), *where, "--json")
         assert run.returncode == 0, run.stderr

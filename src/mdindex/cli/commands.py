@@ -184,7 +184,7 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     lines.append(" ".join(f"{c:>{w}}" for c, w in zip([*columns, "gains"], widths, strict=True)))
     for r in rows:
         cells = [r["version"] + ("*" if r["live"] else ""), r["mode"]]
-        cells += [f"{r[c]:.3f}" for c in columns[2:]] + [f"{r['answers_live_misses']:.3f}"]
+        cells += [f"{r[c]:.3f}" for c in columns[2:]] + [f"{r['gains']:.3f}"]
         lines.append(" ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
     lines.append(
         "(* live; gains: share of questions answered in the top 10 that the first row misses)"

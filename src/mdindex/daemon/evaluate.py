@@ -140,8 +140,9 @@ def _yaml_items(raw: str, path: Path) -> list[tuple[str, Any]]:
 def _question(where: str, item: Any, texts: _Texts) -> Question:
     if not isinstance(item, dict):
         raise ConfigError(f"eval: {where}: a question is a mapping with question and path")
-    qid = printable(str(item.get("id") or where)[:80])
-    name = f"eval: question {qid}"
+    given = item.get("id")
+    qid = printable(str(given)[:80]) if given not in (None, "") else where
+    name = f"eval: question {qid}" if given not in (None, "") else f"eval: {where}"
     text = item.get("question")
     if not isinstance(text, str) or not text.strip():
         raise ConfigError(f"{name}: no question text")
@@ -232,7 +233,14 @@ def heading_questions(settings: Settings, sample: int, seed: int) -> list[Questi
     a rough figure for any corpus, without writing questions."""
     texts = _Texts(settings)
     sections = []
-    for root, path in indexed_documents(settings):
+    documents = [(r, p) for r, p in indexed_documents(settings) if r in texts.labels]
+    if not documents:
+        labels = ", ".join(texts.labels)
+        raise ConfigError(
+            f"eval --headings: the live index holds no documents of the roots given ({labels}); "
+            "give the roots it was built from"
+        )
+    for root, path in documents:
         try:
             root, text = texts.get(root, path)
         except ValueError:
@@ -315,7 +323,7 @@ def compare(
                         "mode": mode,
                         "questions": len(questions),
                         **score(questions, answers),
-                        "answers_live_misses": round(gained / len(questions), 4),
+                        "gains": round(gained / len(questions), 4),
                     }
                 )
         finally:
