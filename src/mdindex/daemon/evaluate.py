@@ -37,7 +37,7 @@ import yaml
 
 from mdindex.config import Settings
 from mdindex.daemon.client import IndexClient
-from mdindex.daemon.mcp_server import indexed_documents, locate_document
+from mdindex.daemon.mcp_server import locate_document, query_state
 from mdindex.documents.files import printable
 from mdindex.documents.parsing import parse_document
 from mdindex.documents.reading import decode, read_bytes
@@ -229,27 +229,39 @@ class _Texts:
 
 
 def heading_questions(settings: Settings, sample: int, seed: int) -> list[Question]:
-    """Each sampled section's heading path as its question, the section its gold:
-    a rough figure for any corpus, without writing questions."""
+    """Sampled sections' heading paths as questions, each section its gold: a
+    rough figure for any corpus, without writing questions. One section of
+    each of ``sample`` documents drawn at random (seeded), so only those are
+    read; more sections of them when the index holds fewer documents."""
     texts = _Texts(settings)
-    sections = []
-    documents = [(r, p) for r, p in indexed_documents(settings) if r in texts.labels]
+    rows = query_state(settings, "SELECT root, path FROM docs ORDER BY root, path", ())
+    documents = [(str(r), str(p)) for r, p in rows if r in texts.labels]
     if not documents:
         labels = ", ".join(texts.labels)
         raise ConfigError(
             f"eval --headings: the live index holds no documents of the roots given ({labels}); "
             "give the roots it was built from"
         )
+    rng = random.Random(seed)
+    rng.shuffle(documents)
+    chosen: list[tuple[str, str, int, int, tuple[str, ...]]] = []
+    spare: list[tuple[str, str, int, int, tuple[str, ...]]] = []
     for root, path in documents:
+        if len(chosen) >= sample:
+            break
         try:
             root, text = texts.get(root, path)
         except ValueError:
             continue  # changed or gone since it was indexed
         heads = parse_document(text, path).headings
-        for i, head in enumerate(heads):
-            end = heads[i + 1].start if i + 1 < len(heads) else len(text)
-            sections.append((root, path, head.start, end, head.path))
-    chosen = random.Random(seed).sample(sections, min(sample, len(sections)))
+        sections = [
+            (root, path, h.start, heads[i + 1].start if i + 1 < len(heads) else len(text), h.path)
+            for i, h in enumerate(heads)
+        ]
+        if sections:
+            chosen.append(sections.pop(rng.randrange(len(sections))))
+            spare.extend(sections)
+    chosen += rng.sample(spare, min(len(spare), sample - len(chosen)))
     return [
         Question(f"{root}:{path}#{i}", " ".join(hp), (Gold(root, path, start, end),))
         for i, (root, path, start, end, hp) in enumerate(chosen)
