@@ -229,9 +229,9 @@ class Mdindex:
         # the rule that keeps hits of one section: "off" (every window), "section"
         # (the best window of each section, the rule before passages), "passagesN"
         # (touching windows joined, at most N passages a section), "passages" (the default)
-        default = (searching.MAX_PASSAGES, searching.GAP, searching.DECAY)
+        default = (searching.MAX_PASSAGES, searching.DECAY, searching._touch)
         if collapse == "section":
-            searching.MAX_PASSAGES, searching.GAP = 1, -(10**9)
+            searching.MAX_PASSAGES, searching._touch = 1, lambda passage, payload: False
         elif collapse.startswith("passages") and collapse != "passages":
             cap, _, decay = collapse.removeprefix("passages").partition("-decay")
             searching.MAX_PASSAGES = int(cap) if cap else 10**6
@@ -263,7 +263,7 @@ class Mdindex:
                 answers.append([(h["doc_path"], h["char_start"], h["char_end"]) for h in hits])
         finally:
             store.close()
-            searching.MAX_PASSAGES, searching.GAP, searching.DECAY = default
+            searching.MAX_PASSAGES, searching.DECAY, searching._touch = default
         return answers, times
 
     def chunks(self, work: Path, corpus: Path, store_kind: str) -> list[tuple[Hit, str]]:

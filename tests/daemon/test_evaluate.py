@@ -196,7 +196,9 @@ def check_file(s: Settings, docs: Path, path: Path) -> None:
     try:
         loaded = load_questions(s, path)
     except ConfigError as exc:
-        assert "\n" not in str(exc) and str(exc).startswith("eval: ")
+        message = str(exc)
+        assert message.startswith("eval: ") and len(message) < 2000, message[:300]
+        assert not any(ord(c) < 32 or ord(c) == 127 for c in message), message
         return
     for q in loaded:
         for g in q.gold:
@@ -269,6 +271,42 @@ def test_generated_question_files_fail_in_one_line(
             kept.write_bytes(data)
             print(f"kept as {kept}")
         raise
+
+
+def test_a_questions_file_that_is_no_file_is_one_line(tmp_path: Path, docs: Path) -> None:
+    """Found by the hostile review: a FIFO as the questions file hung for ever."""
+    s = settings_for(tmp_path, [docs])
+    run_backfill(s, TinyEmbedder())
+    fifo = tmp_path / "q.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        load_questions(s, fifo)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_questions(s, tmp_path / "missing.jsonl")
+    last = write_questions(
+        tmp_path / "l.jsonl", [{"question": "x", "path": "index.md", "lines": [18, 18]}]
+    )
+    with pytest.raises(ConfigError, match="lines 18-18 are not within 1-17"):
+        load_questions(s, last)  # index.md has 17 lines and a last newline
+
+
+def test_headings_that_cannot_be_asked_are_left_out(tmp_path: Path) -> None:
+    """Found by the hostile review: an empty heading, or a heading path over the
+    query limit, stopped --headings with an internal error."""
+    from mdindex.daemon.evaluate import heading_questions
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "empty.md").write_text("#\n\nText under an empty heading.\n")
+    deep = "".join(f"{'#' * n} {'word ' * 300}\n\nText {n}.\n\n" for n in range(1, 7))
+    (root / "deep.md").write_text(deep)
+    (root / "fine.md").write_text("# Fine\n\nA heading to ask.\n")
+    s = settings_for(tmp_path, [root])
+    run_backfill(s, TinyEmbedder())
+    for seed in range(5):
+        questions = heading_questions(s, 100, seed)
+        assert "Fine" in [q.text for q in questions]
+        assert all(q.text.strip() and len(q.text) <= 4096 for q in questions)
 
 
 def test_scores_count_spans_that_overlap() -> None:

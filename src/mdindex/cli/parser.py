@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--all-chunks",
         action="store_true",
         help="every matching chunk as it is (default: touching windows of one section "
-        "joined into one passage, at most three passages a section)",
+        "joined into one passage, a section's later passages ranked lower)",
     )
     p.add_argument(
         "--where",

@@ -25,8 +25,10 @@ the model it was built with.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import stat
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,7 +48,8 @@ from mdindex.index.search import MODES, Query
 
 KS = (1, 3, 5, 10)
 MAX_QUESTIONS = 10_000
-MAX_FILE_BYTES = 16 << 20  # of a questions file
+MAX_FILE_BYTES = 4 << 20  # of a questions file (16 MB of YAML took 45 s and 2.9 GB)
+MAX_QUOTE_CHARS = 1000  # a phrase: a 3,000-word quote took 3.4 s a question to match
 
 Ask = Callable[[Query], list[dict[str, Any]]]
 
@@ -82,58 +85,71 @@ class Question:
 def load_questions(settings: Settings, path: Path) -> list[Question]:
     """The questions of a file, each gold checked against the live index and
     the file as it is now; ConfigError (one line naming the question) if not."""
+    shown = printable(str(path))
     try:
-        with path.open("rb") as f:
+        # O_NONBLOCK: a FIFO named questions.jsonl cannot hang the open; fstat refuses it
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ConfigError(f"eval: {shown} is not a regular file")
             data = f.read(MAX_FILE_BYTES + 1)
-        raw = decode(data)
-    except (OSError, MdindexError) as exc:
-        raise ConfigError(f"eval: cannot read {path}: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"eval: cannot read {shown}: {exc.strerror}") from None
     if len(data) > MAX_FILE_BYTES:
-        raise ConfigError(f"eval: {path} is over {MAX_FILE_BYTES >> 20} MB")
-    items = _items(raw, path)
+        raise ConfigError(f"eval: {shown} is over {MAX_FILE_BYTES >> 20} MB")
+    try:
+        raw = decode(data)
+    except MdindexError as exc:
+        raise ConfigError(f"eval: cannot read {shown}: {exc}") from None
+    items = _items(raw, path, shown)
     if not items:
-        raise ConfigError(f"eval: {path} holds no questions")
+        raise ConfigError(f"eval: {shown} holds no questions")
     if len(items) > MAX_QUESTIONS:
-        raise ConfigError(f"eval: {path} holds over {MAX_QUESTIONS} questions")
+        raise ConfigError(f"eval: {shown} holds over {MAX_QUESTIONS} questions")
     texts = _Texts(settings)
     return [_question(n, item, texts) for n, item in items]
 
 
-def _items(raw: str, path: Path) -> list[tuple[str, Any]]:
+def _items(raw: str, path: Path, shown: str) -> list[tuple[str, Any]]:
     """(where, item) of each question: its line in JSONL, its place in YAML."""
     if path.suffix.lower() in (".yaml", ".yml"):
-        return _yaml_items(raw, path)
+        return _yaml_items(raw, shown)
     out = []
-    for number, line in enumerate(raw.splitlines(), 1):
+    # lines end at "\n" only: U+2028 and the like are text inside a JSON string
+    for number, line in enumerate(raw.split("\n"), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
             out.append((f"line {number}", json.loads(line)))
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"eval: {path} line {number} is not JSON: {exc.msg}") from None
-        except RecursionError:
-            raise ConfigError(f"eval: {path} line {number} is nested too deeply") from None
+            raise ConfigError(f"eval: {shown} line {number} is not JSON: {exc.msg}") from None
+        except (ValueError, RecursionError):  # a number of thousands of digits; nesting
+            raise ConfigError(
+                f"eval: {shown} line {number} is nested or sized beyond reason"
+            ) from None
+        if len(out) > MAX_QUESTIONS:
+            break
     return out
 
 
-def _yaml_items(raw: str, path: Path) -> list[tuple[str, Any]]:
+def _yaml_items(raw: str, shown: str) -> list[tuple[str, Any]]:
     # libyaml: 57 s for 100 KB of nested brackets in pure Python, refused at once here
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         # anchors and aliases are refused before anything is built (alias bombs)
         for event in yaml.parse(raw, Loader=loader):
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                raise ConfigError(f"eval: {path} uses YAML anchors or aliases; write them out")
+                raise ConfigError(f"eval: {shown} uses YAML anchors or aliases; write them out")
         data = yaml.load(raw, Loader=loader)  # a safe loader
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"eval: {path} is not valid YAML: {first}") from None
-    except RecursionError:
-        raise ConfigError(f"eval: {path} is nested too deeply") from None
+        raise ConfigError(f"eval: {shown} is not valid YAML: {printable(first[:200])}") from None
+    except (ValueError, RecursionError):  # a number of thousands of digits; nesting
+        raise ConfigError(f"eval: {shown} is nested or sized beyond reason") from None
     if isinstance(data, dict):
         data = data.get("questions")
     if not isinstance(data, list):
-        raise ConfigError(f"eval: {path} must hold a list of questions (or questions: [...])")
+        raise ConfigError(f"eval: {shown} must hold a list of questions (or questions: [...])")
     return [(f"question {i + 1}", item) for i, item in enumerate(data)]
 
 
@@ -174,6 +190,8 @@ def _gold(item: Any, texts: _Texts) -> Gold:
         quote = item["quote"]
         if not isinstance(quote, str) or not quote.strip():
             raise ValueError("quote must be a phrase of the file")
+        if len(quote) > MAX_QUOTE_CHARS:
+            raise ValueError(f"quote is over {MAX_QUOTE_CHARS} characters; give lines instead")
         # the words in order, any whitespace between them (a quote may be re-wrapped)
         found = re.search(r"\s+".join(map(re.escape, quote.split())), text)
         if found is None:
@@ -182,6 +200,8 @@ def _gold(item: Any, texts: _Texts) -> Gold:
     if "lines" in item:
         first, last = _pair(item["lines"], "lines")
         starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        if starts[-1] == len(text):  # a last newline ends the last line; no empty line after it
+            starts.pop()
         if not 1 <= first <= last <= len(starts):
             raise ValueError(f"lines {first}-{last} are not within 1-{len(starts)} of {shown}")
         end = starts[last] if last < len(starts) else len(text)
@@ -257,6 +277,7 @@ def heading_questions(settings: Settings, sample: int, seed: int) -> list[Questi
         sections = [
             (root, path, h.start, heads[i + 1].start if i + 1 < len(heads) else len(text), h.path)
             for i, h in enumerate(heads)
+            if _askable(" ".join(h.path))  # not an empty heading, nor one over the query limit
         ]
         if sections:
             chosen.append(sections.pop(rng.randrange(len(sections))))
@@ -266,6 +287,14 @@ def heading_questions(settings: Settings, sample: int, seed: int) -> list[Questi
         Question(f"{root}:{path}#{i}", " ".join(hp), (Gold(root, path, start, end),))
         for i, (root, path, start, end, hp) in enumerate(chosen)
     ]
+
+
+def _askable(text: str) -> bool:
+    try:
+        Query(text)
+    except ValueError:
+        return False
+    return True
 
 
 # -- asking and scoring -----------------------------------------------------------
@@ -306,8 +335,12 @@ def compare(
     answers (in its top 10) that the live version in the first mode misses."""
     from mdindex.versions.catalog import Catalog
 
+    modes = list(dict.fromkeys(modes))  # each once, in the order given
+    if not modes:
+        raise ConfigError(f"eval: give at least one mode ({', '.join(MODES)})")
     for mode in modes:
         if mode not in MODES:
+            mode = printable(mode[:40])
             raise ConfigError(f"eval: mode must be one of {', '.join(MODES)}, not {mode!r}")
     catalog = Catalog.load(settings)
     live = catalog.live or ""

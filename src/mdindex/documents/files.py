@@ -179,7 +179,7 @@ def printable(path: str) -> str:
     return (
         path.encode("utf-8", "backslashreplace")
         .decode("ascii", "backslashreplace")
-        .translate({i: f"\\x{i:02x}" for i in range(32)})
+        .translate({i: f"\\x{i:02x}" for i in [*range(32), 127]})
     )
 
 

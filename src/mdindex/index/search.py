@@ -43,16 +43,14 @@ CANDIDATES = 100
 # per section is kept from this many per hit wanted.
 GLOB_OVERSAMPLE = 10
 SECTION_OVERSAMPLE = 3
-# Windows of one section whose gap is at most GAP characters (a paragraph
-# break) are one passage; a section's n-th passage counts DECAY ** (n - 1) of
-# its score, so a second answer in a long section stays in the top hits while
-# repeats of a short one give way to other sections; MAX_PASSAGES bounds the
-# work (never reached at k=10). Chosen on four sets (bench/retrieval.py,
-# docs/search.md): against every window kept, DECAY 0.8 raised hybrid recall@10
-# from 0.853 to 0.888 on anthropic-flat and from 0.960 to 0.980 on
-# chroma-headed (long sections), and kept anthropic-docs' recall@3 at 0.752
-# (0.715 with every window; a cap of three passages without decay: 0.747).
-GAP = 2
+# Windows of one section that overlap or touch are one passage; a section's
+# n-th passage counts DECAY ** (n - 1) of its score, so a second answer in a
+# long section stays in the top hits while repeats of a short one give way to
+# other sections; MAX_PASSAGES bounds the work (never reached at k=10). Chosen
+# on four sets (bench/retrieval.py, docs/search.md): against every window
+# kept, DECAY 0.8 raised hybrid recall@10 on the two long-section sets and
+# kept anthropic-docs' recall@3 (a cap of three passages without decay fell
+# short on both).
 DECAY = 0.8
 MAX_PASSAGES = 10
 MAX_HITS = 1000
@@ -309,19 +307,17 @@ def passages(hits: list[Hit]) -> list[Hit]:
 
 
 def _touch(passage: dict[str, Any], payload: dict[str, Any]) -> bool:
-    """The window overlaps the passage, or follows or precedes it across no more
-    than a paragraph break."""
+    """The window overlaps the passage, or begins or ends where it does."""
     try:
         start, end = int(payload["char_start"]), int(payload["char_end"])
     except (KeyError, TypeError, ValueError):
         return False
-    return bool(start <= passage["char_end"] + GAP and passage["char_start"] <= end + GAP)
+    return bool(start <= passage["char_end"] and passage["char_start"] <= end)
 
 
 def _join(passage: dict[str, Any], payload: dict[str, Any]) -> None:
     """Grow the passage to cover the window: offsets, lines and text (a chunk's
-    text is its document's between its offsets; a gap between two windows of
-    one section is the blank lines between paragraphs)."""
+    text is its document's between its offsets, so the joined text is too)."""
     a0, a1, text = passage["char_start"], passage["char_end"], str(passage.get("text", ""))
     b0, b1, other = (
         int(payload["char_start"]),
@@ -329,9 +325,9 @@ def _join(passage: dict[str, Any], payload: dict[str, Any]) -> None:
         str(payload.get("text", "")),
     )
     if b0 < a0:
-        text = other[: a0 - b0] + text if b1 >= a0 else other + "\n" * (a0 - b1) + text
+        text = other[: a0 - b0] + text
     if b1 > a1:
-        text = text + other[a1 - b0 :] if b0 <= a1 else text + "\n" * (b0 - a1) + other
+        text = text + other[a1 - b0 :]
     passage.update(
         text=text,
         char_start=min(a0, b0),
