@@ -298,9 +298,7 @@ def test_passages_are_apart_and_their_text_is_the_documents(
     for a in kept:
         for b in kept:
             if a is not b:
-                assert (
-                    a["char_end"] < b["char_start"] or b["char_end"] < a["char_start"]
-                )
+                assert a["char_end"] < b["char_start"] or b["char_end"] < a["char_start"]
     # the best window is always inside a passage
     best = hits[0].payload
     assert any(
