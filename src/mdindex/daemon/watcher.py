@@ -334,24 +334,34 @@ if sys.platform == "linux":
 
 
 def _file_to_open(root: str) -> str | None:
-    """A regular file in a watched folder of ``root``: at its top, else a little
-    deeper (a bounded look); None when there is none."""
+    """A regular file to open as a barrier, in the folder with the fewest
+    subfolders a bounded look finds (a folder with none ends the look): its
+    folder is asked for opens, and a scan opens each subfolder of it, so the
+    root of a tree with thousands of folders would flood the kernel's queue
+    again. None when there is no file."""
     folders, looked = [root], 0
+    best: tuple[int, str] | None = None  # (subfolders, file)
     while folders and looked < BARRIER_SEARCH:
         folder = folders.pop(0)
+        found, subfolders = "", 0
         try:
             with os.scandir(folder) as it:
                 for entry in it:
                     looked += 1
-                    if entry.is_file(follow_symlinks=False):
-                        return os.path.join(folder, entry.name)
                     if entry.is_dir(follow_symlinks=False):
+                        subfolders += 1
                         folders.append(os.path.join(folder, entry.name))
+                    elif not found and entry.is_file(follow_symlinks=False):
+                        found = os.path.join(folder, entry.name)
                     if looked >= BARRIER_SEARCH:
                         break
         except OSError:
             continue
-    return None
+        if found and (best is None or subfolders < best[0]):
+            best = (subfolders, found)
+            if subfolders == 0:
+                break
+    return best[1] if best else None
 
 
 def _is_file(path: str) -> bool:
