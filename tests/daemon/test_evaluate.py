@@ -376,6 +376,15 @@ def test_questions_and_two_versions_through_a_running_daemon(tmp_path: Path, doc
             "mdindex: error: eval: question b1: no such document: docs:zz.md "
             "(or a link, which is not read)"
         ]
+        quote = write_questions(
+            tmp_path / "quote.jsonl",
+            [{"id": "b2", "question": "x", "path": "index.md", "quote": "not in the file"}],
+        )
+        run = cli("eval", str(quote), "--root", str(docs), *where)
+        assert run.returncode == 2
+        assert run.stderr.strip().splitlines() == [
+            "mdindex: error: eval: question b2: quote 'not in the file' is not in docs:index.md"
+        ]
         run = cli("eval", "--root", str(docs), *where)
         assert run.returncode == 2 and "give a QUESTIONS file" in run.stderr
     finally:
