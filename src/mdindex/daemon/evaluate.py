@@ -39,7 +39,7 @@ import yaml
 
 from mdindex.config import Settings
 from mdindex.daemon.client import IndexClient
-from mdindex.daemon.mcp_server import locate_document, query_state
+from mdindex.daemon.mcp_server import indexed_documents, locate_document
 from mdindex.documents.files import printable
 from mdindex.documents.parsing import parse_document
 from mdindex.documents.reading import decode, read_bytes
@@ -254,8 +254,7 @@ def heading_questions(settings: Settings, sample: int, seed: int) -> list[Questi
     each of ``sample`` documents drawn at random (seeded), so only those are
     read; more sections of them when the index holds fewer documents."""
     texts = _Texts(settings)
-    rows = query_state(settings, "SELECT root, path FROM docs ORDER BY root, path", ())
-    documents = [(str(r), str(p)) for r, p in rows if r in texts.labels]
+    documents = [(r, p) for r, p in indexed_documents(settings, -1) if r in texts.labels]
     if not documents:
         labels = ", ".join(texts.labels)
         raise ConfigError(

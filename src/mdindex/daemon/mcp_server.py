@@ -277,21 +277,21 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
 MAX_RESOURCES = 10_000
 
 
-def indexed_documents(settings: Settings) -> list[tuple[str, str]]:
+def indexed_documents(settings: Settings, most: int = MAX_RESOURCES) -> list[tuple[str, str]]:
     """(root, path) of the documents the live version's state records, read
-    without writing, at most MAX_RESOURCES."""
-    rows = query_state(
-        settings, "SELECT root, path FROM docs ORDER BY root, path LIMIT ?", (MAX_RESOURCES,)
+    without writing, at most ``most`` (-1: all of them)."""
+    rows = _query_state(
+        settings, "SELECT root, path FROM docs ORDER BY root, path LIMIT ?", (most,)
     )
     return [(str(r), str(p)) for r, p in rows]
 
 
 def is_indexed(settings: Settings, root: str, path: str) -> bool:
     """Whether the live version's state records this document."""
-    return bool(query_state(settings, "SELECT 1 FROM docs WHERE root=? AND path=?", (root, path)))
+    return bool(_query_state(settings, "SELECT 1 FROM docs WHERE root=? AND path=?", (root, path)))
 
 
-def query_state(settings: Settings, sql: str, args: tuple[Any, ...]) -> list[Any]:
+def _query_state(settings: Settings, sql: str, args: tuple[Any, ...]) -> list[Any]:
     """Rows of a read-only query of the live version's state; [] when there is none."""
     import sqlite3
 
