@@ -158,3 +158,11 @@ class HashEmbedder:
 
     def __call__(self, texts: Any) -> Any:
         return self.embed(texts)
+
+
+def cpu_name() -> str:
+    """The CPU's model name and core count, for every figure a bench prints."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    return "unknown CPU"

@@ -22,14 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import corpus_dir, offline, table, write_json
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
-    return "unknown CPU"
+from common import corpus_dir, cpu_name, offline, table, write_json
 
 
 def main() -> None:

@@ -41,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO, RESULTS, corpus_dir, table, write_json
+from common import REPO, RESULTS, corpus_dir, cpu_name, table, write_json
 
 # The stand-in embedder, put in place of the model in every mdindex process the
 # bench starts (the one place the model is made: mdindex.index.runtime).
@@ -459,14 +459,6 @@ def picture(rows: list[dict[str, Any]], cpu: str, path: Path) -> None:
     fig.suptitle(f"mdindex against tree size ({rows[0]['embedder']} embedder; {cpu})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            name = line.split(":", 1)[1].strip()
-            return f"{name}, {os.cpu_count()} cores"
-    return "unknown CPU"
 
 
 def model_rate() -> float | None:
