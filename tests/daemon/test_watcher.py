@@ -153,6 +153,25 @@ def test_a_barrier_passes_after_every_event_before_it(tmp_path: Path) -> None:
         watcher.stop()
 
 
+QUEUE_LIMIT = Path("/proc/sys/fs/inotify/max_queued_events")
+
+
+def start_with_queue(watcher: Watcher, events: int) -> bool:
+    """Start the watcher with the kernel's event queue cut to ``events`` where
+    this test may set it (as root); True if it could. A new inotify instance
+    takes the size when it starts, so the limit is put back at once."""
+    if not (os.geteuid() == 0 and os.access(QUEUE_LIMIT, os.W_OK)):
+        watcher.start()
+        return False
+    before = QUEUE_LIMIT.read_text()
+    QUEUE_LIMIT.write_text(str(events))
+    try:
+        watcher.start()
+    finally:
+        QUEUE_LIMIT.write_text(before)
+    return True
+
+
 def open_masks(watcher: Watcher) -> list[bool]:
     """For each of the observer's kernel watches: does it ask for opens (IN_OPEN)?"""
     fd = watcher._observer._inotify_fd._inotify_fd  # type: ignore[union-attr]
@@ -172,16 +191,9 @@ def test_a_scan_of_the_whole_tree_cannot_flood_the_kernel_queue(tmp_path: Path) 
         (root / f"f{i}").mkdir(parents=True)
         (root / f"f{i}" / "a.md").write_text(f"# {i}\n")
     (root / "index.md").write_text("# Index\n")
-    limit = Path("/proc/sys/fs/inotify/max_queued_events")
-    real = os.geteuid() == 0 and os.access(limit, os.W_OK)
-    before = limit.read_text() if real else ""
-    if real:
-        limit.write_text("64")
     watcher = Watcher([Root("docs", root)])
     try:
-        watcher.start()
-        if real:
-            limit.write_text(before)
+        start_with_queue(watcher, 64)
         masks = open_masks(watcher)
         assert len(masks) == 301 and not any(masks)
         barrier = watcher.barrier()
@@ -197,8 +209,6 @@ def test_a_scan_of_the_whole_tree_cannot_flood_the_kernel_queue(tmp_path: Path) 
         assert not watcher.overflowed.is_set()
         assert queued(watcher) == []  # reads change nothing
     finally:
-        if real:
-            limit.write_text(before)
         watcher.stop()
 
 
@@ -261,16 +271,9 @@ def test_an_inotify_overflow_makes_the_watcher_rescan(tmp_path: Path) -> None:
     files overflows it for real; elsewhere watchdog's own log call is made."""
     root = tmp_path / "docs"
     root.mkdir()
-    limit = Path("/proc/sys/fs/inotify/max_queued_events")
-    real = os.geteuid() == 0 and os.access(limit, os.W_OK)
-    before = limit.read_text() if real else ""
-    if real:
-        limit.write_text("16")
     watcher = Watcher([Root("docs", root)])
     try:
-        watcher.start()  # a new inotify instance takes the queue size now
-        if real:
-            limit.write_text(before)
+        if start_with_queue(watcher, 16):
             for i in range(3000):
                 (root / f"{i}.md").write_text("x")
         else:
@@ -282,6 +285,4 @@ def test_an_inotify_overflow_makes_the_watcher_rescan(tmp_path: Path) -> None:
             time.sleep(0.05)
         assert watcher.overflowed.is_set()
     finally:
-        if real:
-            limit.write_text(before)
         watcher.stop()
