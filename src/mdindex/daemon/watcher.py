@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -65,8 +66,6 @@ EVENTS: list[type[FileSystemEvent]] = [
     FileClosedEvent,
     FileOpenedEvent,  # the barrier's
 ]
-# watchdog says so only in its log when the kernel's event queue overflowed.
-OVERFLOW_MESSAGE = "Inotify queue overflowed"
 # Entries looked at, per root, for a file to open as a barrier (a listing costs
 # about a microsecond an entry; the file found is kept for the next barrier).
 BARRIER_SEARCH = 5_000
@@ -119,14 +118,13 @@ class Watcher:
         self._barriers: list[Barrier] = []
         self._marks: dict[str, str] = {}  # root label: the file its barriers open
         self._lock = threading.Lock()
-        _overflow_alarm.watchers.add(self)
 
     def start(self) -> None:
         """Watch every root that is a folder now (one that is gone is watched again
         once ``follow_roots`` sees it back). A root the kernel will not watch
         (no inotify watches left) is left to the daemon's coverage check."""
         self.root_ids = guard.identities(self.roots)
-        observer = _observer()
+        observer = _observer(self.overflowed.set)
         observer.daemon = True
         observer.start()  # first, so that each root's watch fails on its own
         handler = _Handler(self)
@@ -264,38 +262,18 @@ def _text(path: str | bytes) -> str:
     return os.fsdecode(path) if isinstance(path, bytes) else path
 
 
-class _OverflowAlarm(logging.Filter):
-    """watchdog's inotify says only in its log that the kernel dropped events
-    (its queue overflowed): every watcher then rescans."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        import weakref
-
-        self.watchers: weakref.WeakSet[Watcher] = weakref.WeakSet()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if OVERFLOW_MESSAGE in str(record.msg):
-            for watcher in list(self.watchers):
-                watcher.overflowed.set()
-        return True
-
-
-_overflow_alarm = _OverflowAlarm()
-logging.getLogger("watchdog.observers.inotify_c").addFilter(_overflow_alarm)
-
-
-def _observer() -> BaseObserver:
-    """watchdog's observer for this platform: on Linux, ours."""
+def _observer(on_overflow: Callable[[], None]) -> BaseObserver:
+    """watchdog's observer for this platform: on Linux, ours, which calls
+    ``on_overflow`` when the kernel dropped events."""
     if sys.platform != "linux":
         from watchdog.observers import Observer
 
         return Observer()  # no inotify: no barrier, a wait looks at the files
-    return _Observer()
+    return _Observer(on_overflow)
 
 
 if sys.platform == "linux":
-    from watchdog.observers.inotify import InotifyEmitter, InotifyObserver
+    from watchdog.observers.inotify import InotifyEmitter, InotifyObserver, InotifyWatchGroup
     from watchdog.observers.inotify_c import (
         InotifyConstants,
         Mask,
@@ -303,20 +281,48 @@ if sys.platform == "linux":
         inotify_rm_watch,
     )
 
+    @dataclass
+    class _WatchGroup(InotifyWatchGroup):
+        """watchdog's watches of one root, saying when the kernel's queue
+        overflowed: watchdog itself only logs it, at a level that
+        ``--log-level ERROR`` silences."""
+
+        on_overflow: Callable[[], None] = lambda: None
+
+        def on_queue_overflow(self) -> None:
+            super().on_queue_overflow()
+            self.on_overflow()
+
     class _Emitter(InotifyEmitter):
-        """watchdog's inotify emitter, asking the kernel for no opens: the filter
-        still lets through the opens a barrier's folder reports."""
+        """watchdog's inotify emitter, asking the kernel for no opens (the filter
+        still lets through the opens a barrier's folder reports), its watches a
+        ``_WatchGroup``."""
+
+        def __init__(self, *args: Any, on_overflow: Callable[[], None], **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._on_overflow = on_overflow
 
         def get_event_mask_from_filter(self) -> Mask:
             return Mask(super().get_event_mask_from_filter() & ~InotifyConstants.IN_OPEN)
+
+        def on_thread_start(self) -> None:  # watchdog's, with our group
+            self._inotify = _WatchGroup(
+                self._inotify_fd,
+                os.fsencode(self.watch.path),
+                is_recursive=self.watch.is_recursive,
+                event_mask=self.get_event_mask_from_filter(),
+                follow_symlink=self.watch.follow_symlink,
+                on_overflow=self._on_overflow,
+            )
 
     class _Observer(InotifyObserver):
         """watchdog's inotify observer (one kernel queue for every root), with
         opens asked for only in folders a barrier names."""
 
-        def __init__(self) -> None:
+        def __init__(self, on_overflow: Callable[[], None]) -> None:
             super().__init__()
             self._emitter_class = _Emitter
+            self._emitter_kwargs["on_overflow"] = on_overflow
 
         def watch_opens(self, folder: str) -> bool:
             """Opens in ``folder``, which watchdog watches, reach the handler from
