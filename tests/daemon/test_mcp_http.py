@@ -65,7 +65,7 @@ def test_an_assistant_searches_the_live_index_over_http(tmp_path: Path) -> None:
 
         out = asyncio.run(call(url, token, body))
         # refresh is off over HTTP unless mcp_allow_refresh says otherwise
-        assert out["tools"] == ["search", "read", "status"]
+        assert out["tools"] == ["search", "read", "related", "status"]
         hit = out["search"].structured_content["hits"][0]
         assert (hit["path"], hit["section"], hit["start_line"]) == ("keys.md", "Rotate", 3)
         assert out["read"].is_error and ".. parts" in out["read"].content[0].text

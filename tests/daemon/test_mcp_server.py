@@ -250,7 +250,7 @@ def test_an_assistant_searches_reads_and_refreshes_over_stdio(tmp_path: Path, no
 
     out = asyncio.run(session(tmp_path, notes, body))
     tools = out["tools"]
-    assert set(tools) == {"search", "read", "status", "refresh"}
+    assert set(tools) == {"search", "read", "related", "status", "refresh"}
     schema = tools["search"].input_schema
     assert schema["required"] == ["query"] and {"k", "root", "path", "where", "mode"} <= set(
         schema["properties"]
@@ -301,7 +301,7 @@ def test_refresh_is_not_offered_when_settings_say_so(tmp_path: Path, notes: Path
 
     server = build_server(s, Nothing(), allow_refresh=False)
     names = {t.name for t in asyncio.run(server.list_tools())}
-    assert names == {"search", "read", "status"}
+    assert names == {"search", "read", "related", "status"}
 
 
 @pytest.mark.model

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from mdindex.index.runtime import make_models, make_store
 from mdindex.index.search import MAX_PASSAGES, Query, parse_where, passages, search
 from mdindex.sinks.base import Hit, SearchFilter
-from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for
+from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for, stored_points
 
 STORES = ["client", "edge"]
 
@@ -34,7 +34,7 @@ def two_roots(tmp_path: Path) -> tuple[Path, Path]:
     )
     write(docs, "api/limits.md", "---\ntags: api\nweight: 3\n---\n# Limits\n\nTokens per minute.\n")
     write(docs, "guide/start.md", "---\ndraft: true\n---\n# Start\n\nTokens are created here.\n")
-    write(notes, "todo.md", "# Todo\n\nRotate the tokens.\n")
+    write(notes, "todo.md", "# Todo\n\nRotate the tokens. #Ops/Keys #urgent\n")
     return docs, notes
 
 
@@ -68,6 +68,17 @@ def test_filters_run_inside_the_engine(tmp_path: Path, two_roots: tuple[Path, Pa
         assert ask(where=(("tags", "nope"),)) == []
         for mode in ("dense", "sparse", "hybrid"):
             assert ask(mode=mode, path="api/", where=(("tags", "release"),)) == ["docs:api/auth.md"]
+        # tags, from frontmatter or #inline, lowercased; a/b also matches a
+        assert ask(tags=("release",)) == ["docs:api/auth.md"]
+        assert ask(tags=("API",)) == ["docs:api/auth.md", "docs:api/limits.md"]
+        assert ask(tags=("ops",)) == ask(tags=("#ops/keys",)) == ["notes:todo.md"]
+        assert ask(tags=("ops", "urgent")) == ["notes:todo.md"]  # all must hold
+        assert ask(tags=("ops/keys/x",)) == ask(tags=("api", "urgent")) == []
+        for mode in ("dense", "sparse", "hybrid"):
+            assert ask(mode=mode, tags=("api",), where=(("weight", "3"),)) == ["docs:api/limits.md"]
+    stored = {p["doc_path"]: p for p in stored_points(s).values()}
+    assert stored["todo.md"]["tags"] == ["ops", "ops/keys", "urgent"]
+    assert stored["api/auth.md"]["tags"] == ["api", "release"]
 
 
 @pytest.mark.parametrize(
@@ -87,6 +98,11 @@ def test_filters_run_inside_the_engine(tmp_path: Path, two_roots: tuple[Path, Pa
         ({"q": "x", "path": "a\x00b"}, "NUL"),
         ({"q": ["x"]}, "must be a string"),
         ({"q": "x", "where": [f"k{i}=v" for i in range(17)]}, "at most 16"),
+        ({"q": "x", "tag": [f"t{i}" for i in range(17)]}, "at most 16 --tag"),
+        ({"q": "x", "tag": "#/"}, "each 1 to 100 characters"),
+        ({"q": "x", "tag": "x" * 101}, "each 1 to 100 characters"),
+        ({"q": "x", "tag": {"a": 1}}, "tag must be a string or a list"),
+        ({"q": "x", "tag": "a\x00"}, "NUL"),
     ],
 )
 def test_a_bad_parameter_gets_one_line_that_names_it(params: dict[str, Any], reason: str):
@@ -97,19 +113,23 @@ def test_a_bad_parameter_gets_one_line_that_names_it(params: dict[str, Any], rea
 
 def test_parameters_as_the_api_and_tools_give_them() -> None:
     q = Query.from_params(
-        {"q": "hi", "k": "7", "root": ["a", "b"], "path": "/docs/*.md", "where": ["tags=x"]},
+        {"q": "hi", "k": "7", "root": ["a", "b"], "path": "/docs/*.md", "where": ["tags=x"]}
+        | {"tag": ["#Ops/"]},
         default_mode="dense",
     )
-    assert (q.k, q.mode, q.roots, q.glob) == (7, "dense", ("a", "b"), "docs/*.md")
-    assert q.store_filter() == SearchFilter(("a", "b"), "docs/", (("tags", ("x",)),))
+    assert (q.k, q.mode, q.roots, q.glob, q.tags) == (7, "dense", ("a", "b"), "docs/*.md", ("ops",))
+    assert q.store_filter() == SearchFilter(("a", "b"), "docs/", (("tags", ("x",)),), ("ops",))
     assert parse_where({"draft": True, "weight": 3}) == (("draft", "true"), ("weight", "3"))
     assert Query("hi", path="guide").store_filter().path_prefix == "guide"
     # what the CLI and the MCP server send the daemon reads back as the same query
-    sent = Query("hi", k=3, mode="sparse", roots=("a",), where=(("t", "x"),), per_section=False)
+    sent = Query(
+        "hi", k=3, mode="sparse", roots=("a",), where=(("t", "x"),), tags=("p", "q/r"),
+        per_section=False,
+    )  # fmt: skip
     back: dict[str, Any] = {}
     for key, value in sent.as_params():
         back.setdefault(key, []).append(value)
-    read = {k: v if k in ("root", "where") else v[0] for k, v in back.items()}
+    read = {k: v if k in ("root", "where", "tag") else v[0] for k, v in back.items()}
     assert Query.from_params(read) == sent
 
 
@@ -213,6 +233,8 @@ def test_the_cli_searches_with_mode_and_filters(tmp_path: Path, two_roots: tuple
     assert [h["doc_path"] for h in json.loads(done.stdout)] == ["api/auth.md"]
     done = cli("search", "tokens", "--json", "--root", "notes", "-k", "10")
     assert [h["doc_path"] for h in json.loads(done.stdout)] == ["todo.md"]
+    done = cli("search", "tokens", "--json", "--tag", "api", "--tag", "Release", "-k", "10")
+    assert [h["doc_path"] for h in json.loads(done.stdout)] == ["api/auth.md"]
     bad = cli("search", "tokens", "--where", "tags")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].endswith("must be key=value")
     assert make_store(settings_for(tmp_path, [docs])).open().has_sparse

@@ -144,6 +144,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
             roots=tuple(args.filter_roots or ()),
             path=args.filter_path or "",
             where=parse_where(args.filter_where),
+            tags=tuple(args.filter_tags or ()),
             fusion=settings.fusion,
             per_section=not args.all_chunks,
         )
@@ -190,6 +191,23 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         "(* live; gains: share of questions answered in the top 10 that the first row misses)"
     )
     emit(args, rows, "\n".join(lines))
+    return EXIT_OK
+
+
+def cmd_links(args: argparse.Namespace, settings: Settings) -> int:
+    from mdindex.daemon import links
+
+    if (args.file is None) == (not args.broken):
+        raise ConfigError("links: give a FILE, or --broken for every broken link")
+    if args.broken:
+        found = links.broken(settings)
+        emit(args, found, links.broken_text(found))
+        if not args.json:
+            print(f"{len(found)} broken links", file=sys.stderr)
+        return EXIT_PARTIAL if found else EXIT_OK
+    root, rel = links.document_of(settings, args.file)
+    data = links.related(settings, root, rel)
+    emit(args, data, links.related_text(data))
     return EXIT_OK
 
 
@@ -274,12 +292,14 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     data = report.as_dict()
     lines = [
         f"missing: {len(report.missing)}, stale: {len(report.stale)}, "
-        f"duplicates: {len(report.duplicates)}, in sync: {report.in_sync}"
-        + (" (repaired)" if report.repaired else "")
+        f"duplicates: {len(report.duplicates)}, links: {len(report.graph)}, "
+        f"in sync: {report.in_sync}" + (" (repaired)" if report.repaired else "")
     ]
     for kind in ("missing", "stale", "duplicates"):
         for e in data[kind][:50]:
             lines.append(f"  {kind}: {e['root']}:{e['doc_path']} #{e['chunk_index']} {e['id']}")
+    for e in report.graph[:50]:
+        lines.append(f"  links: {e['root']}:{e['doc_path']}: {e['reason']}")
     emit(args, data, "\n".join(lines))
     if report.in_sync or report.repaired:
         return EXIT_OK
@@ -368,6 +388,7 @@ COMMANDS: dict[str, Command] = {
     "watch": cmd_watch,
     "search": cmd_search,
     "eval": cmd_eval,
+    "links": cmd_links,
     "mcp": cmd_mcp,
     "chunk": cmd_chunk,
     "status": cmd_status,

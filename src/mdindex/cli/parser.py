@@ -106,6 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="only documents whose frontmatter KEY is VALUE or lists it (repeatable: all hold)",
     )
+    p.add_argument(
+        "--tag",
+        dest="filter_tags",
+        action="append",
+        metavar="TAG",
+        help="only documents with this tag, from frontmatter or #inline (a/b also matches a; "
+        "repeatable: all hold)",
+    )
 
     p = command(
         "eval", "how well search answers your questions: recall and MRR per version and mode"
@@ -146,6 +154,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("chunk", "show the chunks of one file; embeds and writes nothing")
     _common(p, roots=False)
     p.add_argument("file", type=Path, metavar="FILE")
+
+    p = command("links", "a document's links, backlinks and tag neighbours; or every broken link")
+    _common(p, roots=False)
+    p.add_argument("file", nargs="?", type=Path, metavar="FILE", help="a document under a root")
+    p.add_argument(
+        "--broken",
+        action="store_true",
+        help="list every link whose document, file or heading does not exist (exit 1 when any)",
+    )
 
     p = command("status", "how fresh the index is: phase, coverage, failures, queue")
     _common(p, roots=True)

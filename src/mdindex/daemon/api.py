@@ -136,6 +136,7 @@ class DaemonApi:
             reason=d.health.reason,
             embedding=indexer.embedding_status() if indexer is not None else {},
             versions=gauges.versions,
+            unresolved_links=gauges.unresolved_links,
         ) | {
             "daemon": True,
             "build_blocked": d.builds.blocked,

@@ -31,11 +31,13 @@ class Gauges:
     failed: list[dict[str, str]] = field(default_factory=list)
     last_sync: str | None = None
     versions: list[dict[str, Any]] = field(default_factory=list)
+    unresolved_links: int = 0
 
     @classmethod
     def of(cls, indexer: Indexer, versions: list[dict[str, Any]]) -> Gauges:
         documents, points = indexer.counts()
-        return cls(documents, points, indexer.failures(), indexer.last_sync(), versions)
+        failed, last_sync = indexer.failures(), indexer.last_sync()
+        return cls(documents, points, failed, last_sync, versions, indexer.unresolved_links())
 
 
 class Health:

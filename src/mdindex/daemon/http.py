@@ -209,9 +209,9 @@ class _Handler(BaseHTTPRequestHandler):
                 body = generate_latest(self.api.metrics.registry)
                 self._send(200, CONTENT_TYPE_LATEST, body)
             elif url.path == "/search":
-                # one value each, but root and where may repeat
+                # one value each, but root, where and tag may repeat
                 params: dict[str, Any] = {
-                    key: values if key in ("root", "where") else values[0]
+                    key: values if key in ("root", "where", "tag") else values[0]
                     for key, values in query.items()
                 }
                 if not str(params.get("q", "")).strip():

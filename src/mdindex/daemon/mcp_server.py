@@ -3,7 +3,8 @@
 Built on the official SDK (``mcp.server.mcpserver.MCPServer``). Tools:
 ``search`` (hits with text, URL and line range, each marked stale when its
 file changed since it was indexed), ``read`` (a document or lines of it, read
-now and confined to the roots), ``status`` (the freshness report) and, where
+now and confined to the roots), ``related`` (the documents it links to, those
+linking to it, those sharing its tags), ``status`` (the freshness report) and, where
 allowed, ``refresh`` (index what changed and wait until it is searchable).
 Documents are resources ``mdindex://ROOT/PATH``.
 
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from mdindex.config import Settings
+from mdindex.daemon.links import live_state, related
 from mdindex.documents.files import Failure, FileRef, PathFilter, printable, stat_file
 from mdindex.documents.reading import decode, read_bytes, text_digest
 from mdindex.errors import MdindexError
@@ -36,7 +38,8 @@ MAX_READ_LINES = 2_000
 INSTRUCTIONS = (
     "Search the user's markdown notes and docs, kept in sync with the files. "
     "Call search first; open around a hit with read(root, path, start_line, end_line) "
-    "using the hit's root, path and lines. A hit marked stale changed on disk since "
+    "using the hit's root, path and lines; related(root, path) gives the notes it links "
+    "to and those linking to it. A hit marked stale changed on disk since "
     "it was indexed: read it, or call refresh where it is offered."
 )
 
@@ -203,14 +206,17 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
         path: str = "",
         where: list[str] | None = None,
         mode: str = "",
+        tag: list[str] | None = None,
     ) -> dict[str, Any]:
         """query: the question or keywords. k: hits, 1-100. root: root labels to
         keep. path: a path prefix ("api/") or glob ("guide/**/*.md"). where:
-        frontmatter filters "key=value". mode: dense, sparse or hybrid."""
+        frontmatter filters "key=value". mode: dense, sparse or hybrid. tag:
+        tags every hit's document has ("project/alpha" also matches "project")."""
 
         def run() -> dict[str, Any]:
+            params = {"q": query, "k": k, "root": root, "path": path, "where": where}
             q = Query.from_params(
-                {"q": query, "k": k, "root": root, "path": path, "where": where, "mode": mode},
+                {**params, "mode": mode, "tag": tag},
                 settings.search_mode,
                 settings.fusion,
             )
@@ -232,6 +238,19 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
         """root: a root label. path: relative to the root. start_line, end_line:
         1-based, inclusive (default: the whole file, at most 2,000 lines)."""
         return checked(lambda: read_document(settings, root, path, start_line, end_line))  # type: ignore[no-any-return]
+
+    @server.tool(
+        name="related",
+        description=(
+            "The notes around a document: the documents it links to, those that link to "
+            "it (with the line around each link), its unresolved links, and the documents "
+            "sharing its tags. Use the root and path a search hit gives. Example: "
+            '{"root": "docs", "path": "guide/setup.md"}'
+        ),
+    )
+    def related_tool(root: str, path: str) -> dict[str, Any]:
+        """root: a root label. path: relative to the root."""
+        return checked(lambda: related(settings, root, path))  # type: ignore[no-any-return]
 
     @server.tool(
         name="status",
@@ -295,24 +314,14 @@ def _query_state(settings: Settings, sql: str, args: tuple[Any, ...]) -> list[An
     """Rows of a read-only query of the live version's state; [] when there is none."""
     import sqlite3
 
-    from mdindex.index.runtime import state_path
-    from mdindex.versions.catalog import reader_settings
-
-    path = state_path(reader_settings(settings))
-    if not path.exists():
-        return []
-    try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
-    except sqlite3.Error as exc:
-        log.debug("reading the state: %s", exc)
-        return []
-    try:
-        return db.execute(sql, args).fetchall()
-    except sqlite3.Error as exc:
-        log.debug("reading the state: %s", exc)
-        return []
-    finally:
-        db.close()
+    with live_state(settings) as db:
+        if db is None:
+            return []
+        try:
+            return db.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            log.debug("reading the state: %s", exc)
+            return []
 
 
 def serve_stdio(settings: Settings, backend: Backend) -> None:

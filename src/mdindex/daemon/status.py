@@ -34,6 +34,7 @@ def fields(
     reason: str = "",
     embedding: dict[str, Any] | None = None,
     versions: list[dict[str, Any]] | None = None,
+    unresolved_links: int = 0,
 ) -> dict[str, Any]:
     """What every status says, daemon or not. ``store`` holds ``store`` (where),
     ``points`` and what the engine tells about itself."""
@@ -50,6 +51,8 @@ def fields(
         "files_seen": files_seen,
         "coverage": f"{documents} of {files_seen}",
         "failed": [{**f, "path": printable(f["path"])} for f in failed],
+        # local links to no indexed document (`mdindex links --broken` lists them)
+        "unresolved_links": unresolved_links,
         "versions": versions or [],
     }
 
@@ -87,6 +90,7 @@ def offline_status(settings: Settings) -> dict[str, Any]:
             reason=f"deletions refused: {refused}" if refused else "",
             embedding=indexer.embedding_status(),
             versions=Rollout(settings).rows(),
+            unresolved_links=indexer.unresolved_links(),
         )
     return data | {
         "daemon": False,
@@ -115,6 +119,7 @@ def _without_roots(settings: Settings, live: Settings) -> dict[str, Any]:
             reason="no roots given: the files were not compared with the index",
             embedding=indexer.embedding_status(),
             versions=Rollout(settings).rows(),
+            unresolved_links=indexer.unresolved_links(),
         )
     return data | {
         "coverage": f"{documents} indexed (no roots given)",

@@ -32,6 +32,7 @@ import numpy as np
 
 from mdindex.config import Settings
 from mdindex.documents.files import Failure, FileRef
+from mdindex.documents.links import Graph
 from mdindex.documents.reading import load_document
 from mdindex.documents.types import Document
 from mdindex.errors import ConfigError
@@ -78,7 +79,7 @@ class _Chunk:
         ]
         # reason: why the file failed ("" when it did not); unchanged: touched only
         out: dict[str, list[Any]] = {
-            k: [] for k in ("root", "rel", "reason", "unchanged", "doc_hash", "points")
+            k: [] for k in ("root", "rel", "reason", "unchanged", "doc_hash", "points", "graph")
         }
         loaded: list[tuple[FileRef, Document]] = []
         results: list[Document | Failure | None] = []
@@ -99,6 +100,8 @@ class _Chunk:
             out["doc_hash"].append(work.doc_hash if work else "")
             points = [dataclasses.asdict(p) for p in work.points] if work else []
             out["points"].append(json.dumps(points, ensure_ascii=False))
+            graph = work.graph.as_dict() if work and work.graph else None
+            out["graph"].append(json.dumps(graph, ensure_ascii=False))
         return out
 
 
@@ -296,10 +299,12 @@ def write_batch(
             indexer.touch(ref)
             summary.files_unchanged += 1
             continue
+        graph = json.loads(batch["graph"][i])
         work = DocWork(
             ref,
             str(batch["doc_hash"][i]),
             [Planned.from_dict(p) for p in json.loads(batch["points"][i])],
+            Graph.from_dict(graph) if graph else None,
         )
         if written is not None and written[i]:
             done.append(work)

@@ -96,5 +96,7 @@ class Groups:
                 summary.fail(item)
             else:
                 works.append(item)
+                for warning in item.graph.warnings if item.graph is not None else []:
+                    summary.warn(item.ref.root, item.ref.rel, warning)
         crash_point("after_chunk")
         return works

@@ -32,7 +32,7 @@ from mdindex.documents.files import (
 )
 from mdindex.embedding.embedder import Embedder
 from mdindex.errors import PruneRefused
-from mdindex.index import consistency, guard
+from mdindex.index import consistency, graph, guard
 from mdindex.index.changes import Changes, Key
 from mdindex.index.groups import GROUP_CHARS, GROUP_DOCS, Groups, Loaded
 from mdindex.index.planning import DocWork, Planned, Planner, now_iso
@@ -178,6 +178,9 @@ class Indexer(IndexView):
             self.apply(changes, summary, dry_run=dry_run, guarded=False)
         if not dry_run and not summary.interrupted and not summary.refused:
             self.state.put(guard.STATE_KEY, json.dumps(guard.identities(self.roots)))
+            # where each root was: `mdindex links` finds files there without a config
+            folders = {root.label: str(root.path.absolute()) for root in self.roots}
+            self.state.put(graph.ROOT_FOLDERS_KEY, json.dumps(folders))
         summary.seconds = time.monotonic() - started
         return summary
 

@@ -20,6 +20,7 @@ from mdindex.chunking import Chunker
 from mdindex.config import Settings
 from mdindex.documents.budget import budget, check
 from mdindex.documents.files import Failure, FileRef
+from mdindex.documents.links import Graph, graph_of
 from mdindex.documents.reading import describe
 from mdindex.documents.types import Chunk, Document, digest
 from mdindex.embedding.model import ModelInfo
@@ -48,8 +49,9 @@ FRAMEWORK_KEYS = (
     "chunk_index",
 )
 # Bumped when the payload's layout changes: part of the document fingerprint,
-# so every document is rewritten (vectors reused) once. 2: the metadata key.
-PAYLOAD_LAYOUT = 2
+# so every document is rewritten (vectors reused) once. 2: the metadata key;
+# 3: links and tags (which also records every document's links in the state).
+PAYLOAD_LAYOUT = 3
 
 
 def now_iso() -> str:
@@ -90,11 +92,12 @@ class Planned:
 
 @dataclass
 class DocWork:
-    """One document's planned points, ready to be written."""
+    """One document's planned points, ready to be written, and its links and tags."""
 
     ref: FileRef
     doc_hash: str
     points: list[Planned]
+    graph: Graph | None = None  # None: planned elsewhere without one (the state keeps its own)
 
 
 class Planner:
@@ -153,11 +156,12 @@ class Planner:
                 continue
             try:
                 with budget(budget_s):
-                    points = self.plan_points(ref.root, ref.rel, doc, chunks)
+                    graph = graph_of(doc, ref.rel)
+                    points = self.plan_points(ref.root, ref.rel, doc, chunks, graph)
             except FileTimeout as exc:
                 out.append(Failure(ref.root, ref.rel, str(exc)))
                 continue
-            out.append(DocWork(ref, doc.doc_hash, points))
+            out.append(DocWork(ref, doc.doc_hash, points, graph))
         return out
 
     def _chunk_each(
@@ -190,8 +194,15 @@ class Planner:
         return results
 
     def plan_points(
-        self, root: str, rel: str, doc: Document, chunks: Sequence[Chunk]
+        self,
+        root: str,
+        rel: str,
+        doc: Document,
+        chunks: Sequence[Chunk],
+        graph: Graph | None = None,
     ) -> list[Planned]:
+        graph = graph if graph is not None else graph_of(doc, rel)
+        tags = graph.tag_filter_values()
         seen: dict[str, int] = {}
         out: list[Planned] = []
         prefixes: dict[tuple[str, ...], Encoded] = {}  # each section's prefix, encoded once
@@ -224,6 +235,8 @@ class Planner:
                 "strategy": self.chunker.strategy,
                 "model": self.payload_model,
                 "meta": doc.meta,
+                "links": graph.chunk_links(chunk.char_start, chunk.char_end),
+                "tags": tags,
                 "vector_key": vector_key,
             }
             # The same facts nested once more, for retrievers that read their

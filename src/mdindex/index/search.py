@@ -68,6 +68,7 @@ class Query:
     roots: tuple[str, ...] = ()
     path: str = ""  # a prefix of doc_path, or a glob (* ? [ ])
     where: tuple[tuple[str, str], ...] = ()  # frontmatter key = value, all must hold
+    tags: tuple[str, ...] = ()  # every tag must be the document's (a/b also matches a)
     fusion: str = "dbsf"
     per_section: bool = True  # one hit per heading section (see the module docstring)
 
@@ -82,7 +83,9 @@ class Query:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if self.fusion not in FUSIONS:
             raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, not {self.fusion!r}")
-        for value in (self.text, self.path, *self.roots, *(v for kv in self.where for v in kv)):
+        object.__setattr__(self, "tags", tuple(normal_tag(t) for t in self.tags))
+        values = (self.text, self.path, *self.roots, *self.tags)
+        for value in (*values, *(v for kv in self.where for v in kv)):
             if "\x00" in value:
                 raise ValueError("a search parameter holds a NUL character")
             try:
@@ -95,6 +98,8 @@ class Query:
             raise ValueError("a root or path filter is too long")
         if len(self.where) > 16:
             raise ValueError("at most 16 --where filters")
+        if len(self.tags) > 16 or any(not 0 < len(t) <= 100 for t in self.tags):
+            raise ValueError("at most 16 --tag filters, each 1 to 100 characters")
         for key, value in self.where:
             if not _META_KEY.match(key):
                 raise ValueError(
@@ -128,6 +133,7 @@ class Query:
             roots=tuple(_strings(params.get("root"), "root")),
             path=_string(params.get("path") or "", "path"),
             where=parse_where(params.get("where")),
+            tags=tuple(_strings(params.get("tag"), "tag")),
             fusion=_string(params.get("fusion") or default_fusion, "fusion"),
             per_section=_flag(params.get("per_section", True), "per_section"),
         )
@@ -144,6 +150,7 @@ class Query:
         ]
         params += [("root", r) for r in self.roots]
         params += [("where", f"{key}={value}") for key, value in self.where]
+        params += [("tag", tag) for tag in self.tags]
         return params
 
     def store_filter(self) -> SearchFilter:
@@ -155,6 +162,7 @@ class Query:
             roots=self.roots,
             path_prefix=prefix[:cut],
             where=tuple((key, candidates(value)) for key, value in self.where),
+            tags=self.tags,
         )
 
     @property
@@ -162,6 +170,11 @@ class Query:
         """The path glob to test on hits, or "" for a plain prefix."""
         path = self.path.lstrip("/").removeprefix("./")
         return path if any(c in path for c in _GLOB_CHARS) else ""
+
+
+def normal_tag(tag: str) -> str:
+    """A tag as documents' tags are stored: without ``#`` or edge slashes, lowercased."""
+    return tag.strip().lstrip("#").strip("/").casefold()
 
 
 def parse_where(value: Any) -> tuple[tuple[str, str], ...]:

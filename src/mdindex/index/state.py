@@ -10,13 +10,15 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from mdindex.documents.files import Failure, printable
+from mdindex.documents.links import Graph
 from mdindex.errors import StateError
+from mdindex.index import graph
 from mdindex.index.lock import private_dir
 
 log = logging.getLogger(__name__)
@@ -85,7 +87,7 @@ class State:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(_SCHEMA)
+            db.executescript(_SCHEMA + graph.SCHEMA)
             row = db.execute("SELECT v FROM meta WHERE k='schema'").fetchone()
         except sqlite3.DatabaseError:
             db.close()
@@ -94,6 +96,7 @@ class State:
             if existed:
                 log.warning("state %s is empty or from another version; rebuilding", self.path)
             db.executescript("DELETE FROM docs; DELETE FROM points; DELETE FROM meta;")
+            graph.clear(db)
             db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
             self.fresh = True
         return db
@@ -283,8 +286,13 @@ class State:
                 )
 
     def commit_docs(
-        self, docs: Sequence[tuple[str, str, DocRow, Sequence[PointRow]]], sync_time: str
+        self,
+        docs: Sequence[tuple[str, str, DocRow, Sequence[PointRow]]],
+        sync_time: str,
+        graphs: Mapping[tuple[str, str], Graph] | None = None,
     ) -> None:
+        """Record documents as written, with their part of the link graph
+        (``graphs``, by (root, path); a document without one keeps its own)."""
         with self.transaction() as db:
             for root, path, row, points in docs:
                 db.execute("DELETE FROM points WHERE root=? AND path=?", (root, path))
@@ -297,6 +305,8 @@ class State:
                     "INSERT OR REPLACE INTO docs VALUES (?, ?, ?, ?, ?, ?)",
                     (root, path, row.size, row.mtime_ns, row.doc_hash, row.fingerprint),
                 )
+            for (root, path), doc_graph in (graphs or {}).items():
+                graph.put(db, root, path, doc_graph)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('last_write', ?)", (sync_time,))
 
     def remove_docs(self, docs: Iterable[tuple[str, str]]) -> None:
@@ -304,6 +314,7 @@ class State:
             for root, path in docs:
                 db.execute("DELETE FROM points WHERE root=? AND path=?", (root, path))
                 db.execute("DELETE FROM docs WHERE root=? AND path=?", (root, path))
+                graph.remove(db, root, path)
 
     def mark_inflight(self, docs: Iterable[tuple[str, str]]) -> None:
         with self.transaction() as db:
@@ -354,6 +365,7 @@ class State:
             db.execute("DELETE FROM docs")
             db.execute("DELETE FROM points")
             db.execute("DELETE FROM inflight")  # the store's own points are read below
+            graph.clear(db)  # recorded again as each document is written
             for pid, root, path, key in records:
                 db.execute(
                     "INSERT OR REPLACE INTO points VALUES (?, ?, ?, ?, 0)", (pid, root, path, key)

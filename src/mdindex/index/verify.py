@@ -34,18 +34,21 @@ class VerifyReport:
     missing: list[dict[str, Any]] = field(default_factory=list)
     stale: list[dict[str, Any]] = field(default_factory=list)
     duplicates: list[dict[str, Any]] = field(default_factory=list)
+    # documents whose recorded links, tags or headings differ from the file
+    graph: list[dict[str, Any]] = field(default_factory=list)
     errors: list[dict[str, str]] = field(default_factory=list)
     repaired: bool = False
 
     @property
     def in_sync(self) -> bool:
-        return not (self.missing or self.stale or self.duplicates)
+        return not (self.missing or self.stale or self.duplicates or self.graph)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "missing": self.missing,
             "stale": self.stale,
             "duplicates": self.duplicates,
+            "graph": self.graph,
             "in_sync": self.in_sync,
             "repaired": self.repaired,
             "errors": self.errors,
@@ -111,6 +114,7 @@ def verify(indexer: Indexer, *, repair: bool = False, force: bool = False) -> Ve
     _check_vectors(indexer, report, expected, stored)
     _check_sparse(indexer, report, expected, stored)
     report.missing = [_entry(pid, p) for pid, p in expected.items() if pid not in stored]
+    report.graph = _check_graph(indexer, works, failed)
     if repair and not report.in_sync:
         # documents whose every point would go: the guard decides, as for a prune
         gone = {(e["root"], e["doc_path"]) for e in report.stale if e["id"] not in expected}
@@ -120,6 +124,25 @@ def verify(indexer: Indexer, *, repair: bool = False, force: bool = False) -> Ve
             indexer.check_deletes(sorted(gone), present)
         _repair(indexer, report, expected, works)
     return report
+
+
+def _check_graph(
+    indexer: Indexer, works: dict[Key, DocWork], failed: set[Key]
+) -> list[dict[str, Any]]:
+    """Each document's recorded links, tags and headings (``index.graph``)
+    against what its file says now, by digest."""
+    recorded = indexer.graph_digests()
+    out = []
+    for key, work in sorted(works.items()):
+        if work.graph is None:
+            continue
+        have = recorded.get(key)
+        if have != work.graph.digest():
+            why = "links and tags not recorded" if have is None else "links or tags differ"
+            out.append({"root": key[0], "doc_path": key[1], "reason": why})
+    for key in sorted(recorded.keys() - works.keys() - failed):
+        out.append({"root": key[0], "doc_path": key[1], "reason": "recorded for no file"})
+    return out
 
 
 def same_payload(a: Any, b: Any) -> bool:

@@ -12,6 +12,7 @@ from mdindex.documents.files import Failure, FileRef, PathFilter
 from mdindex.documents.reading import load_document
 from mdindex.embedding.embedder import Embedder
 from mdindex.embedding.sparse import Sparse
+from mdindex.index import graph
 from mdindex.index.changes import Changes, Detector, Key
 from mdindex.index.planning import Planner
 from mdindex.index.search import Query, search
@@ -130,6 +131,14 @@ class IndexView:
     def counts(self) -> tuple[int, int]:
         """Documents and points the state records as indexed."""
         return self.state.doc_count(), self.state.point_counts()[0]
+
+    def graph_digests(self) -> dict[tuple[str, str], str]:
+        """Each document's recorded link graph, as ``Graph.digest`` (for verify)."""
+        return graph.digests(self.state.db)
+
+    def unresolved_links(self) -> int:
+        """Local links to no indexed document (``index.graph``)."""
+        return graph.unresolved_count(self.state.db)
 
     def last_sync(self) -> str | None:
         return self.state.get("last_sync")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mdindex.documents.files import Failure, FileRef, printable, trusted_mtime
+from mdindex.documents.links import Graph
 from mdindex.embedding.embedder import Embedder
 from mdindex.errors import StoreError, StoreUnavailable
 from mdindex.index import consistency
@@ -196,7 +197,7 @@ class Writer:
             stale.extend(self.state.point_ids(w.ref.root, w.ref.rel) - {p.id for p in w.points})
         summary.points_deleted += self.store.delete(stale)
         crash_point("after_delete")
-        self.state.commit_docs(self.rows(group), stamp)
+        self.state.commit_docs(self.rows(group), stamp, graphs(group))
         summary.files_changed += len(group)
         crash_point("after_commit")
         if self.on_indexed is not None:
@@ -357,11 +358,17 @@ class Writer:
             summary.points_upserted += len(planned)
         summary.points_deleted += self.store.delete(drop)
         consistency.rebuild_state(self.store, self.state, "after repair", logging.INFO)
-        self.state.commit_docs(self.rows(committed), now_iso())
+        committed = list(committed)
+        self.state.commit_docs(self.rows(committed), now_iso(), graphs(committed))
 
     def touch(self, ref: FileRef) -> None:
         """A file touched, not changed: only its fast-path stamp moves."""
         self.state.touch(ref.root, ref.rel, ref.size, trusted_mtime(ref))
+
+
+def graphs(works: Iterable[DocWork]) -> dict[tuple[str, str], Graph]:
+    """The link graphs of these documents, by (root, path), where planned."""
+    return {(w.ref.root, w.ref.rel): w.graph for w in works if w.graph is not None}
 
 
 def reusable_vectors(store: Store, wanted: dict[str, str]) -> dict[str, list[float]]:

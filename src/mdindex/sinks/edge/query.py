@@ -77,6 +77,7 @@ def search_filter(spec: SearchFilter) -> Any:
         must.append(
             Filter(should=[FieldCondition(key=f"meta.{key}", match=MatchValue(v)) for v in values])
         )
+    must += [FieldCondition(key="tags", match=MatchValue(tag)) for tag in spec.tags]
     return Filter(must=must)
 
 

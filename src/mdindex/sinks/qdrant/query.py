@@ -64,6 +64,7 @@ def search_filter(spec: SearchFilter) -> Any:
                 ]
             )
         )
+    must += [qm.FieldCondition(key="tags", match=qm.MatchValue(value=tag)) for tag in spec.tags]
     return qm.Filter(must=must)
 
 

@@ -1,0 +1,302 @@
+"""`mdindex links` and the MCP tool ``related``: a document's links, backlinks
+and the documents sharing its tags; and the report of broken links.
+
+Both read the link graph (``index.graph``) from the live version's state,
+read-only, so they answer beside a running daemon without asking it.
+Attachments (images, PDFs) are not documents and have no place in the graph:
+the report looks for them on disk, inside their root, by path (markdown
+links) or by file name anywhere in the root (wiki embeds, as Obsidian finds
+them). Nothing is read to check a link, and nothing outside a root is looked at.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from mdindex.config import Settings
+from mdindex.documents.files import printable
+from mdindex.documents.links import EMBED, WIKI
+from mdindex.documents.parsing import github_slug
+from mdindex.errors import ConfigError
+from mdindex.index import graph
+
+log = logging.getLogger(__name__)
+
+MAX_SHARING = 50  # documents listed as sharing tags
+# Files looked at, per root, to find attachments by name (a wiki embed).
+MAX_ASSET_SCAN = 200_000
+
+
+@contextmanager
+def live_state(settings: Settings) -> Iterator[sqlite3.Connection | None]:
+    """The live version's state, opened read-only; None when there is none."""
+    from mdindex.index.runtime import state_path
+    from mdindex.versions.catalog import reader_settings
+
+    path = state_path(reader_settings(settings))
+    if not path.exists():
+        yield None
+        return
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error as exc:
+        log.debug("reading the state: %s", exc)
+        yield None
+        return
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def root_folders(settings: Settings, db: sqlite3.Connection) -> dict[str, Path]:
+    """Each root's folder: as configured, else where the last backfill found it."""
+    if settings.root_list():
+        return {r.label: r.path for r in settings.root_list()}
+    row = db.execute("SELECT v FROM meta WHERE k=?", (graph.ROOT_FOLDERS_KEY,)).fetchone()
+    try:
+        recorded = json.loads(row[0]) if row else {}
+    except ValueError:
+        recorded = {}
+    if not isinstance(recorded, dict):
+        return {}
+    return {str(k): Path(v) for k, v in recorded.items() if isinstance(v, str)}
+
+
+def _need(db: sqlite3.Connection | None) -> sqlite3.Connection:
+    if db is None:
+        raise ConfigError("links: nothing is indexed here yet (run mdindex backfill first)")
+    return db
+
+
+def related(settings: Settings, root: str, path: str) -> dict[str, Any]:
+    """One document's outgoing links (resolved, unresolved, external), its
+    backlinks with the line and text around each, and the documents that
+    share its tags; ConfigError when the document is not indexed."""
+    if not isinstance(root, str) or not isinstance(path, str):
+        raise ValueError("root and path must be strings")
+    with live_state(settings) as maybe:
+        db = _need(maybe)
+        this = graph.node(db, root, path) if len(root) + len(path) < 8192 else None
+        if this is None:
+            shown = printable(f"{root[:64]}:{path[:200]}")
+            raise ConfigError(f"links: {shown} is not an indexed document")
+        titles: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
+
+        def node(r: str, p: str) -> tuple[str, dict[str, str]]:
+            if (r, p) not in titles:
+                titles[(r, p)] = graph.node(db, r, p) or ("", {})
+            return titles[(r, p)]
+
+        roots = root_folders(settings, db)
+        names: dict[str, set[str]] = {}
+        outgoing, unresolved, external = [], [], []
+        for link in graph.outgoing(db, root, path):
+            entry = {"line": link.line, "kind": link.kind, "target": link.target}
+            entry |= {"anchor": link.anchor, "label": link.label}
+            if link.kind == "external":
+                external.append({"line": link.line, "url": link.target, "label": link.label})
+                continue
+            if link.to_path is not None:
+                title, anchors = node(root, link.to_path)
+                section = _heading(anchors, link.anchor, link.kind) or ""
+                entry |= {"root": root, "path": link.to_path, "title": title, "section": section}
+            elif link.asset and not link.problem:  # a file, looked for on disk
+                missing = _missing_asset(link, roots, names)
+                entry |= {"root": root, "path": None, "attachment": True, "problem": missing}
+            else:
+                entry |= {"root": root, "path": None, "problem": _why(link)}
+                unresolved.append(entry)
+            outgoing.append(entry)
+        backlinks = [
+            {
+                "root": b.root,
+                "path": b.path,
+                "title": node(b.root, b.path)[0],
+                "section": b.section,
+                "line": b.line,
+                "label": b.label,
+                "context": b.context,
+            }
+            for b in graph.backlinks(db, root, path)
+        ]
+        sharing = [
+            {"root": r, "path": p, "title": node(r, p)[0], "tags": tags}
+            for r, p, tags in graph.sharing_tags(db, root, path, MAX_SHARING)
+        ]
+        return {
+            "root": root,
+            "path": path,
+            "title": this[0],
+            "tags": graph.tags_of(db, root, path),
+            "outgoing": outgoing,
+            "backlinks": backlinks,
+            "unresolved": unresolved,
+            "external": external,
+            "sharing_tags": sharing,
+        }
+
+
+def broken(settings: Settings) -> list[dict[str, Any]]:
+    """Every local link whose document, attachment or heading does not exist,
+    each with where it is and why."""
+    with live_state(settings) as maybe:
+        db = _need(maybe)
+        return broken_in(db, root_folders(settings, db))
+
+
+def broken_in(db: sqlite3.Connection, roots: dict[str, Path]) -> list[dict[str, Any]]:
+    """``broken`` on a state, the roots' folders given."""
+    found: list[dict[str, Any]] = []
+    anchors: dict[tuple[str, str], dict[str, str]] = {}
+    names: dict[str, set[str]] = {}
+    for link in graph.every_link(db):
+        reason = ""
+        if link.problem:
+            reason = link.problem
+        elif link.asset:
+            reason = _missing_asset(link, roots, names)
+        elif link.to_path is None:
+            reason = _why(link)
+        elif link.anchor:
+            key = (link.root, link.to_path)
+            if key not in anchors:
+                anchors[key] = (graph.node(db, *key) or ("", {}))[1]
+            if _heading(anchors[key], link.anchor, link.kind) is None:
+                reason = f"{link.to_path} has no heading #{link.anchor}"
+        if reason:
+            found.append(
+                {
+                    "root": link.root,
+                    "path": link.path,
+                    "line": link.line,
+                    "kind": link.kind,
+                    "target": link.target,
+                    "anchor": link.anchor,
+                    "reason": reason,
+                }
+            )
+    return found
+
+
+def _why(link: graph.LinkRow) -> str:
+    if link.problem:
+        return link.problem
+    if link.kind in (WIKI, EMBED):
+        return f"no note named {link.target!r}"
+    return f"no indexed document at {link.target or '(the root)'}"
+
+
+def _heading(anchors: dict[str, str], anchor: str, kind: str) -> str | None:
+    """The heading text an anchor names in a document, or None; "" for no anchor."""
+    if not anchor:
+        return ""
+    wanted = github_slug(anchor) if kind in (WIKI, EMBED) else anchor.lower()
+    for key, text in anchors.items():
+        if key.lower() == wanted or (kind in (WIKI, EMBED) and text.lower() == anchor.lower()):
+            return text
+    return None
+
+
+def _missing_asset(link: graph.LinkRow, roots: dict[str, Path], names: dict[str, set[str]]) -> str:
+    """Why an attachment cannot be found ("" when it is there)."""
+    base = roots.get(link.root)
+    if base is None:
+        return f"root {link.root!r} is not configured here, so its files cannot be checked"
+    if link.kind in (WIKI, EMBED):
+        if link.root not in names:
+            names[link.root] = _file_names(base)
+        name = link.target.rpartition("/")[2].lower()
+        return "" if name in names[link.root] else f"no file named {link.target!r} in the root"
+    real_root = os.path.realpath(base)
+    real = os.path.realpath(os.path.join(real_root, link.target))
+    if os.path.commonpath([real_root, real]) != real_root:
+        return f"{link.target} leads outside the root (a symbolic link)"
+    return "" if os.path.isfile(real) else f"no file at {link.target}"
+
+
+def _file_names(base: Path) -> set[str]:
+    """Lowercased names of the files in a root (hidden folders left out)."""
+    out: set[str] = set()
+    for _, dirs, files in os.walk(base, followlinks=False):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        out.update(f.lower() for f in files)
+        if len(out) >= MAX_ASSET_SCAN:
+            log.warning(
+                "links: more than %d files in %s; attachments not all looked at",
+                MAX_ASSET_SCAN,
+                base,
+            )
+            break
+    return out
+
+
+def document_of(settings: Settings, file: Path) -> tuple[str, str]:
+    """The (root label, path) a file names: under a configured root, else under
+    the nearest folder above it whose name labels an indexed root (as
+    `mdindex backfill FOLDER` labels it)."""
+    path = file.absolute()
+    real = path.resolve()
+    with live_state(settings) as maybe:
+        db = _need(maybe)
+        for label, folder in root_folders(settings, db).items():
+            if real.is_relative_to(folder.resolve()):
+                return label, real.relative_to(folder.resolve()).as_posix()
+        for folder in path.parents:
+            rel = path.relative_to(folder).as_posix()
+            if folder.name and graph.node(db, folder.name, rel) is not None:
+                return folder.name, rel
+    raise ConfigError(f"links: {file} is not an indexed document (give its root with --root)")
+
+
+def related_text(data: dict[str, Any]) -> str:
+    """`mdindex links FILE` as lines for a person."""
+    head = f"{data['root']}:{data['path']}  {data['title']}"
+    lines = [head + (f"  [tags: {', '.join(data['tags'])}]" if data["tags"] else "")]
+
+    def where(e: dict[str, Any]) -> str:
+        return f"{e['root']}:{e['path']}" + (f"#{e['anchor']}" if e.get("anchor") else "")
+
+    lines.append(f"links out ({len(data['outgoing'])}):")
+    for e in data["outgoing"]:
+        if e.get("attachment"):
+            found = e["problem"] or "found"
+            lines.append(f"  line {e['line']}: attachment {e['target']}: {found}")
+        elif e["path"] is None:
+            lines.append(f"  line {e['line']}: {e['kind']} {e['target']!r}: {e['problem']}")
+        else:
+            lines.append(f"  line {e['line']}: → {where(e)}  {_titled(e)}")
+    lines.append(f"backlinks ({len(data['backlinks'])}):")
+    for b in data["backlinks"]:
+        title = _titled(b)
+        lines.append(f"  {b['root']}:{b['path']}:{b['line']}  {title}\n      {b['context']}")
+    if data["external"]:
+        lines.append(f"external ({len(data['external'])}):")
+        lines += [f"  line {e['line']}: {e['url']}" for e in data["external"]]
+    lines.append(f"sharing tags ({len(data['sharing_tags'])}):")
+    for s in data["sharing_tags"]:
+        lines.append(f"  {s['root']}:{s['path']}  {s['title']}  [{', '.join(s['tags'])}]")
+    return "\n".join(lines)
+
+
+def _titled(entry: dict[str, Any]) -> str:
+    """Title › section, the section left out where it only repeats the title."""
+    title, section = entry["title"], entry["section"]
+    return f"{title} › {section}" if section and section != title else title
+
+
+def broken_text(found: list[dict[str, Any]]) -> str:
+    """`mdindex links --broken` as lines: FILE:LINE: target: why."""
+    lines = [] if found else ["no broken links"]
+    for b in found:
+        target = f"[[{b['target']}]]" if b["kind"] in (WIKI, EMBED) else b["target"]
+        anchor = f"#{b['anchor']}" if b["anchor"] else ""
+        lines.append(f"{b['root']}:{b['path']}:{b['line']}: {target}{anchor}: {b['reason']}")
+    return "\n".join(lines)

@@ -1,0 +1,325 @@
+"""The link graph in the local state: which document links to which, kept as
+the files change.
+
+Each document's links, tags and headings are recorded when the document is
+written (``put``, in the state's commit) and dropped with it (``remove``).
+A link is resolved to a document of its own root when it is recorded, and
+again whenever a document it may name appears or goes: each link keeps a
+``key`` (the last part of its target, lowercased), each document its
+``names`` (its file stem, and for ``index.md``, ``_index.md`` or
+``README.md`` its folder's name), and only the links whose key is a name of
+the document that came or went are looked at again. A rename is a new
+document and a removed one, so whoever linked to the old path is unresolved
+(or resolves to another note of that name), and whoever linked to the new
+one resolves, without anything being embedded again.
+
+Resolution, within the link's root:
+
+- a markdown link's root-relative path: that document; with ``.html`` as
+  ``.md`` (a built site's links); else ``PATH.md``, ``PATH.markdown``,
+  ``PATH/index.md``, ``PATH/_index.md``, ``PATH/README.md``, in that order;
+  spelled as written first, then in any case (a site's URLs are lowercased);
+- a wiki link's name: the documents whose file stem is the name (or whose
+  path ends with it, for ``[[folder/Name]]``), case-insensitive, as Obsidian
+  resolves them; the shortest path wins among several, then the first in order.
+
+A target with another file suffix (``diagram.png``) is an attachment, not a
+document: it is not resolved here, and ``links --broken`` looks for it on
+disk (``daemon.links``).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import sqlite3
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from mdindex.documents.links import EXTERNAL, IMAGE, LINK, MARKDOWN_SUFFIXES, Graph
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS nodes (
+    root TEXT NOT NULL, path TEXT NOT NULL, title TEXT NOT NULL,
+    anchors TEXT NOT NULL, digest TEXT NOT NULL, lower TEXT NOT NULL,
+    PRIMARY KEY (root, path)
+);
+CREATE INDEX IF NOT EXISTS nodes_lower ON nodes (root, lower);
+CREATE TABLE IF NOT EXISTS names (
+    root TEXT NOT NULL, name TEXT NOT NULL, stem INTEGER NOT NULL, path TEXT NOT NULL,
+    PRIMARY KEY (root, name, path)
+);
+CREATE TABLE IF NOT EXISTS links (
+    root TEXT NOT NULL, path TEXT NOT NULL, n INTEGER NOT NULL,
+    kind TEXT NOT NULL, target TEXT NOT NULL, anchor TEXT NOT NULL, label TEXT NOT NULL,
+    line INTEGER NOT NULL, section TEXT NOT NULL, context TEXT NOT NULL,
+    problem TEXT NOT NULL, asset INTEGER NOT NULL, key TEXT NOT NULL, to_path TEXT,
+    PRIMARY KEY (root, path, n)
+);
+CREATE INDEX IF NOT EXISTS links_key ON links (root, key);
+CREATE INDEX IF NOT EXISTS links_to ON links (root, to_path);
+CREATE TABLE IF NOT EXISTS tags (
+    root TEXT NOT NULL, path TEXT NOT NULL, tag TEXT NOT NULL, PRIMARY KEY (root, path, tag)
+);
+CREATE INDEX IF NOT EXISTS tags_tag ON tags (tag);
+"""
+TABLES = ("nodes", "names", "links", "tags")
+# In the state's meta: {label: folder} as the last backfill found the roots,
+# for `mdindex links` to look for attachments without a config.
+ROOT_FOLDERS_KEY = "root_folders"
+INDEX_STEMS = ("index", "_index", "readme")
+_PAGE_SUFFIXES = (".html", ".htm")
+_FILE_SUFFIX = re.compile(r"\.[a-z][a-z0-9]{0,7}$")
+
+
+def put(db: sqlite3.Connection, root: str, path: str, graph: Graph) -> None:
+    """Record one document's graph (in the caller's transaction), replacing
+    what was recorded for it, and resolve its links and those that may name it."""
+    new = db.execute("SELECT 1 FROM nodes WHERE root=? AND path=?", (root, path)).fetchone() is None
+    _forget(db, root, path)
+    anchors = json.dumps(graph.anchors, ensure_ascii=False)
+    db.execute(
+        "INSERT INTO nodes VALUES (?, ?, ?, ?, ?, ?)",
+        (root, path, graph.title, anchors, graph.digest(), path.lower()),
+    )
+    db.executemany(
+        "INSERT OR IGNORE INTO names VALUES (?, ?, ?, ?)",
+        [(root, name, stem, path) for name, stem in names_of(path)],
+    )
+    db.executemany(
+        "INSERT OR IGNORE INTO tags VALUES (?, ?, ?)", [(root, path, t) for t in graph.tags]
+    )
+    rows = []
+    for n, link in enumerate(graph.links):
+        asset = is_asset(link.kind, link.target)
+        to = None
+        if link.kind != EXTERNAL and not link.problem and not asset:
+            to = resolve(db, root, path, link.kind, link.target)
+        key = key_of(link.kind, link.target)
+        rows.append(
+            (root, path, n, link.kind, link.target, link.anchor, link.label, link.line,
+             link.section, link.context, link.problem, int(asset), key, to)
+        )  # fmt: skip
+    db.executemany(f"INSERT INTO links VALUES ({','.join('?' * 14)})", rows)
+    if new:
+        _reresolve(db, root, [name for name, _ in names_of(path)])
+
+
+def remove(db: sqlite3.Connection, root: str, path: str) -> None:
+    """Drop one document's graph; links that named it resolve again (to another
+    document of that name) or become unresolved."""
+    names = [
+        n for (n,) in db.execute("SELECT name FROM names WHERE root=? AND path=?", (root, path))
+    ]
+    _forget(db, root, path)
+    _reresolve(db, root, names)
+
+
+def clear(db: sqlite3.Connection) -> None:
+    for table in TABLES:
+        db.execute(f"DELETE FROM {table}")
+
+
+def _forget(db: sqlite3.Connection, root: str, path: str) -> None:
+    for table in TABLES:
+        db.execute(f"DELETE FROM {table} WHERE root=? AND path=?", (root, path))
+
+
+def _reresolve(db: sqlite3.Connection, root: str, names: list[str]) -> None:
+    if not names:
+        return
+    marks = ",".join("?" * len(names))
+    rows = db.execute(
+        f"SELECT path, n, kind, target FROM links WHERE root=? AND key IN ({marks}) "
+        "AND kind != ? AND problem = '' AND asset = 0",
+        (root, *names, EXTERNAL),
+    ).fetchall()
+    db.executemany(
+        "UPDATE links SET to_path=? WHERE root=? AND path=? AND n=?",
+        [(resolve(db, root, src, kind, target), root, src, n) for src, n, kind, target in rows],
+    )
+
+
+# -- naming and resolving ------------------------------------------------------
+
+
+def names_of(path: str) -> list[tuple[str, int]]:
+    """The names a document answers to, as (lowercased name, is its file stem)."""
+    folder, file = posixpath.split(path)
+    stem = _strip_suffix(file).lower()
+    out = [(stem, 1)]
+    if stem in INDEX_STEMS:
+        out.append((posixpath.basename(folder).lower(), 0))
+    return out
+
+
+def key_of(kind: str, target: str) -> str:
+    """The name a link's target is found by: its last part, lowercased."""
+    if kind == EXTERNAL:
+        return ""
+    last = target.rstrip("/").rpartition("/")[2]
+    for suffix in _PAGE_SUFFIXES:
+        if last.lower().endswith(suffix):
+            last = last[: -len(suffix)]
+    return _strip_suffix(last).lower()
+
+
+def is_asset(kind: str, target: str) -> bool:
+    """A file that is not a document: any image, and a target with a file
+    suffix (``.png``, ``.pdf``) other than a document's or a built page's."""
+    if kind == EXTERNAL or not target:
+        return False
+    if kind == IMAGE:
+        return True
+    suffix = _FILE_SUFFIX.search(target.rpartition("/")[2].lower())
+    return suffix is not None and suffix.group() not in MARKDOWN_SUFFIXES + _PAGE_SUFFIXES
+
+
+def _strip_suffix(name: str) -> str:
+    for suffix in MARKDOWN_SUFFIXES:
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def resolve(db: sqlite3.Connection, root: str, source: str, kind: str, target: str) -> str | None:
+    """The document of ``root`` the link names, or None."""
+    if kind in (LINK, IMAGE):
+        candidates = _path_candidates(target)
+        marks = ",".join("?" * len(candidates))
+        found = {
+            p
+            for (p,) in db.execute(
+                f"SELECT path FROM nodes WHERE root=? AND path IN ({marks})", (root, *candidates)
+            )
+        }
+        exact = next((c for c in candidates if c in found), None)
+        if exact is not None:
+            return exact
+        # a site's URLs are its paths lowercased (Hugo: /functions/lang/translate/
+        # is functions/lang/Translate.md); the exact spelling wins where both exist
+        lowered = [c.lower() for c in candidates]
+        by_lower: dict[str, str] = {}
+        for path, low in db.execute(
+            f"SELECT path, lower FROM nodes WHERE root=? AND lower IN ({marks}) ORDER BY path",
+            (root, *lowered),
+        ):
+            by_lower.setdefault(low, path)
+        return next((by_lower[c] for c in lowered if c in by_lower), None)
+    if not target:  # [[#Heading]]: this note
+        return source
+    name = _strip_suffix(target.strip("/")).lower()
+    last = name.rpartition("/")[2]
+    rows = db.execute(
+        "SELECT path FROM names WHERE root=? AND name=? AND stem=1", (root, last)
+    ).fetchall()
+    paths = [p for (p,) in rows]
+    if "/" in name:
+        paths = [p for p in paths if (f"/{_strip_suffix(p).lower()}").endswith(f"/{name}")]
+    return min(paths, key=lambda p: (len(p), p)) if paths else None
+
+
+def _path_candidates(target: str) -> list[str]:
+    out = [target] if target else []
+    lower = target.lower()
+    for suffix in _PAGE_SUFFIXES:
+        if lower.endswith(suffix):
+            page = target[: -len(suffix)]
+            out.append(page + ".md")
+            if posixpath.basename(page).lower() == "index":
+                target = posixpath.dirname(page)
+    prefix = f"{target}/" if target else ""
+    if target and not lower.endswith(MARKDOWN_SUFFIXES):
+        out += [f"{target}.md", f"{target}.markdown"]
+    out += [f"{prefix}index.md", f"{prefix}_index.md", f"{prefix}README.md"]
+    return out
+
+
+# -- reading -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LinkRow:
+    """One recorded link, with where it points now."""
+
+    root: str
+    path: str  # the document it is in
+    kind: str
+    target: str
+    anchor: str
+    label: str
+    line: int
+    section: str
+    context: str
+    problem: str
+    asset: bool
+    to_path: str | None
+
+
+_COLUMNS = (
+    "root, path, kind, target, anchor, label, line, section, context, problem, asset, to_path"
+)
+
+
+def _rows(cursor: Iterable[tuple[object, ...]]) -> Iterator[LinkRow]:
+    for r in cursor:
+        yield LinkRow(*r[:10], bool(r[10]), r[11])  # type: ignore[arg-type,call-arg]
+
+
+def outgoing(db: sqlite3.Connection, root: str, path: str) -> list[LinkRow]:
+    sql = f"SELECT {_COLUMNS} FROM links WHERE root=? AND path=? ORDER BY n"
+    return list(_rows(db.execute(sql, (root, path))))
+
+
+def backlinks(db: sqlite3.Connection, root: str, path: str) -> list[LinkRow]:
+    """Links of other documents that resolve to this one."""
+    sql = f"SELECT {_COLUMNS} FROM links WHERE root=? AND to_path=? AND path != ? ORDER BY path, n"
+    return list(_rows(db.execute(sql, (root, path, path))))
+
+
+def every_link(db: sqlite3.Connection) -> Iterator[LinkRow]:
+    """Every local link (not external), document by document."""
+    sql = f"SELECT {_COLUMNS} FROM links WHERE kind != ? ORDER BY root, path, n"
+    return _rows(db.execute(sql, (EXTERNAL,)))
+
+
+def node(db: sqlite3.Connection, root: str, path: str) -> tuple[str, dict[str, str]] | None:
+    """A document's title and heading anchors (anchor: heading text), or None."""
+    row = db.execute(
+        "SELECT title, anchors FROM nodes WHERE root=? AND path=?", (root, path)
+    ).fetchone()
+    return None if row is None else (str(row[0]), json.loads(row[1]))
+
+
+def tags_of(db: sqlite3.Connection, root: str, path: str) -> list[str]:
+    rows = db.execute("SELECT tag FROM tags WHERE root=? AND path=? ORDER BY tag", (root, path))
+    return [t for (t,) in rows]
+
+
+def sharing_tags(
+    db: sqlite3.Connection, root: str, path: str, most: int = 50
+) -> list[tuple[str, str, list[str]]]:
+    """Other documents with a tag of this one, most shared tags first."""
+    rows = db.execute(
+        "SELECT b.root, b.path, group_concat(b.tag, char(31)) FROM tags a JOIN tags b "
+        "ON a.tag = b.tag AND NOT (a.root = b.root AND a.path = b.path) "
+        "WHERE a.root=? AND a.path=? GROUP BY b.root, b.path "
+        "ORDER BY count(*) DESC, b.root, b.path LIMIT ?",
+        (root, path, most),
+    )
+    return [(r, p, sorted(str(t).split("\x1f"))) for r, p, t in rows]
+
+
+def unresolved_count(db: sqlite3.Connection) -> int:
+    """Local links to documents that are not indexed (attachments aside)."""
+    row = db.execute(
+        "SELECT count(*) FROM links WHERE to_path IS NULL AND kind != ? AND asset = 0",
+        (EXTERNAL,),
+    ).fetchone()
+    return int(row[0])
+
+
+def digests(db: sqlite3.Connection) -> dict[tuple[str, str], str]:
+    """Each recorded document's graph digest (``Graph.digest``)."""
+    return {(r, p): d for r, p, d in db.execute("SELECT root, path, digest FROM nodes")}

@@ -1,0 +1,161 @@
+"""The link graph in the state (``mdindex.index.graph``): resolution, and how
+it follows documents that come, go and are renamed, as the state records
+them (``State.commit_docs`` and ``remove_docs``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mdindex.documents.links import graph_of
+from mdindex.documents.parsing import parse_document
+from mdindex.index import graph
+from mdindex.index.state import DocRow, State
+
+VAULT = Path(__file__).resolve().parents[1] / "vault"
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> State:
+    s = State(tmp_path / "state.db")
+    yield s  # type: ignore[misc]
+    s.close()
+
+
+def put(state: State, rel: str, text: str, root: str = "docs") -> None:
+    g = graph_of(parse_document(text, rel), rel)
+    state.commit_docs([(root, rel, DocRow(1, 1, "h", "f"), [])], "now", {(root, rel): g})
+
+
+def targets(state: State, rel: str, root: str = "docs") -> list[str | None]:
+    return [link.to_path for link in graph.outgoing(state.db, root, rel)]
+
+
+def test_markdown_links_resolve_as_a_docs_site_writes_them(state: State) -> None:
+    for rel in ("guide/setup.md", "guide/index.md", "api/_index.md", "faq.md", "README.md"):
+        put(state, rel, f"# {rel}\n")
+    put(
+        state,
+        "guide/a.md",
+        "[1](setup.md) [2](setup) [3](./) [4](../api/) [5](/faq/) [6](setup.html#x) "
+        "[7](index.html) [8](/) [9](missing.md) [10](Setup.md)\n",
+    )
+    assert targets(state, "guide/a.md") == [
+        "guide/setup.md",
+        "guide/setup.md",
+        "guide/index.md",
+        "api/_index.md",
+        "faq.md",
+        "guide/setup.md",
+        "guide/index.md",
+        "README.md",
+        None,
+        "guide/setup.md",  # in any case where no path is spelled so (site URLs are lowercase)
+    ]
+    put(state, "guide/Setup.md", "# Setup, capital\n")
+    put(state, "guide/b.md", "[1](Setup.md) [2](setup.md) [3](SETUP.md)\n")
+    assert targets(state, "guide/b.md") == ["guide/Setup.md", "guide/setup.md", "guide/Setup.md"]
+
+
+def test_wiki_links_resolve_by_name_shortest_path_first(state: State) -> None:
+    put(state, "archive/old/Project Alpha.md", "# old\n")
+    put(state, "projects/Project Alpha.md", "# new\n")
+    put(state, "x/Ada.md", "# Ada\n")
+    put(
+        state,
+        "daily/today.md",
+        "[[project alpha]] [[Project Alpha.md]] [[old/Project Alpha]] [[Ada#Bio|her]] "
+        "[[Nobody]] [[#Here]] ![[pic.png]]\n",
+    )
+    assert targets(state, "daily/today.md") == [
+        "projects/Project Alpha.md",  # case-insensitive; the shorter of two paths
+        "projects/Project Alpha.md",
+        "archive/old/Project Alpha.md",  # a path part picks among them
+        "x/Ada.md",
+        None,
+        "daily/today.md",
+        None,  # an attachment: looked for on disk, not among documents
+    ]
+    assert graph.unresolved_count(state.db) == 1  # [[Nobody]]; the attachment is apart
+
+
+def test_a_target_written_later_resolves_and_a_deleted_one_unresolves(state: State) -> None:
+    put(state, "a.md", "[[B]] and [b](b.md)\n")
+    assert targets(state, "a.md") == [None, None]
+    put(state, "b.md", "# B\n")
+    assert targets(state, "a.md") == ["b.md", "b.md"]
+    assert [r.path for r in graph.backlinks(state.db, "docs", "b.md")] == ["a.md", "a.md"]
+    state.remove_docs([("docs", "b.md")])
+    assert targets(state, "a.md") == [None, None]
+    assert graph.unresolved_count(state.db) == 2
+    assert graph.node(state.db, "docs", "b.md") is None
+
+
+def test_a_rename_moves_backlinks_to_the_next_note_of_that_name(state: State) -> None:
+    put(state, "projects/Alpha.md", "# new\n")
+    put(state, "archive/old/Alpha.md", "# old\n")
+    put(state, "home.md", "[[Alpha]] [[Beta]]\n")
+    assert targets(state, "home.md") == ["projects/Alpha.md", None]
+    # renamed as the sync core does it: the new path written, then the old one removed
+    put(state, "projects/Beta.md", "# new\n")
+    state.remove_docs([("docs", "projects/Alpha.md")])
+    assert targets(state, "home.md") == ["archive/old/Alpha.md", "projects/Beta.md"]
+
+
+def test_an_edit_replaces_a_documents_links_and_tags(state: State) -> None:
+    put(state, "b.md", "# B\n")
+    put(state, "a.md", "[[B]] #one\n")
+    put(state, "a.md", "[[C]] #two\n")
+    assert [(r.target, r.to_path) for r in graph.outgoing(state.db, "docs", "a.md")] == [
+        ("C", None)
+    ]
+    assert graph.tags_of(state.db, "docs", "a.md") == ["two"]
+    assert graph.backlinks(state.db, "docs", "b.md") == []
+
+
+def test_roots_are_apart(state: State) -> None:
+    put(state, "b.md", "# B\n", root="one")
+    put(state, "a.md", "[[B]] [b](b.md)\n", root="two")
+    assert targets(state, "a.md", root="two") == [None, None]
+
+
+def test_sharing_tags_most_shared_first_and_nested_tags(state: State) -> None:
+    put(state, "a.md", "---\ntags: [x, y, p/q]\n---\n")
+    put(state, "b.md", "#x #y\n")
+    put(state, "c.md", "#x #p/q\n")
+    put(state, "d.md", "#p\n")
+    assert graph.sharing_tags(state.db, "docs", "a.md") == [
+        ("docs", "b.md", ["x", "y"]),
+        ("docs", "c.md", ["p/q", "x"]),
+    ]
+
+
+def test_a_state_rebuilt_from_the_store_forgets_the_graph(state: State) -> None:
+    put(state, "a.md", "[[B]] #t\n")
+    state.rebuild([])
+    assert graph.digests(state.db) == {} and graph.outgoing(state.db, "docs", "a.md") == []
+
+
+def test_the_vault_resolves_as_obsidian_would(state: State) -> None:
+    for path in sorted(VAULT.rglob("*.md")):
+        rel = path.relative_to(VAULT).as_posix()
+        put(state, rel, path.read_text(), root="vault")
+    home = [(r.target, r.to_path) for r in graph.outgoing(state.db, "vault", "Home.md")]
+    assert home == [
+        ("Project Alpha", "projects/Project Alpha.md"),
+        ("Project Alpha", "projects/Project Alpha.md"),
+        ("Meeting 2026-11-30", "Meeting 2026-11-30.md"),
+        ("Not Written Yet", None),
+        ("diagram.png", None),
+        ("guides/setup.md", "guides/setup.md"),
+    ]
+    back = graph.backlinks(state.db, "vault", "projects/Project Alpha.md")
+    assert sorted({r.path for r in back}) == [
+        "Home.md",
+        "Meeting 2026-11-30.md",
+        "daily/2026-12-01.md",
+        "guides/setup.md",
+        "people/Ada.md",
+    ]
+    assert graph.unresolved_count(state.db) == 2  # Not Written Yet, and ../../etc/passwd
