@@ -67,7 +67,7 @@ def test_the_next_steps_run_as_written(tmp_path: Path) -> None:
     assert len(quick) == 2 and "backfill examples/docs" in quick[0]
     assert "11 chunks embedded" in run(quick[0])
     assert "› The store" in run(quick[1]).splitlines()[0]
-    first, watch, write, versions, evaluate = blocks("Next steps")
+    first, watch, write, versions, evaluate, links = blocks("Next steps")
     assert "embeds nothing" in first[0]
     out = [run(line) for line in first]
     assert "0 chunks embedded" in out[0]
@@ -96,3 +96,10 @@ def test_the_next_steps_run_as_written(tmp_path: Path) -> None:
     scores = run(evaluate[0]).splitlines()
     assert scores[0] == "6 questions" and "*" in scores[2], scores
     assert "12 questions (heading paths)" in run(evaluate[1])  # otters.md is one more
+
+    # links: index.md links to the page, and nothing is broken
+    page = run(links[0])
+    assert "backlinks (1):" in page and "docs:index.md:17  Example Docs › Getting help" in page
+    assert run(links[1]).strip() == "no broken links"
+    hits = json.loads(run(links[2] + " --json"))
+    assert [h["doc_path"] for h in hits] == ["index.md"]
