@@ -158,10 +158,8 @@ class State:
 
     def is_empty(self) -> bool:
         """No document and no point recorded."""
-        return (
-            self.db.execute("SELECT 1 FROM docs UNION ALL SELECT 1 FROM points LIMIT 1").fetchone()
-            is None
-        )
+        sql = "SELECT 1 FROM docs UNION ALL SELECT 1 FROM points LIMIT 1"
+        return self.db.execute(sql).fetchone() is None
 
     def doc_count(self) -> int:
         return int(self.db.execute("SELECT count(*) FROM docs").fetchone()[0])
@@ -193,11 +191,9 @@ class State:
         return rows.keys() | {(r, p) for r, p in pending}, rows
 
     def touch(self, root: str, rel: str, size: int, mtime_ns: int) -> None:
+        sql = "UPDATE docs SET size=?, mtime_ns=? WHERE root=? AND path=?"
         with self.transaction() as db:
-            db.execute(
-                "UPDATE docs SET size=?, mtime_ns=? WHERE root=? AND path=?",
-                (size, mtime_ns, root, rel),
-            )
+            db.execute(sql, (size, mtime_ns, root, rel))
 
     # -- points ----------------------------------------------------------
 
@@ -213,10 +209,9 @@ class State:
 
     def point_counts(self) -> tuple[int, int]:
         """(committed, pending) point rows."""
-        row = self.db.execute(
-            "SELECT count(*) - coalesce(sum(pending), 0), coalesce(sum(pending), 0) FROM points"
-        ).fetchone()
-        return int(row[0]), int(row[1])
+        sql = "SELECT count(*) - coalesce(sum(pending), 0), coalesce(sum(pending), 0) FROM points"
+        committed, pending = self.db.execute(sql).fetchone()
+        return int(committed), int(pending)
 
     def committed_at_risk(self) -> int:
         """Committed points of documents that were interrupted mid-write (may be deleted)."""
@@ -291,8 +286,7 @@ class State:
         sync_time: str,
         graphs: Mapping[tuple[str, str], Graph] | None = None,
     ) -> None:
-        """Record documents as written, with their part of the link graph
-        (``graphs``, by (root, path); a document without one keeps its own)."""
+        """Record documents as written, and their link graphs (by (root, path))."""
         with self.transaction() as db:
             for root, path, row, points in docs:
                 db.execute("DELETE FROM points WHERE root=? AND path=?", (root, path))
