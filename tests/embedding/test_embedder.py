@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from mdindex.embedding.embedder import ModelEmbedder
+from mdindex.embedding.model import native_bf16
 from mdindex.embedding.tokens import TokenCounter
+from mdindex.errors import ConfigError
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.model  # every test here embeds with the real model
@@ -49,6 +51,10 @@ def test_direct_forward_matches_encode_in_fp32(real_embedder: ModelEmbedder) -> 
 
 def test_bf16_stays_close_to_fp32(real_embedder: ModelEmbedder) -> None:
     bf16 = ModelEmbedder(real_embedder.info, device="cpu", precision="bf16")
+    if not native_bf16():  # a CPU without avx512_bf16 or AMX: refused in one line
+        with pytest.raises(ConfigError, match="precision 'bf16' cannot run on cpu"):
+            bf16.embed(TEXTS)
+        return
     fp32 = ModelEmbedder(real_embedder.info, device="cpu", precision="fp32")
     cos = np.sum(bf16.embed(TEXTS) * fp32.embed(TEXTS), axis=1)
     assert float(cos.min()) > 0.995
