@@ -155,6 +155,18 @@ def test_100000_links_in_one_file_keep_10000_and_say_so() -> None:
     assert g.warnings == [f"100000 links; the first {MAX_LINKS} are kept"]
 
 
+def test_links_in_deeply_nested_lists_and_quotes_are_found_on_their_lines() -> None:
+    depth = 60
+    items = [("  " * i) + f"- level {i}: [l{i}](l{i}.md) [[w{i}]] #t{i}" for i in range(depth)]
+    quotes = [("> " * i) + f"[q{i}](q{i}.md)" for i in range(1, depth)]
+    text = "\n".join(items) + "\n\n" + "\n".join(quotes) + "\n"
+    g = graph(text)
+    links = {link.target: link.line for link in g.links}
+    assert all(links[f"notes/l{i}.md"] == i + 1 and links[f"w{i}"] == i + 1 for i in range(depth))
+    assert sum(target.startswith("notes/q") for target in links) == depth - 1
+    assert g.tags[:3] == ["t0", "t1", "t2"]
+
+
 def test_too_many_or_too_long_tags_are_dropped_with_a_reason() -> None:
     tags = ", ".join(f"t{i}" for i in range(MAX_TAGS + 50))
     g = graph(f"---\ntags: '{tags}, {'x' * 101}'\n---\nbody\n")

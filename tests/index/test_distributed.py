@@ -6,11 +6,15 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from mdindex.index import graph
 from mdindex.index.distributed import KILL_ONCE_ENV
+from mdindex.index.runtime import state_path
+from mdindex.index.state import State
 from tests.conftest import (
     REPO,
     TinyEmbedder,
@@ -63,6 +67,7 @@ def ray_backfill(settings, embedder_factory=tiny_factory, driver_embedder=None):
 def test_ray_backfill_equals_a_local_one(tmp_path: Path, local_ray: None) -> None:
     root = make_tree(tmp_path / "docs", docs=40)
     (root / "broken.md").write_bytes(b"# Bad\n\xff\xfe not utf-8\n")
+    (root / "links.md").write_text("# Links\n\n[[doc01]] and [zero](sub/doc00.md#intro) #tagged\n")
     local = settings_for(tmp_path / "local", [root])
     on_ray = settings_for(tmp_path / "ray", [root])
 
@@ -82,6 +87,16 @@ def test_ray_backfill_equals_a_local_one(tmp_path: Path, local_ray: None) -> Non
 
     again = ray_backfill(on_ray)
     assert again["chunks_embedded"] == 0 and again["points_upserted"] == 0
+    # and the link graph the workers planned is the one a local run records
+    assert graphs(on_ray) == graphs(local) and len(graphs(local)) > 40
+
+
+def graphs(settings: Any) -> dict[tuple[str, str], str]:
+    state = State(state_path(settings))
+    try:
+        return graph.digests(state.db)
+    finally:
+        state.close()
 
 
 def test_a_worker_killed_mid_run_still_converges(tmp_path: Path) -> None:
