@@ -99,6 +99,15 @@ def test_links_backlinks_tags_and_the_broken_report_of_a_vault(tmp_path: Path, v
     ]
     text = cli("links", str(vault / "projects/Project Alpha.md"), *state)
     assert text.returncode == 0 and "backlinks (7):" in text.stdout
+    daily = as_json(cli("links", "vault:daily/2026-12-01.md", "--json", *state))  # ROOT:PATH
+    assert [e["problem"] for e in daily["outgoing"]] == [
+        "",
+        "",
+        "no heading #No Such Heading there",
+    ]
+    assert daily["unresolved"] == []  # the note is there; its heading is not
+    shown = cli("links", str(vault / "daily/2026-12-01.md"), *state).stdout
+    assert "#No Such Heading  Project Alpha  ✗ no heading #No Such Heading there" in shown
 
     report = cli("links", "--broken", "--json", *state)
     assert report.returncode == 1
@@ -106,12 +115,15 @@ def test_links_backlinks_tags_and_the_broken_report_of_a_vault(tmp_path: Path, v
     lines = cli("links", "--broken", *state)
     assert lines.returncode == 1 and lines.stderr.strip().endswith("5 broken links")
     assert "vault:guides/setup.md:8: attachments/gone.png: no file at" in lines.stdout
+    assert "vault:daily/2026-12-01.md:3: [[Project Alpha#No Such Heading]]: " in lines.stdout
 
     status = as_json(cli("status", str(vault), "--json", *state))
     assert status["unresolved_links"] == 2  # Not Written Yet, and ../../etc/passwd
 
     for args, reason in [
         (("links", *state), "give a FILE, or --broken"),
+        (("links", "--broken", str(vault / "Home.md"), *state), "not both"),
+        (("links", str(vault), *state), "is a folder; give one of its documents"),
         (("links", str(vault / "nope.md"), *state), "is not an indexed document"),
         (("links", str(tmp_path / "elsewhere.md"), *state), "is not an indexed document"),
         (("links", "--broken", "--state-dir", str(tmp_path / "empty")), "nothing is indexed"),
@@ -245,9 +257,11 @@ def test_an_assistant_asks_for_related_notes_over_mcp(tmp_path: Path, vault: Pat
                 "env": {"root": "vault", "path": ".env"},
                 "root": {"root": "x" * 100_000, "path": "a.md"},
                 "type": {"root": "vault", "path": 7},
+                "missing": {"path": "Home.md"},
                 "nul": {"root": "vault", "path": "a\x00.md"},
             }.items():
                 out[name] = await call("related", args)
+            out["tag_text"] = await call("search", {"query": "budget", "tag": "project/alpha"})
         return out
 
     out = asyncio.run(body())
@@ -267,7 +281,9 @@ def test_an_assistant_asks_for_related_notes_over_mcp(tmp_path: Path, vault: Pat
         "projects/Project Alpha.md",
         "daily/2026-12-01.md",
     }
-    assert out["type"].is_error and "path" in out["type"].content[0].text  # the SDK's check
+    assert out["type"].content[0].text == "related: path: Input should be a valid string"
+    assert out["missing"].content[0].text == "related: root: Field required"
+    assert not out["tag_text"].is_error  # one tag as a string, not a list
     for name in ("escape", "env", "root", "nul"):
         result = out[name]
         assert result.is_error, name

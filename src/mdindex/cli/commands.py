@@ -197,12 +197,14 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_links(args: argparse.Namespace, settings: Settings) -> int:
     from mdindex.daemon import links
 
-    if (args.file is None) == (not args.broken):
+    if args.file is not None and args.broken:
+        raise ConfigError("links: give a FILE or --broken, not both")
+    if args.file is None and not args.broken:
         raise ConfigError("links: give a FILE, or --broken for every broken link")
     if args.broken:
         found = links.broken(settings)
         emit(args, found, links.broken_text(found))
-        if not args.json:
+        if found and not args.json:
             print(f"{len(found)} broken links", file=sys.stderr)
         return EXIT_PARTIAL if found else EXIT_OK
     root, rel = links.document_of(settings, args.file)
@@ -292,14 +294,14 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     data = report.as_dict()
     lines = [
         f"missing: {len(report.missing)}, stale: {len(report.stale)}, "
-        f"duplicates: {len(report.duplicates)}, links: {len(report.graph)}, "
+        f"duplicates: {len(report.duplicates)}, graph: {len(report.graph)}, "
         f"in sync: {report.in_sync}" + (" (repaired)" if report.repaired else "")
     ]
     for kind in ("missing", "stale", "duplicates"):
         for e in data[kind][:50]:
             lines.append(f"  {kind}: {e['root']}:{e['doc_path']} #{e['chunk_index']} {e['id']}")
     for e in report.graph[:50]:
-        lines.append(f"  links: {e['root']}:{e['doc_path']}: {e['reason']}")
+        lines.append(f"  graph: {e['root']}:{e['doc_path']}: {e['reason']}")
     emit(args, data, "\n".join(lines))
     if report.in_sync or report.repaired:
         return EXIT_OK

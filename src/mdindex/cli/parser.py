@@ -111,8 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
         dest="filter_tags",
         action="append",
         metavar="TAG",
-        help="only documents with this tag, from frontmatter or #inline (a/b also matches a; "
-        "repeatable: all hold)",
+        help="only documents with this tag, from frontmatter or #inline (--tag a also finds "
+        "a/b; repeatable: all hold)",
     )
 
     p = command(
@@ -155,7 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, roots=False)
     p.add_argument("file", type=Path, metavar="FILE")
 
-    p = command("links", "a document's links, backlinks and tag neighbours; or every broken link")
+    p = command(
+        "links",
+        "a document's links (resolved or not), backlinks and documents sharing its tags; "
+        "or every broken link",
+    )
     _common(p, roots=False)
     p.add_argument("file", nargs="?", type=Path, metavar="FILE", help="a document under a root")
     p.add_argument(

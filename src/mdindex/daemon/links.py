@@ -72,7 +72,7 @@ def root_folders(settings: Settings, db: sqlite3.Connection) -> dict[str, Path]:
 
 def _need(db: sqlite3.Connection | None) -> sqlite3.Connection:
     if db is None:
-        raise ConfigError("links: nothing is indexed here yet (run mdindex backfill first)")
+        raise ConfigError("nothing is indexed here yet (run mdindex backfill first)")
     return db
 
 
@@ -87,7 +87,7 @@ def related(settings: Settings, root: str, path: str) -> dict[str, Any]:
         this = graph.node(db, root, path) if len(root) + len(path) < 8192 else None
         if this is None:
             shown = printable(f"{root[:64]}:{path[:200]}")
-            raise ConfigError(f"links: {shown} is not an indexed document")
+            raise ConfigError(f"{shown} is not an indexed document")
         titles: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
 
         def node(r: str, p: str) -> tuple[str, dict[str, str]]:
@@ -106,8 +106,10 @@ def related(settings: Settings, root: str, path: str) -> dict[str, Any]:
                 continue
             if link.to_path is not None:
                 title, anchors = node(root, link.to_path)
-                section = _heading(anchors, link.anchor, link.kind) or ""
-                entry |= {"root": root, "path": link.to_path, "title": title, "section": section}
+                section = _heading(anchors, link.anchor, link.kind)
+                missing = "" if section is not None else f"no heading #{link.anchor} there"
+                entry |= {"root": root, "path": link.to_path, "title": title}
+                entry |= {"section": section or "", "problem": missing}
             elif link.asset and not link.problem:  # a file, looked for on disk
                 missing = _missing_asset(link, roots, names)
                 entry |= {"root": root, "path": None, "attachment": True, "problem": missing}
@@ -123,6 +125,7 @@ def related(settings: Settings, root: str, path: str) -> dict[str, Any]:
                 "section": b.section,
                 "line": b.line,
                 "label": b.label,
+                "anchor": b.anchor,
                 "context": b.context,
             }
             for b in graph.backlinks(db, root, path)
@@ -244,8 +247,13 @@ def document_of(settings: Settings, file: Path) -> tuple[str, str]:
     `mdindex backfill FOLDER` labels it)."""
     path = file.absolute()
     real = path.resolve()
+    if real.is_dir():
+        raise ConfigError(f"{printable(str(file))} is a folder; give one of its documents")
     with live_state(settings) as maybe:
         db = _need(maybe)
+        label, sep, rel = str(file).partition(":")
+        if sep and not path.exists() and graph.node(db, label, rel) is not None:
+            return label, rel  # ROOT:PATH, as the output names documents
         for label, folder in root_folders(settings, db).items():
             if real.is_relative_to(folder.resolve()):
                 return label, real.relative_to(folder.resolve()).as_posix()
@@ -253,7 +261,8 @@ def document_of(settings: Settings, file: Path) -> tuple[str, str]:
             rel = path.relative_to(folder).as_posix()
             if folder.name and graph.node(db, folder.name, rel) is not None:
                 return folder.name, rel
-    raise ConfigError(f"links: {file} is not an indexed document (give its root with --root)")
+    shown = printable(str(file)[:300])
+    raise ConfigError(f"{shown} is not an indexed document (give its root with --root)")
 
 
 def related_text(data: dict[str, Any]) -> str:
@@ -272,7 +281,8 @@ def related_text(data: dict[str, Any]) -> str:
         elif e["path"] is None:
             lines.append(f"  line {e['line']}: {e['kind']} {e['target']!r}: {e['problem']}")
         else:
-            lines.append(f"  line {e['line']}: → {where(e)}  {_titled(e)}")
+            mark = f"  ✗ {e['problem']}" if e["problem"] else ""
+            lines.append(f"  line {e['line']}: → {where(e)}  {_titled(e)}{mark}")
     lines.append(f"backlinks ({len(data['backlinks'])}):")
     for b in data["backlinks"]:
         title = _titled(b)
@@ -296,7 +306,9 @@ def broken_text(found: list[dict[str, Any]]) -> str:
     """`mdindex links --broken` as lines: FILE:LINE: target: why."""
     lines = [] if found else ["no broken links"]
     for b in found:
-        target = f"[[{b['target']}]]" if b["kind"] in (WIKI, EMBED) else b["target"]
         anchor = f"#{b['anchor']}" if b["anchor"] else ""
-        lines.append(f"{b['root']}:{b['path']}:{b['line']}: {target}{anchor}: {b['reason']}")
+        target = b["target"] + anchor
+        if b["kind"] in (WIKI, EMBED):
+            target = f"{'!' if b['kind'] == EMBED else ''}[[{target}]]"
+        lines.append(f"{b['root']}:{b['path']}:{b['line']}: {target}: {b['reason']}")
     return "\n".join(lines)

@@ -167,6 +167,7 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
     from mcp import types
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
+    from pydantic import ValidationError
 
     class Server(MCPServer):
         async def list_resources(self) -> list[Any]:
@@ -179,6 +180,21 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
                 )
                 for root, path in indexed_documents(settings)
             ]
+
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            """The SDK's call, its argument check's error as one line (pydantic's
+            spans several lines and a link)."""
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, ValidationError):
+                    problems = [
+                        f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+                        for e in cause.errors()[:3]
+                    ]
+                    raise ToolError(f"{name}: {'; '.join(problems)}"[:500]) from None
+                raise
 
     server = Server("mdindex", instructions=INSTRUCTIONS, log_level="WARNING")
 
@@ -206,7 +222,7 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
         path: str = "",
         where: list[str] | None = None,
         mode: str = "",
-        tag: list[str] | None = None,
+        tag: list[str] | str | None = None,
     ) -> dict[str, Any]:
         """query: the question or keywords. k: hits, 1-100. root: root labels to
         keep. path: a path prefix ("api/") or glob ("guide/**/*.md"). where:

@@ -99,7 +99,7 @@ class Query:
         if len(self.where) > 16:
             raise ValueError("at most 16 --where filters")
         if len(self.tags) > 16 or any(not 0 < len(t) <= 100 for t in self.tags):
-            raise ValueError("at most 16 --tag filters, each 1 to 100 characters")
+            raise ValueError("at most 16 --tag filters, each 1 to 100 characters besides # and /")
         for key, value in self.where:
             if not _META_KEY.match(key):
                 raise ValueError(
