@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from mdindex.daemon.client import DaemonClient, _UnixConnection
-from mdindex.daemon.links import broken_in
+from mdindex.daemon.links import broken_in, broken_text
 from mdindex.documents.links import graph_of, is_external
 from mdindex.documents.parsing import parse_document
 from mdindex.index import graph
@@ -161,6 +161,7 @@ def test_verify_checks_the_graph_and_repair_restores_it(tmp_path: Path, vault: P
     assert [(g["doc_path"], g["reason"]) for g in drift["graph"]] == [
         ("Home.md", "links and tags not recorded"),
         ("people/Ada.md", "links or tags differ"),
+        ("guides/setup.md", "a link resolves elsewhere now"),  # to Home.md, not recorded
     ]
     assert drift["in_sync"] is False and drift["missing"] == drift["stale"] == []
     r = cli("verify", str(vault), "--repair", "--json", *state)
@@ -168,6 +169,40 @@ def test_verify_checks_the_graph_and_repair_restores_it(tmp_path: Path, vault: P
     assert as_json(cli("links", str(vault / "Home.md"), "--json", *state)) == before
     ada = as_json(cli("links", str(vault / "people/Ada.md"), "--json", *state))
     assert ada["tags"] == ["person", "work"]
+
+
+def test_the_report_shows_each_link_on_its_own_line_and_looks_nowhere_outside(
+    tmp_path: Path,
+) -> None:
+    """A hostile review: a target decoded from %0d%0a printed a forged
+    `FILE:LINE:` line, %1b an escape sequence; and the attachment check looked
+    at /etc/passwd through a link before refusing it."""
+    root = tmp_path / "vault"
+    (root / "inside").mkdir(parents=True)
+    (root / "inside" / "pic.png").write_bytes(b"png")
+    os.symlink("/etc", root / "etclink")
+    os.symlink("inside", root / "alias")
+    os.symlink("../../../../../../etc/hosts", root / "inside" / "up.png")
+    text = (
+        "[esc](%0d%0avault:FAKE.md:1:%20evil%0d) [e2](%1b[31mred.md) [[x\u202eevil]]\n"
+        "![a](etclink/passwd) ![b](alias/pic.png) ![c](inside/up.png) ![d](inside/pic.png)\n"
+    )
+    (root / "a.md").write_text(text)
+    state = State(tmp_path / "s.db")
+    g = graph_of(parse_document(text, "a.md"), "a.md")
+    state.commit_docs(
+        [("vault", "a.md", DocRow(1, 1, "h", "f"), [])], "now", {("vault", "a.md"): g}
+    )
+    found = broken_in(state.db, {"vault": root})
+    state.close()
+    reasons = {b["target"]: b["reason"] for b in found}
+    assert reasons["etclink/passwd"] == "etclink/passwd leads outside the root (a symbolic link)"
+    assert reasons["inside/up.png"] == "inside/up.png leads outside the root (a symbolic link)"
+    assert "alias/pic.png" not in reasons and "inside/pic.png" not in reasons  # found
+    shown = broken_text(found)
+    assert len(shown.splitlines()) == len(found) == 5
+    assert all(line.startswith("vault:a.md:") for line in shown.splitlines())
+    assert "\x1b" not in shown and "\u202e" not in shown and "\\u000d\\u000avault:FAKE" in shown
 
 
 def _metric(daemon: DaemonClient, name: str) -> float:

@@ -191,11 +191,19 @@ def test_too_many_or_too_long_tags_are_dropped_with_a_reason() -> None:
         "[x]" * 60_000 + "\n\n[x]: y.md\n",
         "<a:" + "b" * 200_000,
         ("[a]" + "(" * 10 + " ") * 20_000,
+        # found by a hostile review: each took hours at 1 MB (a pattern restarted
+        # at every escaped bracket and read to the end of the paragraph)
+        "\\[" * 500_000,
+        "\\[" * 500_000 + "\n\n[x]: y.md\n",
+        "[" + "\\[" * 500_000,
+        "![\\[" * 200_000,
+        "[a](\\(" * 150_000,
+        '[a](b "' * 150_000,
     ],
     ids=lambda t: repr(t[:12]),
 )
 def test_pathological_text_parses_in_linear_time(text: str) -> None:
-    """Each of these is 200,000 to 400,000 characters: a pattern that rescans
+    """Each of these is 200,000 to 1,000,000 characters: a pattern that rescans
     (backtracking, or a link check against every link before it) takes minutes."""
     started = time.monotonic()
     graph(text)

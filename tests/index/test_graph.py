@@ -4,6 +4,7 @@ them (``State.commit_docs`` and ``remove_docs``)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,60 @@ def test_an_edit_replaces_a_documents_links_and_tags(state: State) -> None:
     ]
     assert graph.tags_of(state.db, "docs", "a.md") == ["two"]
     assert graph.backlinks(state.db, "docs", "b.md") == []
+
+
+def test_many_documents_of_one_name_resolve_in_linear_time(tmp_path: Path) -> None:
+    """A hostile review: 1,000 folders whose README.md links ../README.md took
+    148 s (every new README re-resolved every link to a README), and 400
+    note.md with five [[note]] each 131 s (cubic). One lookup per target now."""
+    state = State(tmp_path / "s.db")
+    started = time.monotonic()
+    for i in range(2000):
+        put(state, f"d{i}/README.md", "[home](../README.md) [zero](../d0/README.md)\n")
+    for i in range(1000):
+        put(state, f"f{i}/note.md", "[[note]] " * 5 + "[[Note#h]]\n")
+    assert time.monotonic() - started < 60  # about 5 s here
+    assert set(targets(state, "d1999/README.md")) == {None, "d0/README.md"}
+    assert set(targets(state, "f999/note.md")) == {"f0/note.md"}  # the shortest path
+    state.close()
+
+
+def test_a_links_answer_does_not_depend_on_the_order_documents_came(state: State) -> None:
+    """A hostile review: guide/index.html resolved to guide.md only when guide.md
+    came first, and kept pointing at it after it was deleted."""
+    put(state, "Home.md", "[g](guide/index.html) [h](Docs/INDEX.HTML) [i](guide/)\n")
+    assert targets(state, "Home.md") == [None, None, None]
+    put(state, "guide.md", "# Guide\n")
+    put(state, "docs.md", "# Docs\n")
+    assert targets(state, "Home.md") == ["guide.md", "docs.md", "guide.md"]
+    state.remove_docs([("docs", "guide.md")])
+    assert targets(state, "Home.md") == [None, "docs.md", None]
+    assert graph.misresolved(state.db) == set()
+
+
+def test_a_dotted_name_is_a_document_before_it_is_an_attachment(state: State) -> None:
+    put(state, "docs/foo.bar/index.md", "# Foo\n")
+    put(state, "people/john.doe.md", "# John\n")
+    put(state, "a.md", "[x](docs/foo.bar/) [[john.doe]] [[diagram.png]] [p](manual.pdf) [[v1.2]]\n")
+    rows = [(r.to_path, r.asset) for r in graph.outgoing(state.db, "docs", "a.md")]
+    assert rows == [
+        ("docs/foo.bar/index.md", False),
+        ("people/john.doe.md", False),
+        (None, True),
+        (None, True),
+        (None, False),  # a note not written yet, not a file with suffix .2
+    ]
+    put(state, "v1.2.md", "# v1.2\n")
+    assert targets(state, "a.md")[4] == "v1.2.md"
+
+
+def test_verify_finds_a_link_recorded_as_going_elsewhere(state: State) -> None:
+    put(state, "b.md", "# B\n")
+    put(state, "a.md", "[[B]] [b](b.md)\n")
+    assert graph.misresolved(state.db) == set()
+    with state.transaction() as db:
+        db.execute("UPDATE links SET to_path='gone.md' WHERE path='a.md' AND n=1")
+    assert graph.misresolved(state.db) == {("docs", "a.md")}
 
 
 def test_roots_are_apart(state: State) -> None:

@@ -15,6 +15,8 @@ import json
 import logging
 import os
 import sqlite3
+import stat
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -218,11 +220,34 @@ def _missing_asset(link: graph.LinkRow, roots: dict[str, Path], names: dict[str,
             names[link.root] = _file_names(base)
         name = link.target.rpartition("/")[2].lower()
         return "" if name in names[link.root] else f"no file named {link.target!r} in the root"
-    real_root = os.path.realpath(base)
-    real = os.path.realpath(os.path.join(real_root, link.target))
-    if os.path.commonpath([real_root, real]) != real_root:
-        return f"{link.target} leads outside the root (a symbolic link)"
-    return "" if os.path.isfile(real) else f"no file at {link.target}"
+    return _find_inside(base, link.target)
+
+
+def _find_inside(base: Path, rel: str) -> str:
+    """Why there is no file at ``rel`` in the root ("" when there is), looking
+    at nothing outside it: each part is looked at (lstat) in turn, and a link
+    is followed only where its target, as a path, is inside the root."""
+    root = os.path.realpath(base)
+    current, parts, hops = root, [p for p in rel.split("/") if p], 0
+    while parts:
+        step = os.path.join(current, parts.pop(0))
+        try:
+            mode = os.lstat(step).st_mode
+        except OSError:
+            return f"no file at {rel}"
+        if not stat.S_ISLNK(mode):
+            current = step
+            continue
+        hops += 1
+        there = os.path.normpath(os.path.join(current, os.readlink(step)))
+        if hops > 40 or os.path.commonpath([root, there]) != root:
+            return f"{rel} leads outside the root (a symbolic link)"
+        rest = os.path.relpath(there, root)
+        current, parts = root, ([] if rest == "." else rest.split(os.sep)) + parts
+    try:
+        return "" if stat.S_ISREG(os.lstat(current).st_mode) else f"no file at {rel}"
+    except OSError:
+        return f"no file at {rel}"
 
 
 def _file_names(base: Path) -> set[str]:
@@ -266,34 +291,53 @@ def document_of(settings: Settings, file: Path) -> tuple[str, str]:
 
 
 def related_text(data: dict[str, Any]) -> str:
-    """`mdindex links FILE` as lines for a person."""
-    head = f"{data['root']}:{data['path']}  {data['title']}"
-    lines = [head + (f"  [tags: {', '.join(data['tags'])}]" if data["tags"] else "")]
+    """`mdindex links FILE` as lines for a person (every field on its line)."""
+    d = _shown(data)
+    head = f"{d['root']}:{d['path']}  {d['title']}"
+    lines = [head + (f"  [tags: {', '.join(d['tags'])}]" if d["tags"] else "")]
 
     def where(e: dict[str, Any]) -> str:
         return f"{e['root']}:{e['path']}" + (f"#{e['anchor']}" if e.get("anchor") else "")
 
-    lines.append(f"links out ({len(data['outgoing'])}):")
-    for e in data["outgoing"]:
+    lines.append(f"links out ({len(d['outgoing'])}):")
+    for e in d["outgoing"]:
         if e.get("attachment"):
             found = e["problem"] or "found"
             lines.append(f"  line {e['line']}: attachment {e['target']}: {found}")
         elif e["path"] is None:
-            lines.append(f"  line {e['line']}: {e['kind']} {e['target']!r}: {e['problem']}")
+            lines.append(f"  line {e['line']}: {e['kind']} '{e['target']}': {e['problem']}")
         else:
             mark = f"  ✗ {e['problem']}" if e["problem"] else ""
             lines.append(f"  line {e['line']}: → {where(e)}  {_titled(e)}{mark}")
-    lines.append(f"backlinks ({len(data['backlinks'])}):")
-    for b in data["backlinks"]:
-        title = _titled(b)
-        lines.append(f"  {b['root']}:{b['path']}:{b['line']}  {title}\n      {b['context']}")
-    if data["external"]:
-        lines.append(f"external ({len(data['external'])}):")
-        lines += [f"  line {e['line']}: {e['url']}" for e in data["external"]]
-    lines.append(f"sharing tags ({len(data['sharing_tags'])}):")
-    for s in data["sharing_tags"]:
-        lines.append(f"  {s['root']}:{s['path']}  {s['title']}  [{', '.join(s['tags'])}]")
+    lines.append(f"backlinks ({len(d['backlinks'])}):")
+    for b in d["backlinks"]:
+        lines.append(f"  {b['root']}:{b['path']}:{b['line']}  {_titled(b)}")
+        lines.append(f"      {b['context']}")
+    if d["external"]:
+        lines.append(f"external ({len(d['external'])}):")
+        lines += [f"  line {e['line']}: {e['url']}" for e in d["external"]]
+    lines.append(f"sharing tags ({len(d['sharing_tags'])}):")
+    for t in d["sharing_tags"]:
+        lines.append(f"  {t['root']}:{t['path']}  {t['title']}  [{', '.join(t['tags'])}]")
     return "\n".join(lines)
+
+
+def _shown(value: Any) -> Any:
+    """Strings with control, format and line-break characters escaped, in any
+    structure: a target decoded from %0a or %1b cannot start a line of its
+    own or colour the terminal (CI reads FILE:LINE: lines)."""
+    if isinstance(value, str):
+        return "".join(
+            f"\\u{ord(c):04x}" if unicodedata.category(c) in _UNSHOWN else c for c in value
+        )
+    if isinstance(value, dict):
+        return {k: _shown(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shown(v) for v in value]
+    return value
+
+
+_UNSHOWN = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
 
 
 def _titled(entry: dict[str, Any]) -> str:
@@ -305,7 +349,7 @@ def _titled(entry: dict[str, Any]) -> str:
 def broken_text(found: list[dict[str, Any]]) -> str:
     """`mdindex links --broken` as lines: FILE:LINE: target: why."""
     lines = [] if found else ["no broken links"]
-    for b in found:
+    for b in _shown(found):
         anchor = f"#{b['anchor']}" if b["anchor"] else ""
         target = b["target"] + anchor
         if b["kind"] in (WIKI, EMBED):

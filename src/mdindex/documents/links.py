@@ -52,13 +52,17 @@ LINK, IMAGE, WIKI, EMBED, EXTERNAL = "link", "image", "wiki", "embed", "external
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{1,31}:")
 _BACKTICKS = re.compile(r"`+")
-_WIKI = re.compile(r"(!?)\[\[([^\[\]\n|#]*)(?:#([^\[\]\n|]*))?(?:\|([^\[\]\n]*))?\]\]")
+# A link starts at a "[" with no backslash before it, and its parts repeat
+# possessively (*+): from a "[" before half a million escaped "\[", the
+# pattern backtracked, then started again at the next one, and a 1 MB file
+# took hours; now each start fails at the first bracket it cannot use.
+_WIKI = re.compile(r"(!?)(?<!\\)\[\[([^\[\]\n|#]*+)(?:#([^\[\]\n|]*+))?(?:\|([^\[\]\n]*+))?\]\]")
 # link text: plain characters, escapes, or one level of balanced brackets
-_TEXT = r"(?:[^\[\]\\]|\\.|\[[^\[\]\n]*\])*"
-_DEST = r"<[^<>\n]*>|(?:[^\s()\\]|\\.|\([^\s()]*\))*"
-_TITLE = r"(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^()]*\)))?"
-_INLINE = re.compile(rf"(!?)\[({_TEXT})\]\(\s*({_DEST}){_TITLE}\s*\)", re.DOTALL)
-_REF_USE = re.compile(rf"(!?)\[({_TEXT})\](?:\[((?:[^\[\]\\]|\\.)*)\])?", re.DOTALL)
+_TEXT = r"(?:[^\[\]\\]|\\.|\[[^\[\]\n]*+\])*+"
+_DEST = r"<[^<>\n]*+>|(?:[^\s()\\]|\\.|\([^\s()]*+\))*+"
+_TITLE = r"(?:\s+(?:\"[^\"]*+\"|'[^']*+'|\([^()]*+\)))?"
+_INLINE = re.compile(rf"(!?)(?<!\\)\[({_TEXT})\]\(\s*({_DEST}){_TITLE}\s*\)", re.DOTALL)
+_REF_USE = re.compile(rf"(!?)(?<!\\)\[({_TEXT})\](?:\[((?:[^\[\]\\]|\\.)*+)\])?", re.DOTALL)
 _REF_DEF = re.compile(r"^ {0,3}\[((?:[^\[\]\\]|\\.)+)\]:[ \t]*\n?[ \t]*(<[^<>\n]*>|\S+)", re.M)
 _AUTOLINK = re.compile(r"<([A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*)>")
 # a tag starts a word (after a space, or a line's start) and holds a letter

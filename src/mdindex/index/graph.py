@@ -5,10 +5,9 @@ Each document's links, tags and headings are recorded when the document is
 written (``put``, in the state's commit) and dropped with it (``remove``).
 A link is resolved to a document of its own root when it is recorded, and
 again whenever a document it may name appears or goes: each link keeps a
-``key`` (the last part of its target, lowercased), each document its
-``names`` (its file stem, and for ``index.md``, ``_index.md`` or
-``README.md`` its folder's name), and only the links whose key is a name of
-the document that came or went are looked at again. A rename is a new
+``key`` and each document the keys it answers to (see "naming and
+resolving" below), and only the links with a key of the document that came
+or went are looked at again, once per distinct target. A rename is a new
 document and a removed one, so whoever linked to the old path is unresolved
 (or resolves to another note of that name), and whoever linked to the new
 one resolves, without anything being embedded again.
@@ -23,9 +22,9 @@ Resolution, within the link's root:
   path ends with it, for ``[[folder/Name]]``), case-insensitive, as Obsidian
   resolves them; the shortest path wins among several, then the first in order.
 
-A target with another file suffix (``diagram.png``) is an attachment, not a
-document: it is not resolved here, and ``links --broken`` looks for it on
-disk (``daemon.links``).
+An image, or a target that names no document and has another file suffix
+(``diagram.png``), is an attachment: ``links --broken`` looks for it on disk
+(``daemon.links``).
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from mdindex.documents.links import EXTERNAL, IMAGE, LINK, MARKDOWN_SUFFIXES, Graph
+from mdindex.documents.links import EMBED, EXTERNAL, IMAGE, LINK, MARKDOWN_SUFFIXES, WIKI, Graph
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes (
@@ -91,11 +90,13 @@ def put(db: sqlite3.Connection, root: str, path: str, graph: Graph) -> None:
         "INSERT OR IGNORE INTO tags VALUES (?, ?, ?)", [(root, path, t) for t in graph.tags]
     )
     rows = []
+    answers: dict[tuple[str, str], tuple[str | None, bool]] = {}  # 10,000 links, few targets
     for n, link in enumerate(graph.links):
-        asset = is_asset(link.kind, link.target)
-        to = None
-        if link.kind != EXTERNAL and not link.problem and not asset:
-            to = resolve(db, root, path, link.kind, link.target)
+        to, asset = None, False
+        if link.kind != EXTERNAL and not link.problem:
+            if (link.kind, link.target) not in answers:
+                answers[(link.kind, link.target)] = _answer(db, root, path, link.kind, link.target)
+            to, asset = answers[(link.kind, link.target)]
         key = key_of(link.kind, link.target)
         rows.append(
             (root, path, n, link.kind, link.target, link.anchor, link.label, link.line,
@@ -127,42 +128,66 @@ def _forget(db: sqlite3.Connection, root: str, path: str) -> None:
 
 
 def _reresolve(db: sqlite3.Connection, root: str, names: list[str]) -> None:
+    """Resolve again the links a document of these names may be the target of:
+    once per distinct target, whatever the number of links to it (a thousand
+    README.md linking to ../README.md is one lookup, not a thousand)."""
     if not names:
         return
     marks = ",".join("?" * len(names))
-    rows = db.execute(
-        f"SELECT path, n, kind, target FROM links WHERE root=? AND key IN ({marks}) "
-        "AND kind != ? AND problem = '' AND asset = 0",
+    targets = db.execute(
+        f"SELECT DISTINCT key, kind, target FROM links WHERE root=? AND key IN ({marks}) "
+        "AND kind != ? AND problem = '' AND target != ''",
         (root, *names, EXTERNAL),
     ).fetchall()
     db.executemany(
-        "UPDATE links SET to_path=? WHERE root=? AND path=? AND n=?",
-        [(resolve(db, root, src, kind, target), root, src, n) for src, n, kind, target in rows],
+        "UPDATE links SET to_path=?, asset=? WHERE root=? AND key=? AND kind=? AND target=?",
+        [
+            (*_answer(db, root, "", kind, target), root, key, kind, target)
+            for key, kind, target in targets
+        ],
     )
 
 
+def _answer(
+    db: sqlite3.Connection, root: str, source: str, kind: str, target: str
+) -> tuple[str | None, bool]:
+    """Where a link goes: a document, or else whether it names an attachment
+    (a document is tried first: ``[[john.doe]]`` is a note, ``docs/v1.2/`` a page)."""
+    to = None if kind == IMAGE else resolve(db, root, source, kind, target)
+    return to, to is None and is_asset(kind, target)
+
+
 # -- naming and resolving ------------------------------------------------------
+#
+# A key says which documents a link could resolve to, so that a document
+# coming or going looks again at those links only: "p:" and the lowercased
+# path a markdown link names without its suffix (and without a last
+# "/index", "/_index" or "/README": the folder), "w:" and the lowercased name
+# of a wiki link. A document answers to the same keys of its own path.
 
 
 def names_of(path: str) -> list[tuple[str, int]]:
-    """The names a document answers to, as (lowercased name, is its file stem)."""
-    folder, file = posixpath.split(path)
-    stem = _strip_suffix(file).lower()
-    out = [(stem, 1)]
+    """The keys a document answers to, as (key, is its file stem for wiki links)."""
+    base = _strip_suffix(path).lower()
+    folder, stem = posixpath.split(base)
+    out = [(f"w:{stem}", 1), (f"p:{base}", 0)]
     if stem in INDEX_STEMS:
-        out.append((posixpath.basename(folder).lower(), 0))
+        out.append((f"p:{folder}", 0))
     return out
 
 
 def key_of(kind: str, target: str) -> str:
-    """The name a link's target is found by: its last part, lowercased."""
+    """The key a link's target is found by (see above)."""
     if kind == EXTERNAL:
         return ""
-    last = target.rstrip("/").rpartition("/")[2]
+    if kind in (WIKI, EMBED):
+        return "w:" + _strip_suffix(target.strip("/")).lower().rpartition("/")[2]
+    base = target.rstrip("/").lower()
     for suffix in _PAGE_SUFFIXES:
-        if last.lower().endswith(suffix):
-            last = last[: -len(suffix)]
-    return _strip_suffix(last).lower()
+        base = base.removesuffix(suffix)
+    base = _strip_suffix(base)
+    folder, stem = posixpath.split(base)
+    return "p:" + (folder if stem in INDEX_STEMS else base)
 
 
 def is_asset(kind: str, target: str) -> bool:
@@ -211,12 +236,17 @@ def resolve(db: sqlite3.Connection, root: str, source: str, kind: str, target: s
         return source
     name = _strip_suffix(target.strip("/")).lower()
     last = name.rpartition("/")[2]
+    if "/" not in name:  # the shortest path of that stem, found by the engine
+        row = db.execute(
+            "SELECT path FROM names WHERE root=? AND name=? AND stem=1 "
+            "ORDER BY length(path), path LIMIT 1",
+            (root, f"w:{last}"),
+        ).fetchone()
+        return None if row is None else str(row[0])
     rows = db.execute(
-        "SELECT path FROM names WHERE root=? AND name=? AND stem=1", (root, last)
+        "SELECT path FROM names WHERE root=? AND name=? AND stem=1", (root, f"w:{last}")
     ).fetchall()
-    paths = [p for (p,) in rows]
-    if "/" in name:
-        paths = [p for p in paths if (f"/{_strip_suffix(p).lower()}").endswith(f"/{name}")]
+    paths = [p for (p,) in rows if (f"/{_strip_suffix(p).lower()}").endswith(f"/{name}")]
     return min(paths, key=lambda p: (len(p), p)) if paths else None
 
 
@@ -318,6 +348,24 @@ def unresolved_count(db: sqlite3.Connection) -> int:
         (EXTERNAL,),
     ).fetchone()
     return int(row[0])
+
+
+def misresolved(db: sqlite3.Connection) -> set[tuple[str, str]]:
+    """Documents with a link whose recorded answer is not what resolving it
+    now gives (verify): each distinct target resolved once."""
+    rows = db.execute(
+        "SELECT root, kind, target, path, to_path, asset FROM links "
+        "WHERE kind != ? AND problem = '' AND target != ''",
+        (EXTERNAL,),
+    )
+    answers: dict[tuple[str, str, str], tuple[str | None, bool]] = {}
+    out = set()
+    for root, kind, target, path, to_path, asset in rows.fetchall():
+        if (root, kind, target) not in answers:
+            answers[(root, kind, target)] = _answer(db, root, "", kind, target)
+        if answers[(root, kind, target)] != (to_path, bool(asset)):
+            out.add((root, path))
+    return out
 
 
 def digests(db: sqlite3.Connection) -> dict[tuple[str, str], str]:

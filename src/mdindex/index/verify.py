@@ -142,6 +142,9 @@ def _check_graph(
             out.append({"root": key[0], "doc_path": key[1], "reason": why})
     for key in sorted(recorded.keys() - works.keys() - failed):
         out.append({"root": key[0], "doc_path": key[1], "reason": "recorded for no file"})
+    flagged = {(e["root"], e["doc_path"]) for e in out}
+    for key in sorted(indexer.misresolved_links() - flagged):
+        out.append({"root": key[0], "doc_path": key[1], "reason": "a link resolves elsewhere now"})
     return out
 
 

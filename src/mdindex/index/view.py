@@ -136,6 +136,10 @@ class IndexView:
         """Each document's recorded link graph, as ``Graph.digest`` (for verify)."""
         return graph.digests(self.state.db)
 
+    def misresolved_links(self) -> set[tuple[str, str]]:
+        """Documents with a link recorded as going elsewhere than it resolves now."""
+        return graph.misresolved(self.state.db)
+
     def unresolved_links(self) -> int:
         """Local links to no indexed document (``index.graph``)."""
         return graph.unresolved_count(self.state.db)
