@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import hashlib
+import itertools
 import json
 import posixpath
 import re
@@ -119,13 +120,11 @@ class Graph:
         chunk's payload key ``links``): paths for markdown links, ``[[name]]``
         for wiki links."""
         out: dict[str, None] = {}
-        for link in self.links:
-            if (
-                start <= link.start < end
-                and link.target
-                and link.kind != EXTERNAL
-                and not link.problem
-            ):
+        first = bisect.bisect_left(self.links, start, key=lambda link: link.start)
+        for link in itertools.islice(self.links, first, None):
+            if link.start >= end:
+                break
+            if link.target and link.kind != EXTERNAL and not link.problem:
                 out.setdefault(f"[[{link.target}]]" if link.kind in (WIKI, EMBED) else link.target)
                 if len(out) >= MAX_CHUNK_LINKS:
                     break
@@ -147,13 +146,21 @@ def graph_of(doc: Document, rel: str) -> Graph:
     defs = _definitions(doc)
     found: list[Link] = []
     inline_tags: list[str] = []
+    text = doc.text
     for block in doc.blocks:
         if block.kind == "code":
             continue
         check()
-        found.extend(_block_links(doc, rel, block.start, block.end, defs))
-        if block.kind == "prose":
-            inline_tags.extend(_block_tags(doc.text, block.start, block.end))
+        segment = text[block.start : block.end]
+        has_links = "[" in segment or "<" in segment
+        has_tags = block.kind == "prose" and "#" in segment
+        if not (has_links or has_tags):
+            continue  # most blocks: nothing to look for
+        spans = _code_spans(text, block.start, block.end) if "`" in segment else []
+        if has_links:
+            found.extend(_block_links(doc, rel, block.start, block.end, defs, spans))
+        if has_tags:
+            inline_tags.extend(_block_tags(text, block.start, block.end, spans))
     found.sort(key=lambda link: link.start)
     if len(found) > MAX_LINKS:
         graph.warnings.append(f"{len(found)} links; the first {MAX_LINKS} are kept")
@@ -269,11 +276,17 @@ def _definitions(doc: Document) -> dict[str, str]:
     return defs
 
 
-def _block_links(doc: Document, rel: str, start: int, end: int, defs: dict[str, str]) -> list[Link]:
+def _block_links(
+    doc: Document,
+    rel: str,
+    start: int,
+    end: int,
+    defs: dict[str, str],
+    spans: list[tuple[int, int]],
+) -> list[Link]:
+    """The links of one block; ``spans``: its inline code."""
     text = doc.text
-    if "[" not in text[start:end] and "<" not in text[start:end]:
-        return []
-    code = _Taken(_code_spans(text, start, end))
+    code = _Taken(spans)
     taken = _Taken([])  # links found so far: one cannot start inside another
     out: list[Link] = []
 
@@ -366,10 +379,8 @@ def _link(
 # -- tags ----------------------------------------------------------------------
 
 
-def _block_tags(text: str, start: int, end: int) -> list[str]:
-    if "#" not in text[start:end]:
-        return []
-    code = _Taken(_code_spans(text, start, end))
+def _block_tags(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> list[str]:
+    code = _Taken(spans)
     return [m.group(1) for m in _TAG.finditer(text, start, end) if code.free(m.start(), m.end())]
 
 

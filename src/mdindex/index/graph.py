@@ -76,7 +76,8 @@ def put(db: sqlite3.Connection, root: str, path: str, graph: Graph) -> None:
     """Record one document's graph (in the caller's transaction), replacing
     what was recorded for it, and resolve its links and those that may name it."""
     new = db.execute("SELECT 1 FROM nodes WHERE root=? AND path=?", (root, path)).fetchone() is None
-    _forget(db, root, path)
+    if not new:
+        _forget(db, root, path)
     anchors = json.dumps(graph.anchors, ensure_ascii=False)
     db.execute(
         "INSERT INTO nodes VALUES (?, ?, ?, ?, ?, ?)",
