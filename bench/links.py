@@ -7,7 +7,9 @@ no-op run, with links and tags against the code before them.
 Each figure is a whole `mdindex backfill` process on the default store, run
 on this checkout and on a git worktree of ``--baseline`` (default: the
 commit before links and tags), alternately, ``--runs`` times each; the
-median is kept. Every process embeds with bench/scale.py's stand-in (hash
+median is kept. Both trees are byte-compiled first, as an install leaves
+them (where PYTHONDONTWRITEBYTECODE is set, each process would otherwise
+compile every module, and the new ones would count against a no-op run). Every process embeds with bench/scale.py's stand-in (hash
 vectors, a fixed cost per batch), so what differs is everything but the
 model: the figure is ``seconds - embed_seconds`` of `backfill --json`.
 Also, in this process: ``graph_of`` (finding links and tags) over every file,
@@ -101,6 +103,8 @@ def main() -> None:
         capture_output=True,
     )
     trees = {"baseline": base / "src", "links": REPO / "src"}
+    for src in trees.values():  # as an install leaves them: without, every process compiles all
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(src)], check=True)
     cold: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     noop: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     try:
