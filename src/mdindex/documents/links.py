@@ -221,6 +221,13 @@ def markdown_target(source: str, dest: str) -> tuple[str, str, str]:
     return ("" if normal == "." else normal), anchor, ""
 
 
+@functools.lru_cache(maxsize=4096)
+def _target(source: str, dest: str) -> tuple[str, str, str]:
+    """``markdown_target``, once per destination: a page links the same few
+    pages many times (Hugo's glossary link, 700 times in its docs)."""
+    return markdown_target(source, dest)
+
+
 def is_external(dest: str) -> bool:
     return dest.startswith("//") or bool(_SCHEME.match(dest))
 
@@ -363,7 +370,7 @@ def _markdown(doc: Document, rel: str, m: re.Match[str], dest: str) -> Link:
     label = m.group(2)
     if is_external(dest):
         return _link(doc, EXTERNAL, dest[:MAX_TARGET_CHARS], "", label, m.start(), m.end())
-    target, anchor, problem = markdown_target(rel, dest.replace("\\", ""))
+    target, anchor, problem = _target(rel, dest.replace("\\", ""))
     kind = IMAGE if m.group(1) else LINK
     return _link(doc, kind, target, anchor, label, m.start(), m.end(), problem)
 

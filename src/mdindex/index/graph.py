@@ -212,25 +212,20 @@ def _strip_suffix(name: str) -> str:
 def resolve(db: sqlite3.Connection, root: str, source: str, kind: str, target: str) -> str | None:
     """The document of ``root`` the link names, or None."""
     if kind in (LINK, IMAGE):
+        # one query: the path as written wins, then any case (a site's URLs
+        # are its paths lowercased: Hugo's /functions/lang/translate/ is
+        # functions/lang/Translate.md)
         candidates = _path_candidates(target)
-        marks = ",".join("?" * len(candidates))
-        found = {
-            p
-            for (p,) in db.execute(
-                f"SELECT path FROM nodes WHERE root=? AND path IN ({marks})", (root, *candidates)
-            )
-        }
+        lowered = [c.lower() for c in candidates]
+        marks = ",".join("?" * len(lowered))
+        sql = f"SELECT path, lower FROM nodes WHERE root=? AND lower IN ({marks})"
+        rows = db.execute(sql, (root, *lowered)).fetchall()
+        found = {path for path, _ in rows}
         exact = next((c for c in candidates if c in found), None)
         if exact is not None:
             return exact
-        # a site's URLs are its paths lowercased (Hugo: /functions/lang/translate/
-        # is functions/lang/Translate.md); the exact spelling wins where both exist
-        lowered = [c.lower() for c in candidates]
         by_lower: dict[str, str] = {}
-        for path, low in db.execute(
-            f"SELECT path, lower FROM nodes WHERE root=? AND lower IN ({marks}) ORDER BY path",
-            (root, *lowered),
-        ):
+        for path, low in sorted(rows):
             by_lower.setdefault(low, path)
         return next((by_lower[c] for c in lowered if c in by_lower), None)
     if not target:  # [[#Heading]]: this note
