@@ -25,14 +25,11 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import functools
 import hashlib
 import itertools
 import json
 import posixpath
 import re
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -55,47 +52,24 @@ MARKDOWN_SUFFIXES = (".md", ".markdown")
 LINK, IMAGE, WIKI, EMBED, EXTERNAL = "link", "image", "wiki", "embed", "external"
 
 
-class _Lazy:
-    """A regular expression compiled on first use: compiling these takes 17 ms,
-    which a no-op run, that parses no file, should not pay."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    @functools.cached_property
-    def compiled(self) -> re.Pattern[str]:
-        return re.compile(self.source)
-
-    def finditer(
-        self, text: str, pos: int = 0, endpos: int = sys.maxsize
-    ) -> Iterator[re.Match[str]]:
-        return self.compiled.finditer(text, pos, endpos)
-
-    def match(self, text: str) -> re.Match[str] | None:
-        return self.compiled.match(text)
-
-    def split(self, text: str) -> list[str]:
-        return self.compiled.split(text)
-
-
-_SCHEME = _Lazy(r"[A-Za-z][A-Za-z0-9+.-]{1,31}:")
-_BACKTICKS = _Lazy(r"`+")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{1,31}:")
+_BACKTICKS = re.compile(r"`+")
 # A link starts at a "[" with no backslash before it, and its parts repeat
 # possessively (*+): from a "[" before half a million escaped "\[", the
 # pattern backtracked, then started again at the next one, and a 1 MB file
 # took hours; now each start fails at the first bracket it cannot use.
-_WIKI = _Lazy(r"(!?)(?<!\\)\[\[([^\[\]\n|#]*+)(?:#([^\[\]\n|]*+))?(?:\|([^\[\]\n]*+))?\]\]")
+_WIKI = re.compile(r"(!?)(?<!\\)\[\[([^\[\]\n|#]*+)(?:#([^\[\]\n|]*+))?(?:\|([^\[\]\n]*+))?\]\]")
 # link text: plain characters, escapes, or one level of balanced brackets
 _TEXT = r"(?:[^\[\]\\]|\\.|\[[^\[\]\n]*+\])*+"
 _DEST = r"<[^<>\n]*+>|(?:[^\s()\\]|\\.|\([^\s()]*+\))*+"
 _TITLE = r"(?:\s+(?:\"[^\"]*+\"|'[^']*+'|\([^()]*+\)))?"
-_INLINE = _Lazy(rf"(?s)(!?)(?<!\\)\[({_TEXT})\]\(\s*({_DEST}){_TITLE}\s*\)")
-_REF_USE = _Lazy(rf"(?s)(!?)(?<!\\)\[({_TEXT})\](?:\[((?:[^\[\]\\]|\\.)*+)\])?")
-_REF_DEF = _Lazy(r"(?m)^ {0,3}\[((?:[^\[\]\\]|\\.)+)\]:[ \t]*\n?[ \t]*(<[^<>\n]*>|\S+)")
-_AUTOLINK = _Lazy(r"<([A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*)>")
+_INLINE = re.compile(rf"(?s)(!?)(?<!\\)\[({_TEXT})\]\(\s*({_DEST}){_TITLE}\s*\)")
+_REF_USE = re.compile(rf"(?s)(!?)(?<!\\)\[({_TEXT})\](?:\[((?:[^\[\]\\]|\\.)*+)\])?")
+_REF_DEF = re.compile(r"(?m)^ {0,3}\[((?:[^\[\]\\]|\\.)+)\]:[ \t]*\n?[ \t]*(<[^<>\n]*>|\S+)")
+_AUTOLINK = re.compile(r"<([A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*)>")
 # a tag starts a word (after a space, or a line's start) and holds a letter
-_TAG = _Lazy(r"(?<!\S)#(\w[\w/-]*)")
-_SPLIT_TAGS = _Lazy(r"[\s,]+")
+_TAG = re.compile(r"(?<!\S)#(\w[\w/-]*)")
+_SPLIT_TAGS = re.compile(r"[\s,]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,13 +193,6 @@ def markdown_target(source: str, dest: str) -> tuple[str, str, str]:
     if normal == ".." or normal.startswith("../"):
         return path[:200], anchor, "it points outside the root"
     return ("" if normal == "." else normal), anchor, ""
-
-
-@functools.lru_cache(maxsize=4096)
-def _target(source: str, dest: str) -> tuple[str, str, str]:
-    """``markdown_target``, once per destination: a page links the same few
-    pages many times (Hugo's glossary link, 700 times in its docs)."""
-    return markdown_target(source, dest)
 
 
 def is_external(dest: str) -> bool:
@@ -370,7 +337,7 @@ def _markdown(doc: Document, rel: str, m: re.Match[str], dest: str) -> Link:
     label = m.group(2)
     if is_external(dest):
         return _link(doc, EXTERNAL, dest[:MAX_TARGET_CHARS], "", label, m.start(), m.end())
-    target, anchor, problem = _target(rel, dest.replace("\\", ""))
+    target, anchor, problem = markdown_target(rel, dest.replace("\\", ""))
     kind = IMAGE if m.group(1) else LINK
     return _link(doc, kind, target, anchor, label, m.start(), m.end(), problem)
 
@@ -431,13 +398,18 @@ def _frontmatter_tags(meta: dict[str, Any]) -> list[str]:
     return out
 
 
+def normal_tag(tag: str) -> str:
+    """A tag as it is stored and searched: without ``#`` or edge slashes, lowercased."""
+    return tag.strip().lstrip("#").strip("/").casefold()
+
+
 def _normalized_tags(tags: list[str]) -> tuple[list[str], str]:
     """Tags lowercased, without ``#`` and edge slashes, each once; those with no
     letter (``#1``) or too long are not tags. Also why any were dropped."""
     out: dict[str, None] = {}
     too_long = 0
     for tag in tags:
-        norm = tag.strip().lstrip("#").strip("/").casefold()
+        norm = normal_tag(tag)
         if not norm or not any(c.isalpha() for c in norm):
             continue
         if len(norm) > MAX_TAG_CHARS or "//" in norm:

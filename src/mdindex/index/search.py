@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mdindex.documents.links import normal_tag
 from mdindex.embedding.embedder import Embedder
 from mdindex.embedding.sparse import SparseEncoder
 from mdindex.index.planning import public
@@ -170,11 +171,6 @@ class Query:
         """The path glob to test on hits, or "" for a plain prefix."""
         path = self.path.lstrip("/").removeprefix("./")
         return path if any(c in path for c in _GLOB_CHARS) else ""
-
-
-def normal_tag(tag: str) -> str:
-    """A tag as documents' tags are stored: without ``#`` or edge slashes, lowercased."""
-    return tag.strip().lstrip("#").strip("/").casefold()
 
 
 def parse_where(value: Any) -> tuple[tuple[str, str], ...]:
