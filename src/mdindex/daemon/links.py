@@ -90,15 +90,7 @@ def related(settings: Settings, root: str, path: str) -> dict[str, Any]:
         if this is None:
             shown = printable(f"{root[:64]}:{path[:200]}")
             raise ConfigError(f"{shown} is not an indexed document")
-        titles: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
-
-        def node(r: str, p: str) -> tuple[str, dict[str, str]]:
-            if (r, p) not in titles:
-                titles[(r, p)] = graph.node(db, r, p) or ("", {})
-            return titles[(r, p)]
-
-        roots = root_folders(settings, db)
-        names: dict[str, set[str]] = {}
+        look = _Looker(db, root_folders(settings, db))
         outgoing, unresolved, external = [], [], []
         for link in graph.outgoing(db, root, path):
             entry = {"line": link.line, "kind": link.kind, "target": link.target}
@@ -107,13 +99,13 @@ def related(settings: Settings, root: str, path: str) -> dict[str, Any]:
                 external.append({"line": link.line, "url": link.target, "label": link.label})
                 continue
             if link.to_path is not None:
-                title, anchors = node(root, link.to_path)
-                section = _heading(anchors, link.anchor, link.kind)
+                title = look.node(root, link.to_path)[0]
+                section = look.heading(link)
                 missing = "" if section is not None else f"no heading #{link.anchor} there"
                 entry |= {"root": root, "path": link.to_path, "title": title}
                 entry |= {"section": section or "", "problem": missing}
             elif link.asset and not link.problem:  # a file, looked for on disk
-                missing = _missing_asset(link, roots, names)
+                missing = look.attachment(link)
                 entry |= {"root": root, "path": None, "attachment": True, "problem": missing}
             else:
                 entry |= {"root": root, "path": None, "problem": _why(link)}
@@ -123,7 +115,7 @@ def related(settings: Settings, root: str, path: str) -> dict[str, Any]:
             {
                 "root": b.root,
                 "path": b.path,
-                "title": node(b.root, b.path)[0],
+                "title": look.node(b.root, b.path)[0],
                 "section": b.section,
                 "line": b.line,
                 "label": b.label,
@@ -133,7 +125,7 @@ def related(settings: Settings, root: str, path: str) -> dict[str, Any]:
             for b in graph.backlinks(db, root, path)
         ]
         sharing = [
-            {"root": r, "path": p, "title": node(r, p)[0], "tags": tags}
+            {"root": r, "path": p, "title": look.node(r, p)[0], "tags": tags}
             for r, p, tags in graph.sharing_tags(db, root, path, MAX_SHARING)
         ]
         return {
@@ -160,22 +152,17 @@ def broken(settings: Settings) -> list[dict[str, Any]]:
 def broken_in(db: sqlite3.Connection, roots: dict[str, Path]) -> list[dict[str, Any]]:
     """``broken`` on a state, the roots' folders given."""
     found: list[dict[str, Any]] = []
-    anchors: dict[tuple[str, str], dict[str, str]] = {}
-    names: dict[str, set[str]] = {}
+    look = _Looker(db, roots)
     for link in graph.every_link(db):
         reason = ""
         if link.problem:
             reason = link.problem
         elif link.asset:
-            reason = _missing_asset(link, roots, names)
+            reason = look.attachment(link)
         elif link.to_path is None:
             reason = _why(link)
-        elif link.anchor:
-            key = (link.root, link.to_path)
-            if key not in anchors:
-                anchors[key] = (graph.node(db, *key) or ("", {}))[1]
-            if _heading(anchors[key], link.anchor, link.kind) is None:
-                reason = f"{link.to_path} has no heading #{link.anchor}"
+        elif link.anchor and look.heading(link) is None:
+            reason = f"{link.to_path} has no heading #{link.anchor}"
         if reason:
             found.append(
                 {
@@ -210,17 +197,38 @@ def _heading(anchors: dict[str, str], anchor: str, kind: str) -> str | None:
     return None
 
 
-def _missing_asset(link: graph.LinkRow, roots: dict[str, Path], names: dict[str, set[str]]) -> str:
-    """Why an attachment cannot be found ("" when it is there)."""
-    base = roots.get(link.root)
-    if base is None:
-        return f"root {link.root!r} is not configured here, so its files cannot be checked"
-    if link.kind in (WIKI, EMBED):
-        if link.root not in names:
-            names[link.root] = _file_names(base)
-        name = link.target.rpartition("/")[2].lower()
-        return "" if name in names[link.root] else f"no file named {link.target!r} in the root"
-    return _find_inside(base, link.target)
+class _Looker:
+    """What the reports look up, each once: a document's title and heading
+    anchors, and the file names of a root (for wiki embeds)."""
+
+    def __init__(self, db: sqlite3.Connection, roots: dict[str, Path]) -> None:
+        self.db = db
+        self.roots = roots
+        self._nodes: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
+        self._names: dict[str, set[str]] = {}
+
+    def node(self, root: str, path: str) -> tuple[str, dict[str, str]]:
+        """A document's title and anchors (anchor: heading text); empty when unknown."""
+        if (root, path) not in self._nodes:
+            self._nodes[(root, path)] = graph.node(self.db, root, path) or ("", {})
+        return self._nodes[(root, path)]
+
+    def heading(self, link: graph.LinkRow) -> str | None:
+        """The heading a resolved link's anchor names (see ``_heading``)."""
+        return _heading(self.node(link.root, link.to_path or "")[1], link.anchor, link.kind)
+
+    def attachment(self, link: graph.LinkRow) -> str:
+        """Why an attachment cannot be found ("" when it is there)."""
+        base = self.roots.get(link.root)
+        if base is None:
+            return f"root {link.root!r} is not configured here, so its files cannot be checked"
+        if link.kind not in (WIKI, EMBED):
+            return _find_inside(base, link.target)
+        if link.root not in self._names:
+            self._names[link.root] = _file_names(base)
+        if link.target.rpartition("/")[2].lower() in self._names[link.root]:
+            return ""
+        return f"no file named {link.target!r} in the root"
 
 
 def _find_inside(base: Path, rel: str) -> str:
