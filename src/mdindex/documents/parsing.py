@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 # the whole line, its leading \s* made a heading of 40k spaces take 5 s.
 _CUSTOM_ID = re.compile(r"\{#([A-Za-z0-9_:.-]+)\}")
 _SLUG_DROP = re.compile(r"[^\w\- ]", re.UNICODE)
-_INDEX_STEMS = {"index", "_index", "readme"}
+# A folder's own page: its URL is the folder's, and a link to the folder finds it.
+INDEX_STEMS = frozenset({"index", "_index", "readme"})
 # Every chunk's payload carries its title, section and heading path (twice, for
 # the frameworks' metadata key), and its embedded text starts with them: a
 # 200,000-character heading made a 602 KB file a 462 MB store. Past this,
@@ -161,7 +162,7 @@ def document_url(base_url: str, url_style: str, rel: str, fm_url: str) -> str:
         mapped = str(path)
     else:
         stem_path = path.with_suffix("")
-        is_index = path.stem.lower() in _INDEX_STEMS
+        is_index = path.stem.lower() in INDEX_STEMS
         if url_style == "pretty":
             parent = str(stem_path.parent) if is_index else str(stem_path)
             mapped = "" if parent == "." else parent + "/"

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from mdindex.documents.links import EMBED, EXTERNAL, IMAGE, LINK, MARKDOWN_SUFFIXES, WIKI, Graph
+from mdindex.documents.parsing import INDEX_STEMS
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes (
@@ -67,7 +68,6 @@ TABLES = ("nodes", "names", "links", "tags")
 # In the state's meta: {label: folder} as the last backfill found the roots,
 # for `mdindex links` to look for attachments without a config.
 ROOT_FOLDERS_KEY = "root_folders"
-INDEX_STEMS = ("index", "_index", "readme")
 _PAGE_SUFFIXES = (".html", ".htm")
 _FILE_SUFFIX = re.compile(r"\.[a-z][a-z0-9]{0,7}$")
 
