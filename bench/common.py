@@ -147,8 +147,11 @@ class HashEmbedder:
         self.texts_embedded += len(texts)
         return out
 
-    def load(self) -> None:
+    def load(self, run: tuple[int, int] | None = None) -> None:
         return None
+
+    def lookahead(self) -> int:
+        return 0
 
     def embed_query(self, text: str) -> Any:
         return self.embed([text])[0]

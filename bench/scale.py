@@ -56,8 +56,11 @@ class FixedCost:
     batch = 64
     cost_s = float(__import__('os').environ.get('SCALE_BATCH_COST_S', '0.002'))
 
-    def load(self):
+    def load(self, run=None):
         pass
+
+    def lookahead(self):
+        return 0
 
     def describe(self):
         return {'name': 'stand-in', 'reason': 'bench/scale.py: everything but the model'}

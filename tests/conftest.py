@@ -13,6 +13,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from mdindex.config import DEFAULT_MODEL, Settings, load_settings
+from mdindex.embedding import onnx_export
 from mdindex.embedding.embedder import ModelEmbedder
 from mdindex.embedding.model import load_counter, resolve_model
 from mdindex.embedding.tokens import TokenCounter
@@ -73,8 +74,11 @@ class TinyEmbedder:
             return np.zeros((0, self.dimension), dtype=np.float32)
         return np.stack([self.vector(t) for t in texts])
 
-    def load(self) -> None:
+    def load(self, run: tuple[int, int] | None = None) -> None:
         return None
+
+    def lookahead(self) -> int:
+        return 0
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
@@ -225,6 +229,31 @@ def docs_tree(tmp_path: Path) -> Path:
     )
     (root / "guide" / "b.md").write_text("# Beta\n\nBeta text about bananas.\n")
     return root
+
+
+@pytest.fixture(scope="session")
+def export() -> onnx_export.Export:
+    """The run's ONNX export of the model (MDINDEX_CACHE_DIR), made here if no
+    test made it yet."""
+    info = resolve_model(DEFAULT_MODEL)
+    shared = Path(os.environ["MDINDEX_CACHE_DIR"])
+    found = onnx_export.find_export(info, shared)
+    if found is None:
+        ModelEmbedder(info, device="cpu", backend="onnx", cache_dir=shared).load()
+        found = onnx_export.find_export(info, shared)
+    assert found is not None
+    return found
+
+
+@pytest.fixture
+def onnx_cache(tmp_path: Path, export: onnx_export.Export) -> Path:
+    """A cache folder of this test's own holding the export (linked) and no
+    measurement."""
+    folder = tmp_path / "cache" / "onnx" / export.path.parent.name
+    folder.mkdir(parents=True)
+    for name in ("meta.json", "model.onnx"):
+        (folder / name).symlink_to(export.path.parent / name)
+    return tmp_path / "cache"
 
 
 Factory = Callable[..., Settings]

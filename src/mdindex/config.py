@@ -180,7 +180,7 @@ class Settings(BaseSettings):
     # auto: measured on this machine at the first model load (mdindex.embedding.calibration).
     backend: Literal["auto", "torch", "onnx"] = "auto"
     cache_dir: Path = Field(default_factory=_default_cache_dir)
-    batch_size: int | None = Field(default=None, ge=1, le=4096)  # None: 64 on CPU, 512 on CUDA
+    batch_size: int | None = Field(default=None, ge=1, le=4096)  # None: 16 on CPU, 512 on CUDA
     # An OpenAI-compatible embedding server instead of this process's model
     # (mdindex.embedding.remote): the URL `/embeddings` is under, and the model
     # name it serves. `model` still gives the tokenizer chunks are counted with.

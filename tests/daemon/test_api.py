@@ -29,7 +29,7 @@ class SlowLoad(TinyEmbedder):
         super().__init__()
         self.loaded = threading.Event()
 
-    def load(self) -> None:
+    def load(self, run: tuple[int, int] | None = None) -> None:
         assert self.loaded.wait(60)
 
 

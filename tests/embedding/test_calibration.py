@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -157,3 +159,185 @@ def test_the_cpu_is_named_even_where_proc_is_hidden(monkeypatch: pytest.MonkeyPa
     ident = calibration.cpu_identity()
     assert ident["cpu"] and ident["arch"]
     assert int(ident["threads"]) >= 1
+
+
+# -- the choice for one run: load time included --------------------------------
+
+PASSED = {"mean_cosine": 1.0, "top10_agreement": 1.0, "passed": True}
+
+
+def _figures() -> Choice:
+    """What a measurement recorded on an AMD EPYC with avx512_bf16 (2 cores)."""
+    names = ("torch-fp32", "torch-bf16", "onnx-fp32")
+    return Choice(
+        "torch",
+        "bf16",
+        "fastest passing the quality gate",
+        chunks_per_s={"torch-fp32": 43.2, "torch-bf16": 91.1, "onnx-fp32": 52.6},
+        gate={name: dict(PASSED) for name in names},
+        source="cache",
+        load_s={"torch-fp32": 6.94, "torch-bf16": 6.96, "onnx-fp32": 0.17},
+        tokens_per_s={"torch-fp32": 4355.0, "torch-bf16": 9510.0, "onnx-fp32": 4486.0},
+    )
+
+
+def test_a_small_run_takes_the_export_and_a_large_one_the_fastest() -> None:
+    measured = _figures()
+    small = calibration.for_run(measured, 12, 1_700)  # a 10-file edit
+    assert (small.name, small.texts) == ("onnx-fp32", 12)
+    assert small.expected_s == {
+        "onnx-fp32": round(0.17 + 1_700 / 4486, 2),
+        "torch-bf16": round(6.96 + 1_700 / 9510, 2),
+        "torch-fp32": round(6.94 + 1_700 / 4355, 2),
+    }
+    assert small.reason.startswith("first to finish 12 texts of 1,700 tokens")
+    assert small.reason.index("onnx-fp32") < small.reason.index("torch-bf16")
+    large = calibration.for_run(measured, 5_000, 700_000)  # a cold backfill
+    assert large.name == "torch-bf16" and large.texts == 5_000
+    assert measured.name == "torch-bf16" and measured.texts is None  # unchanged
+
+
+def test_the_lookahead_is_where_the_fastest_starts_to_win() -> None:
+    measured = _figures()
+    border = calibration.lookahead(measured)
+    # 6.79 s of load saved against 1/4486 - 1/9510 s lost on each token
+    assert border == int(np.ceil((6.96 - 0.17) / (1 / 4486 - 1 / 9510)))
+    assert calibration.for_run(measured, 1, border - 100).name == "onnx-fp32"
+    assert calibration.for_run(measured, 1, border + 100).name == "torch-bf16"
+
+
+def test_what_this_process_loaded_already_costs_no_load() -> None:
+    ready = ["torch-fp32", "torch-bf16"]  # a first run measured just now, in torch
+    choice = calibration.for_run(_figures(), 12, 1_700, ready)
+    assert choice.name == "torch-bf16"
+    assert choice.expected_s["torch-bf16"] == round(1_700 / 9510, 2)
+
+
+def test_without_load_figures_the_fastest_stands() -> None:
+    old = Choice("torch", "bf16", "fastest", chunks_per_s={"torch-bf16": 91.1, "onnx-fp32": 52.6})
+    assert calibration.for_run(old, 12, 1_700) is old
+    assert calibration.lookahead(old) == 0
+
+
+def test_a_candidate_that_failed_the_gate_is_not_taken_for_its_quick_load() -> None:
+    measured = _figures()
+    measured.gate["onnx-fp32"] = {"mean_cosine": 0.9, "top10_agreement": 0.7, "passed": False}
+    assert calibration.for_run(measured, 12, 1_700).name == "torch-bf16"
+    # torch-fp32 loads 0.02 s sooner: worth it for 161 tokens at most
+    assert calibration.lookahead(measured) == 161
+    measured.load_s["torch-fp32"] = measured.load_s["torch-bf16"]
+    assert calibration.lookahead(measured) == 0  # nothing loads faster that may be used
+
+
+def test_a_quicker_load_at_no_loss_of_speed_is_counted_up_to_the_cap() -> None:
+    measured = _figures()
+    measured.tokens_per_s["onnx-fp32"] = measured.tokens_per_s["torch-bf16"]
+    assert calibration.lookahead(measured) == calibration.MAX_LOOKAHEAD
+    assert calibration.for_run(measured, 10_000, 2_000_000).name == "onnx-fp32"
+
+
+def test_a_measurement_records_load_times_and_speed_on_long_texts() -> None:
+    ref = _unit(48, 6)
+    choice = calibration.measure(
+        {"torch-fp32": _runner(ref, 0.04), "onnx-fp32": _runner(ref, 0.02)},
+        {"torch-fp32": 5.0, "onnx-fp32": 0.1},
+        long_tokens=4_096,
+    )
+    assert choice.load_s["torch-fp32"] >= 5.0 and 0.1 <= choice.load_s["onnx-fp32"] < 1.0
+    # LONG_TEXTS are 16 texts: a third of TEXTS' 48 at these runners' speed
+    assert choice.tokens_per_s["onnx-fp32"] > choice.tokens_per_s["torch-fp32"] > 0
+    assert 4_096 / choice.tokens_per_s["torch-fp32"] == pytest.approx(0.04 / 3, rel=0.5)
+    again = Choice(**{k: v for k, v in choice.as_dict().items() if k != "name"})
+    assert again.load_s == choice.load_s  # what the cache keeps
+
+
+def test_the_long_texts_are_cut_at_the_limit_like_full_chunks() -> None:
+    from mdindex.config import DEFAULT_MODEL
+    from mdindex.embedding.model import load_tokenizer, resolve_model
+
+    tokenizer = load_tokenizer(resolve_model(DEFAULT_MODEL))
+    lengths = [len(e.ids) for e in tokenizer.encode_batch(calibration.LONG_TEXTS)]
+    assert len(lengths) == 16 and set(lengths) == {256}
+    assert len(set(calibration.LONG_TEXTS)) == 16
+
+
+def test_every_interchangeable_backend_is_a_candidate_and_only_those() -> None:
+    names = set()
+    for device in ("cpu", "cuda"):
+        names |= set(calibration.candidates(device, "auto", "auto", native_bf16=True, onnx=True))
+    assert names == set(calibration.INTERCHANGEABLE)
+
+
+# -- vectors of different backends in one version ---------------------------------
+
+QUESTIONS = [
+    "how do I install mdindex",
+    "which backend embeds fastest on my CPU",
+    "run the daemon as a systemd service",
+    "search from an AI assistant over MCP",
+    "what happens when a file is renamed",
+    "how are point IDs derived",
+    "build a new version when settings change",
+    "links to a note that does not exist",
+    "filter search results by tag",
+    "use an embedding server on a GPU",
+    "how much memory does the daemon use",
+    "what does verify repair",
+    "exit codes of backfill",
+    "chunking strategies and token limits",
+    "evaluate retrieval on my own questions",
+    "hybrid search with sparse vectors",
+    "what is refused when a root looks unmounted",
+    "where is the ONNX export cached",
+    "status shows files that failed",
+    "Ray distributed backfill",
+]
+
+
+@pytest.mark.model
+def test_an_index_built_by_two_backends_answers_as_one(
+    tmp_path: Path, onnx_cache: Path, real_embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Half the documents embedded by the ONNX export, the rest by torch in bf16
+    (emulated where the CPU has no native bf16): the same points as an index
+    torch fp32 built alone, and the same top-10 for each question within the
+    gate's agreement."""
+    from mdindex.config import DEFAULT_MODEL
+    from mdindex.embedding import loading
+    from mdindex.embedding.embedder import ModelEmbedder
+    from mdindex.embedding.model import resolve_model
+    from tests.conftest import REPO, run_backfill, settings_for, stored_points
+
+    monkeypatch.setattr(loading, "native_bf16", lambda: True)
+    info = resolve_model(DEFAULT_MODEL)
+    pages = sorted((REPO / "docs").glob("*.md"))
+    root = tmp_path / "docs"
+    root.mkdir()
+    half = len(pages) // 2
+    for page in pages[:half]:
+        shutil.copyfile(page, root / page.name)
+    mixed = settings_for(tmp_path, [root], state_dir=str(tmp_path / "mixed"))
+    onnx = ModelEmbedder(info, backend="onnx", cache_dir=onnx_cache)
+    first = run_backfill(mixed, onnx)
+    assert onnx.choice.name == "onnx-fp32"
+    for page in pages[half:]:
+        shutil.copyfile(page, root / page.name)
+    bf16 = ModelEmbedder(info, device="cpu", precision="bf16", backend="torch")
+    second = run_backfill(mixed, bf16)
+    assert bf16.choice.name == "torch-bf16"
+    assert first["chunks_embedded"] > 20 and second["chunks_embedded"] > 20
+    assert second["files_changed"] == len(pages) - half  # the export's vectors stand
+
+    single = settings_for(tmp_path, [root], state_dir=str(tmp_path / "single"))
+    run_backfill(single, real_embedder)
+    got, want = stored_points(mixed, vectors=True), stored_points(single, vectors=True)
+    assert sorted(got) == sorted(want)  # one fingerprint, the same point IDs
+    ids = sorted(want)
+    a = np.array([got[i]["_vector"] for i in ids], dtype=np.float32)
+    b = np.array([want[i]["_vector"] for i in ids], dtype=np.float32)
+    assert float(np.mean(np.sum(a * b, axis=1))) >= calibration.GATE_COSINE
+    queries = real_embedder.embed(QUESTIONS)  # queries are embedded in fp32 either way
+    overlap = [
+        len(set(np.argsort(-(a @ q))[:10]) & set(np.argsort(-(b @ q))[:10])) / 10 for q in queries
+    ]
+    assert float(np.mean(overlap)) >= calibration.GATE_AGREEMENT, overlap

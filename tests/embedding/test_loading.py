@@ -32,27 +32,9 @@ def info() -> ModelInfo:
     return resolve_model(DEFAULT_MODEL)
 
 
-@pytest.fixture(scope="module")
-def export(info: ModelInfo) -> onnx_export.Export:
-    """The run's ONNX export of the model, made here if no test made it yet."""
-    shared = Path(os.environ["MDINDEX_CACHE_DIR"])
-    found = onnx_export.find_export(info, shared)
-    if found is None:
-        ModelEmbedder(info, device="cpu", backend="onnx", cache_dir=shared).load()
-        found = onnx_export.find_export(info, shared)
-    assert found is not None
-    return found
-
-
 @pytest.fixture
-def cache(tmp_path: Path, export: onnx_export.Export) -> Path:
-    """A cache folder of this test's own holding the export (linked) and no
-    measurement."""
-    folder = tmp_path / "cache" / "onnx" / export.path.parent.name
-    folder.mkdir(parents=True)
-    for name in ("meta.json", "model.onnx"):
-        (folder / name).symlink_to(export.path.parent / name)
-    return tmp_path / "cache"
+def cache(onnx_cache: Path) -> Path:
+    return onnx_cache
 
 
 def test_the_only_candidate_the_settings_allow_is_loaded_unmeasured(
@@ -62,7 +44,7 @@ def test_the_only_candidate_the_settings_allow_is_loaded_unmeasured(
     choice = loaded.choice
     assert (choice.name, choice.source) == ("torch-fp32", "setting")
     assert choice.reason == "the only candidate the settings allow"
-    assert (loaded.device, loaded.batch_size) == ("cpu", 64)  # 64 on a CPU
+    assert (loaded.device, loaded.batch_size) == ("cpu", 16)  # 16 on a CPU
     assert isinstance(loaded.engine, TorchEngine) and loaded.engine.precision == "fp32"
     assert loaded.model is not None and loaded.tokenizer is not None
     assert loaded.wrap == ([101], [102]) and loaded.features == INPUTS
@@ -109,7 +91,7 @@ def test_a_cached_measurement_decides_without_measuring(
         planted = "torch-fp32"  # not a candidate on this CPU
     names = calibration.candidates("cpu", "auto", "auto", native_bf16=bf16, onnx=True)
     key = calibration.machine_key(
-        model_sha256=weights_sha(info, cache), device="cpu", batch_size=64, names=names
+        model_sha256=weights_sha(info, cache), device="cpu", batch_size=16, names=names
     )
     backend, precision = planted.split("-")
     calibration.save(
@@ -140,7 +122,7 @@ def test_backend_onnx_runs_the_cached_export(info: ModelInfo, cache: Path) -> No
     assert (loaded.choice.name, loaded.choice.source) == ("onnx-fp32", "setting")
     assert "backend = onnx" in loaded.choice.reason
     assert isinstance(loaded.engine, OnnxRunner) and loaded.model is None
-    assert (loaded.device, loaded.batch_size, loaded.features) == ("cpu", 64, INPUTS)
+    assert (loaded.device, loaded.batch_size, loaded.features) == ("cpu", 16, INPUTS)
     assert loaded.wrap == ([101], [102])
 
 

@@ -11,9 +11,26 @@ model and flags, the thread count, the device, the library versions, the
 model's weights and the batch size. Another machine, another torch or
 another model measures again; an explicit setting skips the measurement.
 
+Each candidate's load time (from nothing loaded to its first vector) and its
+speed in tokens on chunk-sized texts are recorded too. A daemon or a large
+run takes the fastest (``measure``); a one-shot run that knows what it will
+embed takes the candidate that finishes first, load included (``for_run``):
+for a handful of texts that is the ONNX export, ready in a fraction of a
+second where torch and sentence-transformers take 5 to 10. The run's size
+is counted in tokens, not texts or characters: the corpus's chunks hold 3.0
+characters a token and the calibration texts 4.6, and a text of 256 tokens
+costs far more than one of 20. The speed is taken from one pass over
+``LONG_TEXTS`` (16 texts at the 256-token limit), timed with its first-shape
+costs, as a short run meets them.
+
 The gate is the one ``bench/backends.py`` applies: mean cosine at least
 0.995 against fp32's vectors and top-10 neighbour agreement at least 0.97
-(each text ranks the others).
+(each text ranks the others). Every candidate that passes it may write into
+one version of the index (``INTERCHANGEABLE``): vector keys and the
+fingerprint do not name the backend, so vectors one run embedded with the
+ONNX export and the next with torch in bf16 are reused and searched as one
+(tests/embedding/test_calibration.py builds such an index). An embedding
+server is another identity (``server:<model>``) and builds its own version.
 """
 
 from __future__ import annotations
@@ -21,11 +38,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import platform
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -41,6 +59,16 @@ log = logging.getLogger(__name__)
 GATE_COSINE = 0.995
 GATE_AGREEMENT = 0.97
 REFERENCE = "torch-fp32"
+# The backends and precisions whose vectors may share a version, once they pass
+# the gate on this machine; int8 is not among them (mean cosine 0.94, agreement
+# 0.78 in bench/backends.py).
+INTERCHANGEABLE = ("torch-fp32", "torch-bf16", "torch-fp16", "onnx-fp32")
+# In the key: a cache written before load times were recorded is measured again.
+FORMAT = "2"  # 2: load times, and speeds in tokens
+# A one-shot run holds back at most this many tokens of texts to embed while
+# it counts (about 10,000 chunks, their plans about 50 MB with token ids);
+# past it, it is a large run.
+MAX_LOOKAHEAD = 2_500_000
 ROUNDS = 2  # timed passes per candidate, in turns; the faster of each counts
 WARM_UP = 6  # texts each candidate embeds first (loading, first shapes), untimed
 
@@ -110,6 +138,17 @@ def _texts() -> list[str]:
 TEXTS = _texts()
 
 
+def _long_texts() -> list[str]:
+    """16 texts of 1,600 characters, each passage followed by the next ones: past
+    the model's 256-token limit, so each is cut there, as a full chunk is."""
+    joined = " ".join(_PASSAGES * 2)
+    starts = [joined.index(passage) for passage in _PASSAGES]
+    return [joined[start : start + 1_600] for start in starts]
+
+
+LONG_TEXTS = _long_texts()
+
+
 @dataclass
 class Choice:
     """How this embedder computes, and why."""
@@ -121,6 +160,11 @@ class Choice:
     gate: dict[str, dict[str, float | bool]] = field(default_factory=dict)
     source: str = "setting"  # setting, measured, cache or query
     measured_at: str = ""
+    # seconds from nothing loaded to each candidate's first vector
+    load_s: dict[str, float] = field(default_factory=dict)
+    tokens_per_s: dict[str, float] = field(default_factory=dict)  # on LONG_TEXTS
+    texts: int | None = None  # the run's texts it was chosen for; None: by speed alone
+    expected_s: dict[str, float] = field(default_factory=dict)  # each candidate, this run
 
     @property
     def name(self) -> str:
@@ -136,7 +180,7 @@ def candidates(
     """The names to measure: ``backend-precision`` allowed by the settings and the
     machine. ONNX Runtime runs here on the CPU only (the CPU wheel)."""
     names = []
-    for name in ("torch-fp32", "torch-bf16", "torch-fp16", "onnx-fp32"):
+    for name in INTERCHANGEABLE:
         b, p = name.split("-")
         if backend not in ("auto", b) or precision not in ("auto", p):
             continue
@@ -173,6 +217,8 @@ def cpu_identity() -> dict[str, str]:
         "cpu": model,
         "flags_sha256": hashlib.sha256(flags.encode()).hexdigest()[:16],
         "flags": " ".join(f for f in flags.split() if f.startswith(("amx", "avx512_bf16", "avx2"))),
+        # oneDNN's ISA cap (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 hides AMX) changes speed
+        "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
         "threads": str(
             len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         ),
@@ -202,6 +248,7 @@ def machine_key(
         "model_sha256": model_sha256,
         "batch_size": str(batch_size),
         "candidates": ",".join(names),
+        "format": FORMAT,
     }
 
 
@@ -277,13 +324,25 @@ def gate(
     }
 
 
-def measure(runners: dict[str, EmbedFn], texts: Sequence[str] = TEXTS) -> Choice:
+def measure(
+    runners: dict[str, EmbedFn],
+    load_s: dict[str, float] | None = None,
+    long_tokens: int = 0,
+    texts: Sequence[str] = TEXTS,
+) -> Choice:
     """Time each runner on ``texts`` in turns (after one warm-up pass each) and pick
-    the fastest that passes the gate; ``REFERENCE`` must be among them."""
+    the fastest that passes the gate; ``REFERENCE`` must be among them.
+    ``load_s``: each runner's time to build; its warm-up's cost beyond the
+    steady speed is added, so ``Choice.load_s`` is the time to a first vector.
+    ``long_tokens``: the tokens of ``LONG_TEXTS``, for each runner's speed on
+    them (0: not measured, as for a model fed through ``encode``)."""
     if REFERENCE not in runners:
         raise ValueError(f"calibration needs {REFERENCE} as the reference")
-    for run in runners.values():
+    warm: dict[str, float] = {}
+    for name, run in runners.items():
+        start = time.perf_counter()
         run(texts[:WARM_UP])
+        warm[name] = time.perf_counter() - start
     vectors: dict[str, NDArray[np.float32]] = {}
     best: dict[str, float] = dict.fromkeys(runners, float("inf"))
     for _ in range(ROUNDS):
@@ -292,6 +351,10 @@ def measure(runners: dict[str, EmbedFn], texts: Sequence[str] = TEXTS) -> Choice
             vectors[name] = run(texts)
             best[name] = min(best[name], time.perf_counter() - start)
     speed = {name: round(len(texts) / secs, 1) for name, secs in best.items()}
+    loads = {
+        name: round((load_s or {}).get(name, 0.0) + max(0.0, warm[name] - WARM_UP / speed[name]), 3)
+        for name in runners
+    }
     gates = {name: gate(vectors[REFERENCE], v) for name, v in vectors.items()}
     passing = [name for name in runners if gates[name]["passed"]]
     chosen = max(passing, key=lambda name: speed[name])
@@ -310,4 +373,74 @@ def measure(runners: dict[str, EmbedFn], texts: Sequence[str] = TEXTS) -> Choice
         gate=gates,
         source="measured",
         measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        load_s=loads,
+        tokens_per_s=long_speed(runners, long_tokens) if long_tokens else {},
     )
+
+
+def long_speed(runners: dict[str, EmbedFn], tokens: int) -> dict[str, float]:
+    """Each runner's tokens per second over one pass of ``LONG_TEXTS``
+    (``tokens`` of them, special tokens included): chunk-sized texts, with
+    what their first batch costs, as a short run embeds them."""
+    speed: dict[str, float] = {}
+    for name, run in runners.items():
+        start = time.perf_counter()
+        run(LONG_TEXTS)
+        speed[name] = round(tokens / (time.perf_counter() - start))
+    return speed
+
+
+def _passing(measured: Choice) -> list[str]:
+    """The candidates with a speed, a load time and a passed gate."""
+    return [
+        name
+        for name, speed in measured.tokens_per_s.items()
+        if speed > 0 and name in measured.load_s and measured.gate.get(name, {}).get("passed")
+    ]
+
+
+def for_run(measured: Choice, texts: int, tokens: int, ready: Sequence[str] = ()) -> Choice:
+    """The candidate that finishes a run of ``texts`` texts of ``tokens`` tokens
+    first: its load time (none for those in ``ready``, loaded in this process
+    already) plus the tokens at its speed. The fastest (``measured``) when
+    the figures are missing."""
+    passing = _passing(measured)
+    if not passing:
+        return measured
+    load_s, speed = measured.load_s, measured.tokens_per_s
+    expected = {
+        name: round((0.0 if name in ready else load_s[name]) + tokens / speed[name], 2)
+        for name in passing
+    }
+    best = min(passing, key=lambda name: (expected[name], name != measured.name))
+    order = sorted(expected, key=lambda name: expected[name])
+    reason = (
+        f"first to finish {texts} texts of {tokens:,} tokens (load + tokens / speed): "
+        + ", ".join(f"{name} {expected[name]} s" for name in order)
+    )
+    backend, precision = best.split("-")
+    return replace(
+        measured,
+        backend=backend,
+        precision=precision,
+        reason=reason,
+        texts=texts,
+        expected_s=expected,
+    )
+
+
+def lookahead(measured: Choice) -> int:
+    """How many tokens of texts a run must hold before the fastest candidate
+    finishes first whatever follows: past them, a run is large. 0 when no
+    other candidate loads faster (nothing to choose)."""
+    passing = _passing(measured)
+    if measured.name not in passing:
+        return 0
+    top_load, top_speed = measured.load_s[measured.name], measured.tokens_per_s[measured.name]
+    count = 0
+    for name in passing:
+        saved = top_load - measured.load_s[name]  # seconds its quicker load saves
+        lost = 1 / measured.tokens_per_s[name] - 1 / top_speed  # and each token costs more
+        if saved > 0:
+            count = max(count, MAX_LOOKAHEAD if lost <= 0 else math.ceil(saved / lost))
+    return min(count, MAX_LOOKAHEAD)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mdindex.embedding.engines import TorchEngine, encode, give_back_heap, run_sorted
-from mdindex.embedding.model import ModelInfo, Wanted, load_sentence_transformer
+from mdindex.embedding.model import CPU_BATCH, ModelInfo, Wanted, load_sentence_transformer
 from mdindex.errors import EmbeddingError
 
 # numpy, and the loading with its calibration and export, are imported where
@@ -32,8 +32,18 @@ class Embedder(Protocol):
     @property
     def dimension(self) -> int: ...
 
-    def load(self) -> None:
-        """Load the model now rather than on the first call (a daemon starts with it)."""
+    def load(self, run: tuple[int, int] | None = None) -> None:
+        """Load the model now rather than on the first call: a daemon at its start
+        (``run`` None: the fastest backend), a one-shot run once it has counted
+        what it will embed, ``run`` = (texts, tokens): the backend that
+        finishes them first."""
+        ...
+
+    def lookahead(self) -> int:
+        """How many tokens of texts to embed a one-shot run should count
+        before it loads the model: past them the choice no longer depends on
+        the count. 0 when it never does (loaded already, one candidate, a
+        server, nothing measured yet)."""
         ...
 
     def describe(self) -> dict[str, Any]:
@@ -73,7 +83,9 @@ class ModelEmbedder:
     ``queries_only``: a short-lived process that embeds a few queries
     (``mdindex search``, ``mdindex mcp``) uses the cached ONNX export when
     there is one and never imports torch or sentence-transformers (about 7 s
-    on a 2-core Xeon); without an export it loads as any other.
+    on a 2-core Xeon); without an export it loads as any other. A one-shot run
+    that says what it will embed (``load(run)``) does the same when
+    the export finishes them first, by the figures measured on this machine.
     """
 
     def __init__(
@@ -99,16 +111,25 @@ class ModelEmbedder:
 
     # -- what it computes with -----------------------------------------------
 
-    def load(self) -> None:
+    def load(self, run: tuple[int, int] | None = None) -> None:
         """Choose the engine and load it now rather than on the first call."""
-        self._loaded()
+        self._loaded(run)
 
-    def _loaded(self) -> Loaded:
+    def lookahead(self) -> int:
+        if self.loaded is not None:
+            return 0
+        from mdindex.embedding import calibration
+        from mdindex.embedding.loading import cached_measurement
+
+        measured = cached_measurement(self.info, self.wanted)
+        return calibration.lookahead(measured) if measured is not None else 0
+
+    def _loaded(self, run: tuple[int, int] | None = None) -> Loaded:
         with self._lock:
             if self.loaded is None:
                 from mdindex.embedding.loading import load
 
-                self.loaded = load(self.info, self.wanted)
+                self.loaded = load(self.info, self.wanted, run)
             return self.loaded
 
     @property
@@ -131,7 +152,7 @@ class ModelEmbedder:
     def batch_size(self) -> int:
         if self.loaded is not None:
             return self.loaded.batch_size
-        return self.wanted.batch_size or 64
+        return self.wanted.batch_size or CPU_BATCH
 
     def model(self) -> Any:
         """The sentence-transformers model (loading it if the engine did not)."""
@@ -158,9 +179,11 @@ class ModelEmbedder:
 
         if self.loaded is not None:
             keep = ("name", "backend", "precision", "reason", "source", "measured_at")
-            return {k: v for k, v in self.loaded.choice.as_dict().items() if k in keep} | {
-                "device": self.loaded.device
-            }
+            choice = self.loaded.choice
+            described = {k: v for k, v in choice.as_dict().items() if k in keep}
+            if choice.texts is not None:  # chosen for a run's count, load included
+                described |= {"texts": choice.texts, "expected_s": choice.expected_s}
+            return described | {"device": self.loaded.device}
         cache_dir = self.wanted.cache_dir
         recorded = None
         if cache_dir is not None:

@@ -92,6 +92,11 @@ class OnnxRunner:
         # Its default is the physical cores it detects: 1 on this 2-vCPU VM, at half
         # the speed of 2 threads (14 against 30 chunks/s).
         options.intra_op_num_threads = threads()
+        # Its memory pattern is planned per input shape, and the first two runs of
+        # each shape paid for it: 64 texts of 256 tokens took 4.2-4.8 s twice, then
+        # 3.3 s; without, 3.9 s once, then 3.4 s (AMD EPYC, 2 cores). A short run
+        # sees each shape once or twice.
+        options.enable_mem_pattern = False
         self.inputs = inputs
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 

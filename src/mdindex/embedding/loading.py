@@ -1,10 +1,12 @@
 """Loading the model the way it will compute: the settings' one candidate, the
 choice cached for this machine, or a measurement (``calibration``); the
-cached ONNX export for a process that only embeds queries, without torch."""
+cached ONNX export, without torch, for a process that only embeds queries and
+for a one-shot run whose texts it embeds sooner than torch would load."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,9 +17,12 @@ from tokenizers import Tokenizer
 from mdindex.embedding import calibration, onnx_export
 from mdindex.embedding.engines import OnnxRunner, TorchEngine, encode, give_back_heap, run_sorted
 from mdindex.embedding.model import (
+    CPU_BATCH,
+    CUDA_BATCH,
     ModelInfo,
     Wanted,
     direct_inputs,
+    gpu_present,
     load_sentence_transformer,
     load_tokenizer,
     native_bf16,
@@ -50,20 +55,39 @@ class Loaded:
     model: Any = None  # the sentence-transformers model, while an engine needs it
 
 
-def load(info: ModelInfo, want: Wanted) -> Loaded:
-    """Load the model as it will compute (see the module docstring)."""
+def load(info: ModelInfo, want: Wanted, run: tuple[int, int] | None = None) -> Loaded:
+    """Load the model as it will compute (see the module docstring). ``run``:
+    the texts a one-shot run will embed and their tokens (None: a daemon or a
+    large run, which want the fastest)."""
     found = _query_export(info, want)
     if found is not None:
         return found
+    planned = None
+    if run is not None:
+        measured = cached_measurement(info, want)
+        planned = calibration.for_run(measured, *run) if measured is not None else None
+    if planned is not None and planned.backend == "onnx":
+        export = onnx_export.find_export(info, want.cache_dir) if want.cache_dir else None
+        assert export is not None  # cached_measurement found it
+        _log_choice(planned, "direct forward")
+        return _on_export(info, want, export, planned)
+    started = time.perf_counter()
     device = pick_device(want.device)
-    batch_size = want.batch_size or (512 if device.startswith("cuda") else 64)
+    batch_size = want.batch_size or (CUDA_BATCH if device.startswith("cuda") else CPU_BATCH)
     model = load_sentence_transformer(info, device)
     tokenizer, features = direct_inputs(model, info)
+    torch_load_s = time.perf_counter() - started  # imports included: the first in a process
     wrap = special_wrap(tokenizer) if tokenizer is not None else None
     loaded = Loaded(
         calibration.Choice("torch", "fp32", ""), device, batch_size, None, tokenizer, wrap, features
     )
-    loaded.choice = _choose(info, want, loaded, model)
+    if planned is not None:
+        loaded.choice = planned
+    else:
+        loaded.choice = _choose(info, want, loaded, model, torch_load_s)
+        if run is not None and loaded.choice.load_s:  # measured just now: torch is loaded
+            ready = [name for name in loaded.choice.load_s if name.startswith("torch")]
+            loaded.choice = calibration.for_run(loaded.choice, *run, ready)
     if loaded.choice.precision == "fp16":
         model.half()
     if tokenizer is not None and loaded.choice.backend == "onnx":
@@ -77,16 +101,34 @@ def load(info: ModelInfo, want: Wanted) -> Loaded:
         loaded.model = model
     else:
         loaded.model = model
+    _log_choice(loaded.choice, "direct forward" if tokenizer is not None else "encode")
+    return loaded
+
+
+def _log_choice(choice: calibration.Choice, how: str) -> None:
     log.info(
         "embedding with %s (%s; %s): %s",
-        loaded.choice.name,
-        "direct forward" if tokenizer is not None else "encode",
-        {"cache": f"measured {loaded.choice.measured_at}, cached"}.get(
-            loaded.choice.source, loaded.choice.source
-        ),
-        loaded.choice.reason,
+        choice.name,
+        how,
+        {"cache": f"measured {choice.measured_at}, cached"}.get(choice.source, choice.source),
+        choice.reason,
     )
-    return loaded
+
+
+def _on_export(
+    info: ModelInfo, want: Wanted, export: onnx_export.Export, choice: calibration.Choice
+) -> Loaded:
+    """The model as its ONNX export on onnxruntime, with tokenizers: no torch."""
+    tokenizer = load_tokenizer(info)
+    return Loaded(
+        choice,
+        "cpu",
+        want.batch_size or CPU_BATCH,
+        OnnxRunner(export.path, export.inputs),
+        tokenizer,
+        special_wrap(tokenizer),
+        export.inputs,
+    )
 
 
 def _query_export(info: ModelInfo, want: Wanted) -> Loaded | None:
@@ -116,23 +158,40 @@ def _query_export(info: ModelInfo, want: Wanted) -> Loaded | None:
     (log.debug if want.queries_only else log.info)(
         "embedding with the ONNX export (%s): %s", found.path.parent, why
     )
-    tokenizer = load_tokenizer(info)
-    return Loaded(
-        choice,
-        "cpu",
-        want.batch_size or 64,
-        OnnxRunner(found.path, found.inputs),
-        tokenizer,
-        special_wrap(tokenizer),
-        found.inputs,
-    )
+    return _on_export(info, want, found, choice)
+
+
+def cached_measurement(info: ModelInfo, want: Wanted) -> calibration.Choice | None:
+    """The measurement cached for these settings on this machine, found without
+    importing torch; None when there is none, or when the ONNX export is not a
+    candidate (the model must load in torch whatever the run)."""
+    cache_dir = want.cache_dir
+    if (
+        cache_dir is None
+        or want.device not in ("auto", "cpu")
+        or (want.device == "auto" and gpu_present())  # only torch can tell if it is usable
+        or not _onnxruntime_installed()
+        or onnx_export.find_export(info, cache_dir) is None
+    ):
+        return None
+    sha = weights_sha(info, cache_dir)
+    for bf16 in (True, False):  # whether oneDNN runs bf16 here is torch's to say
+        names = calibration.candidates(
+            "cpu", want.precision, want.backend, native_bf16=bf16, onnx=True
+        )
+        if "onnx-fp32" not in names or len(names) < 2:
+            continue
+        key = calibration.machine_key(
+            model_sha256=sha, device="cpu", batch_size=want.batch_size or CPU_BATCH, names=names
+        )
+        found = calibration.cached(cache_dir, key)
+        if found is not None and found.name in names:
+            return found
+    return None
 
 
 def _choose(
-    info: ModelInfo,
-    want: Wanted,
-    loaded: Loaded,
-    model: Any,
+    info: ModelInfo, want: Wanted, loaded: Loaded, model: Any, torch_load_s: float
 ) -> calibration.Choice:
     """The settings' one candidate, the cached choice, or a measurement."""
     cache_dir, device, tokenizer = want.cache_dir, loaded.device, loaded.tokenizer
@@ -188,8 +247,17 @@ def _choose(
     if found is not None and found.name in names:
         return found
     log.info("measuring %s on this machine (once; cached in %s)", ", ".join(names), cache_dir)
-    runners = {name: _runner(info, want, name, loaded, model) for name in names}
-    choice = calibration.measure(runners)
+    runners, load_s = {}, {}
+    for name in names:
+        started = time.perf_counter()
+        runners[name] = _runner(info, want, name, loaded, model)
+        load_s[name] = time.perf_counter() - started
+        if name.startswith("torch"):
+            load_s[name] += torch_load_s
+    long_tokens = 0
+    if loaded.tokenizer is not None:  # what the runners feed: cut at the limit, specials in
+        long_tokens = sum(len(e.ids) for e in loaded.tokenizer.encode_batch(calibration.LONG_TEXTS))
+    choice = calibration.measure(runners, load_s, long_tokens)
     calibration.save(cache_dir, key, choice)
     del runners  # the candidates not chosen, and what the export left on the heap
     give_back_heap()
@@ -210,6 +278,7 @@ def _runner(
         found = onnx_export.find_export(info, want.cache_dir)
         assert found is not None
         engine = OnnxRunner(found.path, found.inputs)
+        load_tokenizer(info)  # as a run on the export alone does: its load time counts it
     else:
         m = model
         if precision == "fp16":

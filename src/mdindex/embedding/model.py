@@ -30,6 +30,14 @@ class ModelInfo:
     dimension: int | None  # None when only loading the model can tell
 
 
+# Texts per forward on a CPU. Batches are sorted by length and padded to their
+# longest, so smaller ones waste less on padding and stay in cache: 300 Rust
+# book chunks took 11.7 s in batches of 16 on the ONNX export against 16.9 s
+# in 64s, and 6.3 against 7.3 s in torch bf16 (AMD EPYC, 2 cores).
+CPU_BATCH = 16
+CUDA_BATCH = 512
+
+
 @dataclass(frozen=True)
 class Wanted:
     """What the settings ask of the backend; ``auto`` lets the measurement decide."""
@@ -37,7 +45,7 @@ class Wanted:
     device: str = "auto"
     precision: str = "auto"
     backend: str = "auto"
-    batch_size: int | None = None  # None: 64 on a CPU, 512 on a GPU
+    batch_size: int | None = None  # None: CPU_BATCH or CUDA_BATCH
     cache_dir: Path | None = None
     queries_only: bool = False  # a short-lived process that only embeds queries
 
@@ -135,9 +143,17 @@ def weights_hash(info: ModelInfo) -> str:
     return h.hexdigest()
 
 
+def gpu_present() -> bool:
+    """Whether a GPU driver is here at all (NVIDIA's, ROCm's or WSL's device
+    node): without one torch sees no GPU, and saying so imports no torch."""
+    return any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg"))
+
+
 def pick_device(device: str) -> str:
     if device != "auto":
         return device
+    if not gpu_present():
+        return "cpu"
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"

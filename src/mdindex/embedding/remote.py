@@ -132,7 +132,7 @@ class RemoteEmbedder:
         assert self._dimension is not None
         return self._dimension
 
-    def load(self) -> None:
+    def load(self, run: tuple[int, int] | None = None) -> None:
         """Check the server once: it serves the model, at the size expected, with
         vectors that pass the quality gate where the model is here too."""
         with self._lock:
@@ -152,16 +152,12 @@ class RemoteEmbedder:
             self.gate = gate(self.where, self.model_name, self.local, self.cache_dir, vectors)
             self._dimension = dim
 
+    def lookahead(self) -> int:
+        return 0  # one server: nothing to choose
+
     def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "name": "server",
-            "url": self.where,
-            "model": self.model_name,
-            "reason": "embedding_url is set",
-        }
-        if self.gate:
-            out["gate"] = self.gate
-        return out
+        out = {"name": "server", "url": self.where, "model": self.model_name}
+        return out | {"reason": "embedding_url is set"} | ({"gate": self.gate} if self.gate else {})
 
     def embed(
         self, texts: Sequence[str], token_ids: Sequence[list[int] | None] | None = None
@@ -462,8 +458,11 @@ class NoServer:
             return self.local.dimension
         self._refuse()
 
-    def load(self) -> None:
+    def load(self, run: tuple[int, int] | None = None) -> None:
         self._refuse()
+
+    def lookahead(self) -> int:
+        return 0
 
     def describe(self) -> dict[str, Any]:
         return {"name": "server", "model": self.model_name, "reason": "embedding_url is not set"}

@@ -35,10 +35,11 @@ from mdindex.errors import PruneRefused
 from mdindex.index import consistency, graph, guard
 from mdindex.index.changes import Changes, Key
 from mdindex.index.groups import GROUP_CHARS, GROUP_DOCS, Groups, Loaded
+from mdindex.index.lookahead import Lookahead
 from mdindex.index.planning import DocWork, Planned, Planner, now_iso
 from mdindex.index.state import State
 from mdindex.index.summary import Summary
-from mdindex.index.view import IndexView
+from mdindex.index.view import LAST_RUN_EMBEDDING, IndexView
 from mdindex.index.writer import Staged, Writer
 from mdindex.sinks import Store
 
@@ -228,8 +229,17 @@ class Indexer(IndexView):
         # Two stages: while the worker thread embeds one group, this thread
         # writes the group before it and reads and chunks the group after it.
         writer = self.writer
+        ahead = Lookahead(self.embedder, writer.unknown_keys)
         staged: Staged | None = None
         with writer.pool() as pool:
+
+            def push(works: list[DocWork]) -> None:
+                nonlocal staged
+                nxt = writer.stage(works, pool, staged)
+                if staged is not None:
+                    writer.write(staged, summary)
+                staged = nxt
+
             known = partial(self.known_hash, rows=changes.rows)
             touch = None if dry_run else writer.touch
             for loaded in self.groups.read(changes.files, known, summary, touch):
@@ -239,15 +249,18 @@ class Indexer(IndexView):
                 works = self.groups.plan(loaded, summary)
                 if dry_run:
                     writer.count_dry(works, summary)
-                    continue
-                nxt = writer.stage(works, pool, staged) if works else None
-                if staged is not None:
-                    writer.write(staged, summary)
-                staged = nxt
+                elif works:
+                    for ready in ahead.take(works):
+                        push(ready)
+            for ready in ahead.finish():
+                push(ready)
             if staged is not None:
                 writer.write(staged, summary)
         writer.delete_docs(changes.deleted, summary, dry_run=dry_run)
         if not dry_run:
+            if summary.chunks_embedded:  # how, and why: for status after a one-shot run
+                summary.embedding = self.embedder.describe()
+                self.state.put(LAST_RUN_EMBEDDING, json.dumps(summary.embedding))
             self._finish(changes, summary)
         return summary
 

@@ -31,6 +31,7 @@ class Summary:
     failures: list[Failure] = field(default_factory=list, repr=False)
     interrupted: bool = False  # a stop was asked for before everything was written
     refused: str = ""  # why deletions were not made (mdindex.index.guard), when they were not
+    embedding: dict[str, Any] = field(default_factory=dict)  # how its texts were embedded
 
     def fail(self, failure: Failure) -> None:
         self.files_failed += 1
@@ -60,7 +61,7 @@ class Summary:
             "warnings": self.warnings,
             "refused": self.refused,
             "dry_run": self.dry_run,
-        }
+        } | ({"embedding": self.embedding} if self.embedding else {})
 
     def line(self) -> str:
         verb = "would change" if self.dry_run else "changed"

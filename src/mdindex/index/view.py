@@ -4,6 +4,7 @@ power to write."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Self
 
@@ -18,6 +19,9 @@ from mdindex.index.planning import Planner
 from mdindex.index.search import Query, search
 from mdindex.index.state import DocRow, State
 from mdindex.sinks import Store
+
+# The state's record of how the last run that embedded anything embedded it.
+LAST_RUN_EMBEDDING = "last_run_embedding"
 
 
 class IndexView:
@@ -115,8 +119,15 @@ class IndexView:
         return {"store": self.store.where, "points": points, **self.store.describe()}
 
     def embedding_status(self) -> dict[str, Any]:
-        """How the embedder computes and why (``mdindex.embedding.calibration``)."""
-        return self.embedder.describe()
+        """How the embedder computes and why (``mdindex.embedding.calibration``),
+        and how the last run that embedded anything did, where that differs
+        (a one-shot run chooses for its own count of texts)."""
+        described = self.embedder.describe()
+        try:
+            last = json.loads(self.state.get(LAST_RUN_EMBEDDING) or "{}")
+        except ValueError:
+            last = {}
+        return described | ({"last_run": last} if last and last != described else {})
 
     def point_tally(self) -> tuple[int, int, int]:
         """Points the state committed, those it has pending, and those the store

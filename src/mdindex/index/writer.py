@@ -127,17 +127,20 @@ class Writer:
 
     def count_dry(self, group: list[DocWork], summary: Summary) -> None:
         """What writing this group would do, from the state alone."""
-        planned = [p for w in group for p in w.points]
-        keys = {p.vector_key for p in planned}
-        known = self.state.has_vector_keys(keys)
-        for _, state in self.siblings:
-            known |= state.has_vector_keys(keys - known)
-        summary.chunks_embedded += len({p.vector_key for p in planned} - known)
-        summary.points_upserted += len(planned)
+        summary.chunks_embedded += len(self.unknown_keys(group))
+        summary.points_upserted += sum(len(w.points) for w in group)
         for w in group:
             old = self.state.point_ids(w.ref.root, w.ref.rel) - {p.id for p in w.points}
             summary.points_deleted += len(old)
         summary.files_changed += len(group)
+
+    def unknown_keys(self, group: list[DocWork]) -> set[str]:
+        """The group's vector keys no version's state knows: the texts to embed."""
+        keys = {p.vector_key for w in group for p in w.points}
+        known = self.state.has_vector_keys(keys)
+        for _, state in self.siblings:
+            known |= state.has_vector_keys(keys - known)
+        return keys - known
 
     def stage(
         self, group: list[DocWork], pool: ThreadPoolExecutor | _Inline, previous: Staged | None

@@ -1,0 +1,275 @@
+"""A one-shot run counts what it will embed before the model loads: the groups
+held back and handed on, the count the embedder gets, and, with the real
+model and figures recorded for this machine, a small run (and a run that
+embeds nothing) in a process that never imports torch, a large one on the
+fastest backend, and the choice in the summary and in status."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mdindex.config import DEFAULT_MODEL, Settings
+from mdindex.embedding import calibration
+from mdindex.embedding.loading import weights_sha
+from mdindex.embedding.model import CPU_BATCH, native_bf16, resolve_model
+from mdindex.index.lookahead import tokens
+from mdindex.index.runtime import make_models
+from mdindex.index.summary import Summary
+from tests.conftest import (
+    TinyEmbedder,
+    build_indexer,
+    run_backfill,
+    same_points,
+    stored_points,
+)
+
+
+class Counting(TinyEmbedder):
+    """A tiny embedder with a choice to make: it asks for ``limit`` tokens of
+    lookahead and keeps what each load was told."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+        self.runs: list[tuple[int, int] | None] = []
+        self.embedded_before_load = 0
+
+    def lookahead(self) -> int:
+        return 0 if self.runs else self.limit
+
+    def load(self, run: tuple[int, int] | None = None) -> None:
+        self.embedded_before_load = self.texts_embedded
+        self.runs.append(run)
+
+
+def _docs(root: Path, count: int) -> None:
+    for i in range(count):
+        (root / f"note{i:03}.md").write_text(
+            f"# Note {i}\n\nThe {i}th note says something about topic {i % 7}.\n\n"
+            f"## Details\n\nMore about number {i} and its neighbours.\n",
+            encoding="utf-8",
+        )
+
+
+def _expected_run(settings: Settings) -> tuple[int, int]:
+    """The texts a cold run embeds and their tokens, planned apart."""
+    with build_indexer(settings, TinyEmbedder()) as indexer:
+        works, _ = indexer.plan_all(Summary())
+    # plan_all drops token ids; plan them again as a run does
+    models = make_models(settings)
+    points = {p.vector_key: p for w in works for p in w.points}
+    counted = {}
+    for key, point in points.items():
+        ids = models.counter.encode(point.embed_input).ids
+        counted[key] = len(ids) + 2
+    return len(points), sum(counted.values())
+
+
+def test_a_small_run_loads_once_it_has_counted_everything(
+    tmp_path: Path, make_settings: Any
+) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    _docs(root, 40)
+    settings = make_settings(root)
+    embedder = Counting(limit=10_000_000)
+    summary = run_backfill(settings, embedder)
+    texts, count = _expected_run(settings)
+    assert embedder.runs == [(texts, count)]
+    assert embedder.embedded_before_load == 0  # nothing embedded before the count was known
+    assert summary["chunks_embedded"] == texts
+    # what is stored is what a run without counting stores
+    plain = make_settings(root, state_dir=str(tmp_path / "plain"))
+    run_backfill(plain, TinyEmbedder())
+    assert same_points(stored_points(settings, vectors=True), stored_points(plain, vectors=True))
+
+
+def test_a_run_past_the_lookahead_loads_the_fastest_without_counting_on(
+    tmp_path: Path, make_settings: Any
+) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    _docs(root, 600)  # more than one group of 256 documents
+    settings = make_settings(root)
+    embedder = Counting(limit=100)
+    summary = run_backfill(settings, embedder)
+    assert embedder.runs == [None]  # the fastest backend, as a daemon loads it
+    assert summary["chunks_embedded"] == len(stored_points(settings)) == 1_200
+    assert summary["files_changed"] == 600
+
+
+def test_a_run_that_embeds_nothing_loads_nothing(tmp_path: Path, make_settings: Any) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    _docs(root, 5)
+    settings = make_settings(root)
+    run_backfill(settings, TinyEmbedder())
+    before = stored_points(settings, vectors=True)
+    (root / "note000.md").rename(root / "renamed.md")  # its vectors are reused
+    (root / "note001.md").unlink()
+    embedder = Counting(limit=10_000_000)
+    summary = run_backfill(settings, embedder)
+    assert embedder.runs == [] and summary["chunks_embedded"] == 0
+    assert summary["files_changed"] == 1 and summary["points_deleted"] == 4
+    after = stored_points(settings, vectors=True)
+    moved = [p for p in after.values() if p["doc_path"] == "renamed.md"]
+    was = {p["text"]: p["_vector"] for p in before.values() if p["doc_path"] == "note000.md"}
+    assert len(moved) == 2
+    assert all(p["_vector"] == was[p["text"]] for p in moved)
+
+
+def test_tokens_are_the_models_with_its_special_tokens(tmp_path: Path, make_settings: Any) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    _docs(root, 1)
+    settings = make_settings(root)
+    models = make_models(settings)
+    with build_indexer(settings, TinyEmbedder()) as indexer:
+        changes = indexer.changes()
+        groups = list(indexer.groups.read(changes.files, lambda ref: "", Summary(), None))
+        (work,) = [w for g in groups for w in indexer.groups.plan(g, Summary())]
+    for point in work.points:
+        assert point.token_ids is not None
+        want = len(models.counter.encode(point.embed_input).ids) + 2
+        assert tokens(point) == want
+        guessed = tokens(dataclasses.replace(point, token_ids=None))  # 3 characters a token
+        assert guessed == len(point.embed_input) // 3 + 2
+
+
+# -- with the real model, in processes of their own -----------------------------
+
+RUN = """
+import json, sys
+from mdindex.cli.main import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code,
+                  "torch": "torch" in sys.modules,
+                  "st": "sentence_transformers" in sys.modules,
+                  "transformers": "transformers" in sys.modules}), file=sys.stderr)
+"""
+
+
+def _plant(cache: Path, load_s: dict[str, float], speed: dict[str, float]) -> str:
+    """Figures as a measurement on this CPU would record them, under the key a
+    run on this machine looks for; returns the fastest's name."""
+    info = resolve_model(DEFAULT_MODEL)
+    names = calibration.candidates("cpu", "auto", "auto", native_bf16=native_bf16(), onnx=True)
+    key = calibration.machine_key(
+        model_sha256=weights_sha(info, cache), device="cpu", batch_size=CPU_BATCH, names=names
+    )
+    passed = {"mean_cosine": 1.0, "top10_agreement": 1.0, "passed": True}
+    fastest = max(names, key=lambda n: speed[n])
+    backend, precision = fastest.split("-")
+    choice = calibration.Choice(
+        backend,
+        precision,
+        "planted",
+        chunks_per_s={n: speed[n] / 100 for n in names},
+        gate={n: dict(passed) for n in names},
+        source="measured",
+        measured_at="2026-12-02T00:00:00+00:00",
+        load_s={n: load_s[n] for n in names},
+        tokens_per_s={n: speed[n] for n in names},
+    )
+    calibration.save(cache, key, choice)
+    return fastest
+
+
+def _backfill(root: Path, state: Path, cache: Path, *extra: str) -> tuple[dict[str, Any], ...]:
+    out = subprocess.run(
+        [sys.executable, "-c", RUN, "backfill", str(root), "--state-dir", str(state), "--json"],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"HF_HUB_OFFLINE": "1", "MDINDEX_CACHE_DIR": str(cache)},
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout, out.stderr[-3000:]
+    modules = json.loads(out.stderr.strip().splitlines()[-1])
+    return json.loads(out.stdout), modules
+
+
+# What a measurement on a CPU like the CI's records: torch takes seconds to load
+# and the export a fraction of one, at half torch's speed.
+SLOW_TORCH = {"torch-fp32": 7.0, "torch-bf16": 7.0, "onnx-fp32": 0.2}
+SPEED = {"torch-fp32": 9_000.0, "torch-bf16": 8_000.0, "onnx-fp32": 4_500.0}
+
+
+@pytest.mark.model
+def test_small_runs_and_runs_that_embed_nothing_never_import_torch(
+    tmp_path: Path, onnx_cache: Path, real_embedder: Any
+) -> None:
+    _plant(onnx_cache, SLOW_TORCH, SPEED)
+    root = tmp_path / "docs"
+    root.mkdir()
+    _docs(root, 5)  # a rename and a delete: 2 of 5 gone, within the guard
+    state = tmp_path / "state"
+
+    summary, modules = _backfill(root, state, onnx_cache)  # a first sync of a small folder
+    assert not (modules["torch"] or modules["st"] or modules["transformers"]), modules
+    assert summary["chunks_embedded"] == 10
+    choice = summary["embedding"]
+    assert (choice["name"], choice["texts"]) == ("onnx-fp32", 10)
+    assert set(choice["expected_s"]) >= {"onnx-fp32", "torch-fp32"}
+    assert choice["expected_s"]["onnx-fp32"] < 1.0 < 7.0 < choice["expected_s"]["torch-fp32"]
+    assert choice["reason"].startswith("first to finish 10 texts of ")
+
+    # the vectors are the model's: an index torch fp32 built holds the same points
+    got = stored_points(Settings(roots=[str(root)], state_dir=state), vectors=True)
+    by_torch = Settings(roots=[str(root)], state_dir=tmp_path / "torch")
+    run_backfill(by_torch, real_embedder)
+    want = stored_points(by_torch, vectors=True)
+    assert sorted(got) == sorted(want) and len(got) == 10
+    for pid, point in got.items():
+        cosine = np.dot(np.asarray(point["_vector"]), np.asarray(want[pid]["_vector"]))
+        assert cosine > 0.9999
+
+    edited = root / "note001.md"
+    edited.write_text(edited.read_text() + "\nOne more line.\n")
+    (root / "note000.md").rename(root / "moved.md")
+    (root / "note002.md").unlink()
+    summary, modules = _backfill(root, state, onnx_cache)  # an edit, a rename, a delete
+    assert not (modules["torch"] or modules["st"]), modules
+    assert summary["chunks_embedded"] == 1 and summary["embedding"]["name"] == "onnx-fp32"
+
+    (root / "moved.md").rename(root / "again.md")
+    summary, modules = _backfill(root, state, onnx_cache)  # a rename alone: nothing to embed
+    assert summary["chunks_embedded"] == 0 and "embedding" not in summary
+    assert not (modules["torch"] or modules["st"]), modules
+    summary, modules = _backfill(root, state, onnx_cache)  # a no-op
+    assert summary["files_changed"] == 0 and not modules["torch"]
+
+    # status, after: the last run's choice and why, without a daemon
+    out = subprocess.run(
+        [sys.executable, "-m", "mdindex", "status", str(root), "--state-dir", str(state), "--json"],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"HF_HUB_OFFLINE": "1", "MDINDEX_CACHE_DIR": str(onnx_cache)},
+        check=True,
+    )
+    last = json.loads(out.stdout)["embedding"]["last_run"]
+    assert (last["name"], last["texts"]) == ("onnx-fp32", 1)
+    assert last["reason"].startswith("first to finish 1 texts of ")
+
+
+@pytest.mark.model
+def test_a_large_run_loads_the_fastest(tmp_path: Path, onnx_cache: Path) -> None:
+    # torch loads 0.1 s slower: worth it past 900 tokens (0.1 / (1/4500 - 1/9000))
+    fastest = _plant(onnx_cache, {"torch-fp32": 0.3, "torch-bf16": 0.3, "onnx-fp32": 0.2}, SPEED)
+    root = tmp_path / "docs"
+    root.mkdir()
+    _docs(root, 30)
+    summary, modules = _backfill(root, tmp_path / "state", onnx_cache)
+    assert summary["chunks_embedded"] == 60
+    assert summary["embedding"]["name"] == fastest == "torch-fp32"
+    assert "texts" not in summary["embedding"]  # chosen by speed alone, as a daemon's
+    assert modules["torch"]
