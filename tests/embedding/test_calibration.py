@@ -127,6 +127,38 @@ def test_a_damaged_cache_file_means_measuring_again(tmp_path: Path) -> None:
         assert calibration.cached(tmp_path, _key()) is None
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"load_s": {"onnx-fp32": "0.2"}},
+        {"load_s": {"onnx-fp32": float("nan")}},
+        {"tokens_per_s": {"onnx-fp32": -1.0}},
+        {"tokens_per_s": {"onnx-fp32": float("inf")}},
+        {"tokens_per_s": {"onnx-fp32": True}},
+        {"tokens_per_s": ["onnx-fp32"]},
+        {"chunks_per_s": {"onnx-int8": 90.0}},
+        {"gate": {"onnx-fp32": "passed"}},
+        {"gate": {"onnx-fp32": {"passed": "yes"}}},
+        {"backend": "tensorflow"},
+        {"precision": "int8"},
+        {"reason": ["why"]},
+        {"texts": 12},
+        {"expected_s": {"onnx-fp32": 1.0}},
+    ],
+)
+def test_figures_that_are_no_measurement_mean_measuring_again(
+    tmp_path: Path, damage: dict[str, Any]
+) -> None:
+    calibration.save(tmp_path, _key(), _figures())
+    assert calibration.cached(tmp_path, _key()) is not None
+    (path,) = (tmp_path / "calibration").glob("*.json")
+    data = json.loads(path.read_text())
+    data["choice"] |= damage
+    path.write_text(json.dumps(data))  # NaN and Infinity as Python's json writes them
+    assert calibration.cached(tmp_path, _key()) is None
+    assert calibration.recorded(tmp_path, "m1") is None
+
+
 def test_recorded_is_the_newest_for_this_model_on_this_cpu(tmp_path: Path) -> None:
     calibration.save(tmp_path, _key(), Choice("torch", "bf16", "old", measured_at="2026-01-01"))
     calibration.save(

@@ -263,10 +263,35 @@ def cached(cache_dir: Path, key: dict[str, str]) -> Choice | None:
         data = json.loads(_key_file(cache_dir, key).read_text(encoding="utf-8"))
         if data.get("key") != key:
             return None
-        choice = Choice(**{k: v for k, v in data["choice"].items() if k != "name"})
+        choice = _read_choice(data["choice"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None  # unreadable or from another version: measure again
+        return None  # unreadable, damaged or from another version: measure again
     choice.source = "cache"
+    return choice
+
+
+def _read_choice(data: dict[str, Any]) -> Choice:
+    """A cached choice, checked: a figure that is no finite number, or a name
+    that is no candidate, raises ValueError (the file is measured again)."""
+    choice = Choice(**{k: v for k, v in data.items() if k != "name"})
+    if choice.name not in INTERCHANGEABLE or not isinstance(choice.reason, str):
+        raise ValueError(f"no candidate: {choice.name!r}")
+    if choice.texts is not None or choice.expected_s:
+        raise ValueError("a run's choice, not a measurement")
+    for figures in (choice.chunks_per_s, choice.load_s, choice.tokens_per_s):
+        if not isinstance(figures, dict) or not all(
+            name in INTERCHANGEABLE
+            and isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value >= 0
+            for name, value in figures.items()
+        ):
+            raise ValueError("a figure that is no finite number")
+    if not isinstance(choice.gate, dict) or not all(
+        isinstance(g, dict) and g.get("passed") in (True, False) for g in choice.gate.values()
+    ):
+        raise ValueError("a gate that is no verdict")
     return choice
 
 
@@ -283,7 +308,7 @@ def recorded(cache_dir: Path, model_sha256: str) -> Choice | None:
                 key.get(k) != v for k, v in me.items()
             ):
                 continue
-            choice = Choice(**{k: v for k, v in data["choice"].items() if k != "name"})
+            choice = _read_choice(data["choice"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
         if best is None or choice.measured_at > best[0]:
