@@ -144,19 +144,47 @@ def test_a_damaged_cache_file_means_measuring_again(tmp_path: Path) -> None:
         {"reason": ["why"]},
         {"texts": 12},
         {"expected_s": {"onnx-fp32": 1.0}},
+        {"load_s": {"torch-fp32": 1e308}},  # lookahead's division overflowed
+        {"tokens_per_s": {"onnx-fp32": 5e-324}},  # and this gave NaN
+        {"measured_at": 5},  # status compared it with a string
+        {"source": None},
     ],
 )
 def test_figures_that_are_no_measurement_mean_measuring_again(
     tmp_path: Path, damage: dict[str, Any]
 ) -> None:
-    calibration.save(tmp_path, _key(), _figures())
-    assert calibration.cached(tmp_path, _key()) is not None
+    key = _key(candidates="torch-fp32,torch-bf16,onnx-fp32")
+    calibration.save(tmp_path, key, _figures())
+    assert calibration.cached(tmp_path, key) is not None
     (path,) = (tmp_path / "calibration").glob("*.json")
     data = json.loads(path.read_text())
     data["choice"] |= damage
     path.write_text(json.dumps(data))  # NaN and Infinity as Python's json writes them
-    assert calibration.cached(tmp_path, _key()) is None
+    assert calibration.cached(tmp_path, key) is None
     assert calibration.recorded(tmp_path, "m1") is None
+
+
+def test_a_choice_the_keys_candidates_do_not_list_is_measured_again(tmp_path: Path) -> None:
+    """fp16 on a CPU was never a candidate there, nor gated: a file naming it
+    (or naming figures for it) is no measurement of these candidates."""
+    key = _key(candidates="torch-fp32,torch-bf16,onnx-fp32")
+    fp16 = _figures()
+    fp16.precision = "fp16"
+    calibration.save(tmp_path, key, fp16)
+    assert calibration.cached(tmp_path, key) is None
+    extra = _figures()
+    extra.load_s["torch-fp16"] = 0.1
+    calibration.save(tmp_path, key, extra)
+    assert calibration.cached(tmp_path, key) is None
+    calibration.save(tmp_path, _key(), _figures())  # the key lists no bf16
+    assert calibration.cached(tmp_path, _key()) is None
+
+
+def test_the_lookahead_of_extreme_figures_is_capped() -> None:
+    measured = _figures()
+    measured.load_s["torch-bf16"] = 3600.0
+    measured.tokens_per_s["onnx-fp32"] = measured.tokens_per_s["torch-bf16"] * (1 - 1e-12)
+    assert calibration.lookahead(measured) == calibration.MAX_LOOKAHEAD
 
 
 def test_recorded_is_the_newest_for_this_model_on_this_cpu(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from mdindex.embedding.engines import OnnxRunner, TorchEngine
 from mdindex.embedding.loading import load, weights_sha
 from mdindex.embedding.model import ModelInfo, Wanted, native_bf16, resolve_model, weights_hash
 from mdindex.errors import ConfigError
+from tests.conftest import SLOW_TORCH, SPEED, plant_measurement
 
 pytestmark = pytest.mark.model
 
@@ -206,3 +208,20 @@ def test_without_an_export_a_query_process_loads_torch(tmp_path: Path) -> None:
     )
     e.embed(["q"])
     assert e.choice is not None and e.choice.name == "torch-fp32"
+
+
+def test_a_damaged_export_falls_back_to_torch_and_is_made_again(
+    info: ModelInfo, tmp_path: Path, export: onnx_export.Export
+) -> None:
+    cache = tmp_path / "cache"
+    folder = cache / "onnx" / export.path.parent.name
+    folder.mkdir(parents=True)
+    shutil.copyfile(export.path.parent / "meta.json", folder / "meta.json")
+    (folder / "model.onnx").write_bytes(export.path.read_bytes()[:1_000_000])  # cut short
+    plant_measurement(cache, SLOW_TORCH, SPEED)
+    loaded = load(info, Wanted(cache_dir=cache), run=(3, 300))  # a small run: the export
+    assert isinstance(loaded.engine, TorchEngine) and loaded.choice.backend == "torch"
+    again = onnx_export.find_export(info, cache)
+    assert again is not None and again.path.stat().st_size == export.path.stat().st_size
+    loaded = load(info, Wanted(cache_dir=cache), run=(3, 300))
+    assert isinstance(loaded.engine, OnnxRunner) and loaded.choice.name == "onnx-fp32"

@@ -17,16 +17,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mdindex.config import DEFAULT_MODEL, Settings
-from mdindex.embedding import calibration
-from mdindex.embedding.loading import weights_sha
-from mdindex.embedding.model import CPU_BATCH, native_bf16, resolve_model
+from mdindex.config import Settings
+from mdindex.index import lookahead
+from mdindex.index.indexer import Hooks
 from mdindex.index.lookahead import tokens
 from mdindex.index.runtime import make_models
 from mdindex.index.summary import Summary
 from tests.conftest import (
+    SLOW_TORCH,
+    SPEED,
     TinyEmbedder,
     build_indexer,
+    plant_measurement,
     run_backfill,
     same_points,
     stored_points,
@@ -102,9 +104,97 @@ def test_a_run_past_the_lookahead_loads_the_fastest_without_counting_on(
     settings = make_settings(root)
     embedder = Counting(limit=100)
     summary = run_backfill(settings, embedder)
-    assert embedder.runs == [None]  # the fastest backend, as a daemon loads it
+    # loaded once the count passed 100 tokens, for the count so far (the backend
+    # that finishes that many or more first): the first group of 256 documents
+    ((texts, count),) = embedder.runs
+    assert texts == 512 and count > 100
+    assert embedder.embedded_before_load == 0
     assert summary["chunks_embedded"] == len(stored_points(settings)) == 1_200
     assert summary["files_changed"] == 600
+
+
+def test_many_copies_of_known_text_are_not_held_past_hold_points(
+    tmp_path: Path, make_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copies add nothing to the count, so only the bound on points held ends
+    the counting: the groups are released, and memory stays bounded."""
+    monkeypatch.setattr(lookahead, "HOLD_POINTS", 40)
+    held: list[int] = []
+    take = lookahead.Lookahead.take
+
+    def watched(self: lookahead.Lookahead, group: Any) -> Any:
+        out = take(self, group)
+        held.append(self.points if self.held else 0)
+        return out
+
+    monkeypatch.setattr(lookahead.Lookahead, "take", watched)
+    root = tmp_path / "docs"
+    root.mkdir()
+    for i in range(100):
+        (root / f"copy{i:03}.md").write_text("# Same\n\nThe very same text.\n\n## Again\n\nSame.\n")
+    settings = make_settings(root)
+    embedder = Counting(limit=10_000_000)
+    with build_indexer(settings, embedder, group_docs=1) as indexer:
+        summary = indexer.backfill()
+    assert max(held) <= 40 + 2  # the bound, plus the group that passed it
+    assert embedder.runs == [(2, embedder.runs[0][1])]  # two distinct texts, counted
+    assert summary.chunks_embedded == 2 and summary.files_changed == 100
+    assert len(stored_points(settings)) == 200
+
+
+def test_a_section_moved_between_files_is_reused_as_without_counting(
+    tmp_path: Path, make_settings: Any
+) -> None:
+    """Groups keep the order a run without counting writes them in: b.md gives
+    up a section a.md takes, and b.md must not be written (deleting its old
+    point) before a.md has looked the vector up."""
+    shared = "A shared paragraph with rare words: zebra, quokka, axolotl."
+    HEAD = "---\ntitle: T\n---\n\n"  # one title: the section embeds as the same text
+    embedded = {}
+    for mode in ("plain", "counting"):
+        root = tmp_path / mode
+        root.mkdir()
+        (root / "a.md").write_text(HEAD + "## One\n\n" + "Alpha first paragraph. " * 40 + "\n")
+        (root / "b.md").write_text(
+            HEAD + "## Two\n\n" + "Beta first paragraph. " * 40 + f"\n\n## Shared\n\n{shared}\n"
+        )
+        settings = make_settings(root, state_dir=str(tmp_path / f"state-{mode}"))
+        with build_indexer(settings, TinyEmbedder(), group_docs=1) as indexer:
+            indexer.backfill()
+        (root / "a.md").write_text(
+            HEAD + "## One\n\n" + "Alpha, edited. " * 40 + f"\n\n## Shared\n\n{shared}\n"
+        )
+        (root / "b.md").write_text(HEAD + "## Two\n\n" + "Beta first paragraph. " * 40 + "\n")
+        (root / "c.md").write_text((root / "b.md").read_text())  # known text only
+        embedder = Counting(10_000_000) if mode == "counting" else TinyEmbedder()
+        with build_indexer(settings, embedder, group_docs=1) as indexer:
+            embedded[mode] = indexer.backfill().chunks_embedded
+        if mode == "counting":
+            assert embedder.runs == [(embedded[mode], embedder.runs[0][1])]
+    assert embedded["counting"] == embedded["plain"] == 1  # a.md's new text alone
+
+
+def test_a_stop_while_groups_are_held_writes_none_of_them(
+    tmp_path: Path, make_settings: Any
+) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    _docs(root, 20)
+    settings = make_settings(root)
+    asked = {"n": 0}
+
+    def stop() -> bool:
+        asked["n"] += 1
+        return asked["n"] > 5  # after five groups were read and held
+
+    embedder = Counting(limit=10_000_000)
+    with build_indexer(settings, embedder, group_docs=1, hooks=Hooks(stop_requested=stop)) as ix:
+        summary = ix.backfill()
+        assert summary.interrupted and summary.files_changed == 0
+        assert ix.counts()[0] == 0
+    assert embedder.runs == [] and stored_points(settings) == {}
+    summary = run_backfill(settings, embedder)  # the next run picks them up
+    assert summary["files_changed"] == 20 and len(stored_points(settings)) == 40
 
 
 def test_a_run_that_embeds_nothing_loads_nothing(tmp_path: Path, make_settings: Any) -> None:
@@ -158,32 +248,6 @@ print(json.dumps({"code": code,
 """
 
 
-def _plant(cache: Path, load_s: dict[str, float], speed: dict[str, float]) -> str:
-    """Figures as a measurement on this CPU would record them, under the key a
-    run on this machine looks for; returns the fastest's name."""
-    info = resolve_model(DEFAULT_MODEL)
-    names = calibration.candidates("cpu", "auto", "auto", native_bf16=native_bf16(), onnx=True)
-    key = calibration.machine_key(
-        model_sha256=weights_sha(info, cache), device="cpu", batch_size=CPU_BATCH, names=names
-    )
-    passed = {"mean_cosine": 1.0, "top10_agreement": 1.0, "passed": True}
-    fastest = max(names, key=lambda n: speed[n])
-    backend, precision = fastest.split("-")
-    choice = calibration.Choice(
-        backend,
-        precision,
-        "planted",
-        chunks_per_s={n: speed[n] / 100 for n in names},
-        gate={n: dict(passed) for n in names},
-        source="measured",
-        measured_at="2026-12-02T00:00:00+00:00",
-        load_s={n: load_s[n] for n in names},
-        tokens_per_s={n: speed[n] for n in names},
-    )
-    calibration.save(cache, key, choice)
-    return fastest
-
-
 def _backfill(root: Path, state: Path, cache: Path, *extra: str) -> tuple[dict[str, Any], ...]:
     out = subprocess.run(
         [sys.executable, "-c", RUN, "backfill", str(root), "--state-dir", str(state), "--json"],
@@ -198,17 +262,11 @@ def _backfill(root: Path, state: Path, cache: Path, *extra: str) -> tuple[dict[s
     return json.loads(out.stdout), modules
 
 
-# What a measurement on a CPU like the CI's records: torch takes seconds to load
-# and the export a fraction of one, at half torch's speed.
-SLOW_TORCH = {"torch-fp32": 7.0, "torch-bf16": 7.0, "onnx-fp32": 0.2}
-SPEED = {"torch-fp32": 9_000.0, "torch-bf16": 8_000.0, "onnx-fp32": 4_500.0}
-
-
 @pytest.mark.model
 def test_small_runs_and_runs_that_embed_nothing_never_import_torch(
     tmp_path: Path, onnx_cache: Path, real_embedder: Any
 ) -> None:
-    _plant(onnx_cache, SLOW_TORCH, SPEED)
+    plant_measurement(onnx_cache, SLOW_TORCH, SPEED)
     root = tmp_path / "docs"
     root.mkdir()
     _docs(root, 5)  # a rename and a delete: 2 of 5 gone, within the guard
@@ -264,12 +322,14 @@ def test_small_runs_and_runs_that_embed_nothing_never_import_torch(
 @pytest.mark.model
 def test_a_large_run_loads_the_fastest(tmp_path: Path, onnx_cache: Path) -> None:
     # torch loads 0.1 s slower: worth it past 900 tokens (0.1 / (1/4500 - 1/9000))
-    fastest = _plant(onnx_cache, {"torch-fp32": 0.3, "torch-bf16": 0.3, "onnx-fp32": 0.2}, SPEED)
+    quick = {"torch-fp32": 0.3, "torch-bf16": 0.3, "onnx-fp32": 0.2}
+    fastest = plant_measurement(onnx_cache, quick, SPEED)
     root = tmp_path / "docs"
     root.mkdir()
     _docs(root, 30)
     summary, modules = _backfill(root, tmp_path / "state", onnx_cache)
     assert summary["chunks_embedded"] == 60
     assert summary["embedding"]["name"] == fastest == "torch-fp32"
-    assert "texts" not in summary["embedding"]  # chosen by speed alone, as a daemon's
+    # one group of 30 documents passed the 900 tokens: chosen for its count
+    assert summary["embedding"]["texts"] == 60
     assert modules["torch"]

@@ -119,6 +119,9 @@ class Builds:
         assert self.build is not None
         self.now = True
         try:
+            # A daemon pays the load once: the fastest backend, not one chosen for
+            # the first pass's count (it also stops whenever the daemon is busy).
+            self.build.load_model()
             summary = self.build.backfill(prune=True, force=True)
             on_embedded(summary.chunks_embedded)
             self.embedded += summary.chunks_embedded

@@ -263,31 +263,39 @@ def cached(cache_dir: Path, key: dict[str, str]) -> Choice | None:
         data = json.loads(_key_file(cache_dir, key).read_text(encoding="utf-8"))
         if data.get("key") != key:
             return None
-        choice = _read_choice(data["choice"])
+        choice = _read_choice(data["choice"], key["candidates"].split(","))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # unreadable, damaged or from another version: measure again
     choice.source = "cache"
     return choice
 
 
-def _read_choice(data: dict[str, Any]) -> Choice:
-    """A cached choice, checked: a figure that is no finite number, or a name
-    that is no candidate, raises ValueError (the file is measured again)."""
+# What a measurement can record: anything else is a damaged or hand-made file.
+# (A speed of one token a second would already be 100 times too slow to use.)
+BOUNDS = {"chunks_per_s": (0.01, 1e7), "tokens_per_s": (1.0, 1e9), "load_s": (0.0, 3600.0)}
+
+
+def _read_choice(data: dict[str, Any], names: Sequence[str] = INTERCHANGEABLE) -> Choice:
+    """A cached choice, checked: a name that is not among ``names`` (the key's
+    candidates), or a figure that is no number a measurement records, raises
+    ValueError (the file is measured again)."""
     choice = Choice(**{k: v for k, v in data.items() if k != "name"})
-    if choice.name not in INTERCHANGEABLE or not isinstance(choice.reason, str):
+    if choice.name not in names or not all(
+        isinstance(text, str) for text in (choice.reason, choice.source, choice.measured_at)
+    ):
         raise ValueError(f"no candidate: {choice.name!r}")
     if choice.texts is not None or choice.expected_s:
         raise ValueError("a run's choice, not a measurement")
-    for figures in (choice.chunks_per_s, choice.load_s, choice.tokens_per_s):
+    for field_name, (low, high) in BOUNDS.items():
+        figures = getattr(choice, field_name)
         if not isinstance(figures, dict) or not all(
-            name in INTERCHANGEABLE
+            name in names
             and isinstance(value, int | float)
             and not isinstance(value, bool)
-            and math.isfinite(value)
-            and value >= 0
+            and low <= value <= high
             for name, value in figures.items()
         ):
-            raise ValueError("a figure that is no finite number")
+            raise ValueError(f"{field_name}: not what a measurement records")
     if not isinstance(choice.gate, dict) or not all(
         isinstance(g, dict) and g.get("passed") in (True, False) for g in choice.gate.values()
     ):
@@ -467,5 +475,5 @@ def lookahead(measured: Choice) -> int:
         saved = top_load - measured.load_s[name]  # seconds its quicker load saves
         lost = 1 / measured.tokens_per_s[name] - 1 / top_speed  # and each token costs more
         if saved > 0:
-            count = max(count, MAX_LOOKAHEAD if lost <= 0 else math.ceil(saved / lost))
+            count = max(count, MAX_LOOKAHEAD if lost <= 0 else math.ceil(min(saved / lost, 1e12)))
     return min(count, MAX_LOOKAHEAD)

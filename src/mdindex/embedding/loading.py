@@ -69,8 +69,11 @@ def load(info: ModelInfo, want: Wanted, run: tuple[int, int] | None = None) -> L
     if planned is not None and planned.backend == "onnx":
         export = onnx_export.find_export(info, want.cache_dir) if want.cache_dir else None
         assert export is not None  # cached_measurement found it
-        _log_choice(planned, "direct forward")
-        return _on_export(info, want, export, planned)
+        on_export = _on_export(info, want, export, planned)
+        if on_export is not None:
+            _log_choice(planned, "direct forward")
+            return on_export
+        planned = None  # the export is gone: torch, and a new export
     started = time.perf_counter()
     device = pick_device(want.device)
     batch_size = want.batch_size or (CUDA_BATCH if device.startswith("cuda") else CPU_BATCH)
@@ -94,12 +97,15 @@ def load(info: ModelInfo, want: Wanted, run: tuple[int, int] | None = None) -> L
         assert want.cache_dir is not None
         export = onnx_export.find_export(info, want.cache_dir)
         assert export is not None  # calibration exported it
-        loaded.engine, loaded.features = OnnxRunner(export.path, export.inputs), export.inputs
-        # torch's copy is not needed any more (about 90 MB)
-    elif tokenizer is not None:
+        loaded.engine = _open_export(export)
+        if loaded.engine is not None:
+            loaded.features = export.inputs  # torch's copy is let go (about 90 MB)
+        else:
+            loaded.choice = calibration.Choice("torch", "fp32", "the ONNX export failed to load")
+    if tokenizer is None:
+        loaded.model = model  # through encode
+    elif loaded.engine is None:
         loaded.engine = TorchEngine(model, device, loaded.choice.precision, features)
-        loaded.model = model
-    else:
         loaded.model = model
     _log_choice(loaded.choice, "direct forward" if tokenizer is not None else "encode")
     return loaded
@@ -117,18 +123,37 @@ def _log_choice(choice: calibration.Choice, how: str) -> None:
 
 def _on_export(
     info: ModelInfo, want: Wanted, export: onnx_export.Export, choice: calibration.Choice
-) -> Loaded:
-    """The model as its ONNX export on onnxruntime, with tokenizers: no torch."""
+) -> Loaded | None:
+    """The model as its ONNX export on onnxruntime, with tokenizers: no torch.
+    None when the export cannot be loaded."""
+    runner = _open_export(export)
+    if runner is None:
+        return None
     tokenizer = load_tokenizer(info)
     return Loaded(
         choice,
         "cpu",
         want.batch_size or CPU_BATCH,
-        OnnxRunner(export.path, export.inputs),
+        runner,
         tokenizer,
         special_wrap(tokenizer),
         export.inputs,
     )
+
+
+def _open_export(export: onnx_export.Export) -> OnnxRunner | None:
+    """An onnxruntime session over the export; None, with a warning, when the
+    file is damaged (it is removed, and made again at the next torch load)."""
+    try:
+        return OnnxRunner(export.path, export.inputs)
+    except Exception as exc:  # onnxruntime raises its own types (InvalidProtobuf, Fail)
+        log.warning(
+            "the ONNX export in %s cannot be loaded (%s); using torch, and exporting again",
+            export.path.parent,
+            " ".join(str(exc).split())[:200],
+        )
+        onnx_export.discard(export)
+        return None
 
 
 def _query_export(info: ModelInfo, want: Wanted) -> Loaded | None:
@@ -158,7 +183,7 @@ def _query_export(info: ModelInfo, want: Wanted) -> Loaded | None:
     (log.debug if want.queries_only else log.info)(
         "embedding with the ONNX export (%s): %s", found.path.parent, why
     )
-    return _on_export(info, want, found, choice)
+    return _on_export(info, want, found, choice)  # None: torch, below
 
 
 def cached_measurement(info: ModelInfo, want: Wanted) -> calibration.Choice | None:

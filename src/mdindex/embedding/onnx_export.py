@@ -82,6 +82,14 @@ def _versions() -> dict[str, str]:
     return {p: version(p) for p in ("torch", "onnx", "onnxruntime", "transformers")}
 
 
+def discard(found: Export) -> None:
+    """Remove an export that cannot be loaded (a damaged file): the next load
+    with torch makes it again."""
+    import shutil
+
+    shutil.rmtree(found.path.parent, ignore_errors=True)
+
+
 def was_refused(info: ModelInfo, cache_dir: Path) -> bool:
     """True when an earlier export, with these library versions, found this model
     not exportable (another torch or onnx tries again)."""

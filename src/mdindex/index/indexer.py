@@ -34,7 +34,7 @@ from mdindex.embedding.embedder import Embedder
 from mdindex.errors import PruneRefused
 from mdindex.index import consistency, graph, guard
 from mdindex.index.changes import Changes, Key
-from mdindex.index.groups import GROUP_CHARS, GROUP_DOCS, Groups, Loaded
+from mdindex.index.groups import GROUP_CHARS, GROUP_DOCS, Groups
 from mdindex.index.lookahead import Lookahead
 from mdindex.index.planning import DocWork, Planned, Planner, now_iso
 from mdindex.index.state import State
@@ -243,7 +243,7 @@ class Indexer(IndexView):
             known = partial(self.known_hash, rows=changes.rows)
             touch = None if dry_run else writer.touch
             for loaded in self.groups.read(changes.files, known, summary, touch):
-                if self._stopping(loaded, staged):
+                if self._stopping(len(loaded) + ahead.waiting, staged):
                     summary.interrupted = True
                     return summary
                 works = self.groups.plan(loaded, summary)
@@ -275,14 +275,16 @@ class Indexer(IndexView):
         self.state.note_failures(changes.scope, summary.failures, now_iso())
         self.state.put("last_sync", now_iso())
 
-    def _stopping(self, loaded: Loaded, staged: Staged | None) -> bool:
+    def _stopping(self, unwritten: int, staged: Staged | None) -> bool:
+        """Whether a stop was asked for; ``unwritten``: documents read or held
+        back (``Lookahead``), none of them written."""
         stop = self.hooks.stop_requested
         if stop is None or not stop():
             return False
         # Nothing of these documents was written yet (the staged group's points
         # are not even marked pending): abandoning them is clean, and the next
         # start or rescan picks them up.
-        waiting = len(loaded) + (len(staged.works) if staged is not None else 0)
+        waiting = unwritten + (len(staged.works) if staged is not None else 0)
         log.info("stop requested; abandoning %d documents not yet written", waiting)
         return True
 

@@ -1,16 +1,19 @@
 """A one-shot run counts the texts it will embed before the model loads, so the
 embedder can take the backend that finishes them first, load included
 (``mdindex.embedding.calibration.for_run``): for a handful of texts that is
-the ONNX export, ready in a fraction of a second where torch takes 5 to 8.
+the ONNX export, ready in a fraction of a second where torch takes 5 to 10.
 
-While counting, planned groups with texts to embed are held back; a group
-whose vectors are all known (a rename, a touched file) goes on at once, as it
-needs no model. Counting ends when every group is planned (the model loads
-for that count) or when the count passes the embedder's ``lookahead`` (a
-large run: the fastest backend, as a daemon uses); the held groups then go
-on in their order. The count is in tokens (what embedding time follows),
-with the number of texts for the log. An embedder that is loaded already,
-or has nothing to choose between, asks for no counting, and nothing is held.
+Planned groups go on at once until one has texts to embed; from then on
+every group is held back, in order (a later group may take vectors from
+points an earlier one deletes, so the order is the one a run without
+counting writes in). Counting ends when every group is planned, when the
+count passes the embedder's ``lookahead`` (past it, the candidate that is
+fastest on that many tokens), or when ``HOLD_POINTS`` points are held (a
+run of many documents, most of them known); the model then loads for the
+count so far and the held groups go on. The count is in tokens (what
+embedding time follows), with the number of texts for the log. An embedder
+that is loaded already, or has nothing to choose between, asks for no
+counting, and nothing is held.
 """
 
 from __future__ import annotations
@@ -22,6 +25,11 @@ from mdindex.embedding.embedder import Embedder
 from mdindex.index.planning import DocWork, Planned
 
 log = logging.getLogger(__name__)
+
+# Points held back at most while counting, known or not: about 5 KB each with
+# their token ids, so 50 MB. Many copies of one text add nothing to the count,
+# and without this bound 1,500 copies of a file held 46,500 points (760 MB).
+HOLD_POINTS = 10_000
 
 
 class Lookahead:
@@ -36,6 +44,7 @@ class Lookahead:
         self.keys: set[str] = set()
         self.tokens = 0
         self.held: list[list[DocWork]] = []
+        self.points = 0  # in the held groups
 
     def take(self, group: list[DocWork]) -> list[list[DocWork]]:
         """The groups to write now: ``group``, held ones with it, or none."""
@@ -43,29 +52,36 @@ class Lookahead:
             self.limit = self.embedder.lookahead()
         if not self.limit:
             return [group]
-        new = self.unknown(group)
-        if not new:
-            return [group]
+        new = self.unknown(group) - self.keys
+        if not new and not self.held:
+            return [group]  # nothing to embed, nothing waiting: it needs no model
         self.held.append(group)
         for work in group:
+            self.points += len(work.points)
             for point in work.points:
-                if point.vector_key in new and point.vector_key not in self.keys:
+                if point.vector_key in new:
+                    new.discard(point.vector_key)
                     self.keys.add(point.vector_key)
                     self.tokens += tokens(point)
-        if self.tokens <= self.limit:
+        if self.tokens > self.limit:
+            log.info("over %d tokens to embed: the backend fastest on that many", self.limit)
+        elif self.points <= HOLD_POINTS:
             return []
-        log.info("over %d tokens to embed: the fastest backend", self.limit)
-        self.embedder.load()
         return self._release()
 
     def finish(self) -> list[list[DocWork]]:
-        """Every group is planned: load the model for the count, and hand back
-        what was held."""
-        if self.held:
-            self.embedder.load((len(self.keys), self.tokens))
+        """Every group is planned: the model loads for the count, and what was
+        held goes on."""
         return self._release()
 
+    @property
+    def waiting(self) -> int:
+        """Documents held back, not yet written."""
+        return sum(len(group) for group in self.held)
+
     def _release(self) -> list[list[DocWork]]:
+        if self.keys and self.limit:  # still counting: this is the count
+            self.embedder.load((len(self.keys), self.tokens))
         self.limit = 0  # decided: nothing more is held
         held, self.held = self.held, []
         return held

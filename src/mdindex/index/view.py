@@ -125,7 +125,7 @@ class IndexView:
         described = self.embedder.describe()
         try:
             last = json.loads(self.state.get(LAST_RUN_EMBEDDING) or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # the state is a cache: damaged, not shown
             last = {}
         return described | ({"last_run": last} if last and last != described else {})
 
