@@ -87,6 +87,40 @@ def test_a_build_goes_on_beside_the_live_version_and_switches(tmp_path: Path, ro
         builds.close()
 
 
+class Choosing(TinyEmbedder):
+    """A model with a backend to choose: it would have a run count ahead, and
+    keeps what each load was told."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[tuple[int, int] | None] = []
+
+    def lookahead(self) -> int:
+        return 0 if self.runs else 10_000_000
+
+    def load(self, run: tuple[int, int] | None = None) -> None:
+        self.runs.append(run)
+
+
+def test_a_build_loads_its_model_for_speed_and_holds_nothing_back(
+    tmp_path: Path, root: Path
+) -> None:
+    """A daemon pays a load once: a build's model is loaded before its first
+    pass for the fastest backend, not for that pass's count, so a pass the
+    daemon stops (it is busy) has written what it could."""
+    old = settings_for(tmp_path, [str(root)])
+    run_rollout(old, TinyEmbedder())
+    new = settings_for(tmp_path, [str(root)], strategy="token")
+    embedder = Choosing()
+    builds = builds_serving(old, new, embedder)
+    try:
+        builds.plan()
+        assert builds.step(on_embedded=lambda n: None) is True
+        assert embedder.runs[0] is None and embedder.texts_embedded > 0
+    finally:
+        builds.close()
+
+
 def test_a_build_that_would_empty_the_index_waits(tmp_path: Path, root: Path) -> None:
     old = settings_for(tmp_path, [str(root)])
     run_rollout(old, TinyEmbedder())
