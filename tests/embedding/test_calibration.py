@@ -401,3 +401,29 @@ def test_an_index_built_by_two_backends_answers_as_one(
         len(set(np.argsort(-(a @ q))[:10]) & set(np.argsort(-(b @ q))[:10])) / 10 for q in queries
     ]
     assert float(np.mean(overlap)) >= calibration.GATE_AGREEMENT, overlap
+
+
+def test_the_fastest_is_the_fastest_on_chunk_sized_texts() -> None:
+    """A per-text cost wins on short texts and loses on long ones: the choice
+    follows what runs embed (LONG_TEXTS), not the short calibration texts."""
+    ref = _unit(48, 7)
+
+    def costing(per_text: float, per_char: float) -> calibration.EmbedFn:
+        def run(texts: Sequence[str]) -> np.ndarray:
+            time.sleep(per_text * len(texts) + per_char * sum(len(t) for t in texts))
+            return ref[: len(texts)] if len(texts) <= 48 else np.resize(ref, (len(texts), 384))
+
+        return run
+
+    choice = calibration.measure(
+        {
+            "torch-fp32": costing(0.005, 0.0),  # a fixed cost a text
+            "onnx-fp32": costing(0.0002, 0.000004),  # a cost a character
+        },
+        long_tokens=16 * 256,
+    )
+    assert choice.chunks_per_s["onnx-fp32"] > choice.chunks_per_s["torch-fp32"]
+    assert choice.tokens_per_s["torch-fp32"] > choice.tokens_per_s["onnx-fp32"]
+    assert choice.name == "torch-fp32"
+    assert choice.reason.startswith("fastest passing the quality gate: torch-fp32 ")
+    assert "tokens/s" in choice.reason

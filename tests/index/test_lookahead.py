@@ -316,7 +316,7 @@ def test_small_runs_and_runs_that_embed_nothing_never_import_torch(
     )
     last = json.loads(out.stdout)["embedding"]["last_run"]
     assert (last["name"], last["texts"]) == ("onnx-fp32", 1)
-    assert last["reason"].startswith("first to finish 1 texts of ")
+    assert last["reason"].startswith("first to finish 1 text of ")
 
 
 @pytest.mark.model
@@ -333,3 +333,20 @@ def test_a_large_run_loads_the_fastest(tmp_path: Path, onnx_cache: Path) -> None
     # one group of 30 documents passed the 900 tokens: chosen for its count
     assert summary["embedding"]["texts"] == 60
     assert modules["torch"]
+
+
+@pytest.mark.model
+def test_where_the_export_is_also_fastest_no_run_imports_torch(
+    tmp_path: Path, onnx_cache: Path
+) -> None:
+    """Nothing to count (the export loads first and runs fastest): the run loads
+    what the measurement chose, from the cache, and that is the export."""
+    fast_export = {"torch-fp32": 4_000.0, "torch-bf16": 3_000.0, "onnx-fp32": 5_000.0}
+    assert plant_measurement(onnx_cache, SLOW_TORCH, fast_export) == "onnx-fp32"
+    root = tmp_path / "docs"
+    root.mkdir()
+    _docs(root, 30)
+    summary, modules = _backfill(root, tmp_path / "state", onnx_cache)
+    assert summary["chunks_embedded"] == 60
+    assert summary["embedding"]["name"] == "onnx-fp32" and "texts" not in summary["embedding"]
+    assert not (modules["torch"] or modules["st"] or modules["transformers"]), modules

@@ -62,10 +62,12 @@ def load(info: ModelInfo, want: Wanted, run: tuple[int, int] | None = None) -> L
     found = _query_export(info, want)
     if found is not None:
         return found
-    planned = None
-    if run is not None:
-        measured = cached_measurement(info, want)
-        planned = calibration.for_run(measured, *run) if measured is not None else None
+    # The cached measurement, read without torch: the fastest for a daemon or a
+    # large run, the first to finish for a one-shot run's count. Either way,
+    # when that is the export, torch is never imported.
+    planned = measured = cached_measurement(info, want)
+    if measured is not None and run is not None:
+        planned = calibration.for_run(measured, *run)
     if planned is not None and planned.backend == "onnx":
         export = onnx_export.find_export(info, want.cache_dir) if want.cache_dir else None
         assert export is not None  # cached_measurement found it
