@@ -293,3 +293,35 @@ def test_status_wait_without_a_daemon_or_roots_cannot_claim_freshness(tmp_path: 
         "nothing can tell whether it is caught up; give the roots (or the config) or start "
         "mdindex watch"
     ]
+
+
+def test_status_text_shows_the_embedding_choice_as_lines_not_a_dict() -> None:
+    from mdindex.cli.commands import _status_text
+
+    text = _status_text(
+        {
+            "phase": "stopped",
+            "embedding": {
+                "name": "torch-bf16",
+                "reason": "not loaded",
+                "last_run": {"name": "onnx-fp32", "expected_s": {"onnx-fp32": 0.37}},
+            },
+            "failed": [],
+            "versions": [],
+            "reason": {},
+        }
+    )
+    assert text.splitlines() == [
+        "phase: stopped",
+        "embedding:",
+        "  name: torch-bf16",
+        "  reason: not loaded",
+        "  last_run:",
+        "    name: onnx-fp32",
+        "    expected_s:",
+        "      onnx-fp32: 0.37",
+        "failed: 0",
+        "versions:",
+        "  no versions",
+        "reason: {}",
+    ]

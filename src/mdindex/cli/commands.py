@@ -280,8 +280,19 @@ def _status_text(data: dict[str, Any]) -> str:
             lines.append("versions:")
             lines.extend(f"  {line}" for line in _versions_text(value).splitlines())
         else:
-            lines.append(f"{key}: {value}")
+            lines.extend(_nested(key, value))
     return "\n".join(lines)
+
+
+def _nested(key: str, value: Any, indent: str = "") -> list[str]:
+    """``key: value``, a mapping as its own indented lines (``embedding`` and its
+    ``last_run``), not as a Python dict."""
+    if not isinstance(value, dict) or not value:
+        return [f"{indent}{key}: {value}"]
+    lines = [f"{indent}{key}:"]
+    for k, v in value.items():
+        lines.extend(_nested(str(k), v, indent + "  "))
+    return lines
 
 
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
