@@ -53,13 +53,17 @@ class Counting(TinyEmbedder):
         self.runs.append(run)
 
 
-def _docs(root: Path, count: int) -> None:
+def _docs(tmp_path: Path, count: int) -> Path:
+    """A folder ``docs`` of ``count`` notes of two sections each."""
+    root = tmp_path / "docs"
+    root.mkdir()
     for i in range(count):
         (root / f"note{i:03}.md").write_text(
             f"# Note {i}\n\nThe {i}th note says something about topic {i % 7}.\n\n"
             f"## Details\n\nMore about number {i} and its neighbours.\n",
             encoding="utf-8",
         )
+    return root
 
 
 def _expected_run(settings: Settings) -> tuple[int, int]:
@@ -79,9 +83,7 @@ def _expected_run(settings: Settings) -> tuple[int, int]:
 def test_a_small_run_loads_once_it_has_counted_everything(
     tmp_path: Path, make_settings: Any
 ) -> None:
-    root = tmp_path / "docs"
-    root.mkdir()
-    _docs(root, 40)
+    root = _docs(tmp_path, 40)
     settings = make_settings(root)
     embedder = Counting(limit=10_000_000)
     summary = run_backfill(settings, embedder)
@@ -98,9 +100,7 @@ def test_a_small_run_loads_once_it_has_counted_everything(
 def test_a_run_past_the_lookahead_loads_the_fastest_without_counting_on(
     tmp_path: Path, make_settings: Any
 ) -> None:
-    root = tmp_path / "docs"
-    root.mkdir()
-    _docs(root, 600)  # more than one group of 256 documents
+    root = _docs(tmp_path, 600)  # more than one group of 256 documents
     settings = make_settings(root)
     embedder = Counting(limit=100)
     summary = run_backfill(settings, embedder)
@@ -177,9 +177,7 @@ def test_a_section_moved_between_files_is_reused_as_without_counting(
 def test_a_stop_while_groups_are_held_writes_none_of_them(
     tmp_path: Path, make_settings: Any
 ) -> None:
-    root = tmp_path / "docs"
-    root.mkdir()
-    _docs(root, 20)
+    root = _docs(tmp_path, 20)
     settings = make_settings(root)
     asked = {"n": 0}
 
@@ -198,9 +196,7 @@ def test_a_stop_while_groups_are_held_writes_none_of_them(
 
 
 def test_a_run_that_embeds_nothing_loads_nothing(tmp_path: Path, make_settings: Any) -> None:
-    root = tmp_path / "docs"
-    root.mkdir()
-    _docs(root, 5)
+    root = _docs(tmp_path, 5)
     settings = make_settings(root)
     run_backfill(settings, TinyEmbedder())
     before = stored_points(settings, vectors=True)
@@ -218,9 +214,7 @@ def test_a_run_that_embeds_nothing_loads_nothing(tmp_path: Path, make_settings: 
 
 
 def test_tokens_are_the_models_with_its_special_tokens(tmp_path: Path, make_settings: Any) -> None:
-    root = tmp_path / "docs"
-    root.mkdir()
-    _docs(root, 1)
+    root = _docs(tmp_path, 1)
     settings = make_settings(root)
     models = make_models(settings)
     with build_indexer(settings, TinyEmbedder()) as indexer:
@@ -267,9 +261,7 @@ def test_small_runs_and_runs_that_embed_nothing_never_import_torch(
     tmp_path: Path, onnx_cache: Path, real_embedder: Any
 ) -> None:
     plant_measurement(onnx_cache, SLOW_TORCH, SPEED)
-    root = tmp_path / "docs"
-    root.mkdir()
-    _docs(root, 5)  # a rename and a delete: 2 of 5 gone, within the guard
+    root = _docs(tmp_path, 5)  # a rename and a delete: 2 of 5 gone, within the guard
     state = tmp_path / "state"
 
     summary, modules = _backfill(root, state, onnx_cache)  # a first sync of a small folder
@@ -324,9 +316,7 @@ def test_a_large_run_loads_the_fastest(tmp_path: Path, onnx_cache: Path) -> None
     # torch loads 0.1 s slower: worth it past 900 tokens (0.1 / (1/4500 - 1/9000))
     quick = {"torch-fp32": 0.3, "torch-bf16": 0.3, "onnx-fp32": 0.2}
     fastest = plant_measurement(onnx_cache, quick, SPEED)
-    root = tmp_path / "docs"
-    root.mkdir()
-    _docs(root, 30)
+    root = _docs(tmp_path, 30)
     summary, modules = _backfill(root, tmp_path / "state", onnx_cache)
     assert summary["chunks_embedded"] == 60
     assert summary["embedding"]["name"] == fastest == "torch-fp32"
@@ -343,9 +333,7 @@ def test_where_the_export_is_also_fastest_no_run_imports_torch(
     what the measurement chose, from the cache, and that is the export."""
     fast_export = {"torch-fp32": 4_000.0, "torch-bf16": 3_000.0, "onnx-fp32": 5_000.0}
     assert plant_measurement(onnx_cache, SLOW_TORCH, fast_export) == "onnx-fp32"
-    root = tmp_path / "docs"
-    root.mkdir()
-    _docs(root, 30)
+    root = _docs(tmp_path, 30)
     summary, modules = _backfill(root, tmp_path / "state", onnx_cache)
     assert summary["chunks_embedded"] == 60
     assert summary["embedding"]["name"] == "onnx-fp32" and "texts" not in summary["embedding"]
