@@ -160,11 +160,18 @@ def folder_bytes(folder: Path) -> int:
 
 
 def index_with_cli(
-    corpus: Path, work: Path, strategy: str, context: bool, store: str
+    corpus: Path,
+    work: Path,
+    strategy: str,
+    context: bool,
+    store: str,
+    env_extra: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """`mdindex backfill` of the set, as a user runs it."""
+    """`mdindex backfill` of the set, as a user runs it (``env_extra``: more
+    MDINDEX_* settings, e.g. the model)."""
     env = {
         **os.environ,
+        **(env_extra or {}),
         "MDINDEX_STORE": store,
         "HF_HUB_OFFLINE": "1",
         "MDINDEX_STRATEGY": strategy,
@@ -202,11 +209,12 @@ def count_points(work: Path, store: str) -> int:
 class Mdindex:
     """mdindex's own search path, the model loaded once for every index."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: dict[str, Any] | None = None) -> None:
         from mdindex.config import load_settings
         from mdindex.index.runtime import make_models
 
-        self.models = make_models(load_settings({}))
+        self.settings = settings or {}  # e.g. the model, for every index it opens
+        self.models = make_models(load_settings(self.settings))
         self.models.embedder.load()
 
     def ask(
@@ -239,6 +247,7 @@ class Mdindex:
 
         settings = load_settings(
             {
+                **self.settings,
                 "roots": [str(corpus)],
                 "state_dir": str(work),
                 "strategy": strategy,
@@ -272,7 +281,7 @@ class Mdindex:
         from mdindex.index.runtime import make_store
 
         settings = load_settings(
-            {"roots": [str(corpus)], "state_dir": str(work), "store": store_kind}
+            {**self.settings, "roots": [str(corpus)], "state_dir": str(work), "store": store_kind}
         )
         store = make_store(settings).open()
         try:
