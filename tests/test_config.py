@@ -133,6 +133,7 @@ INDEX_CHANGES = {
     "semantic_threshold": 0.2,
     "min_sentences": 3,
     "embedding_model": "all-MiniLM-L6-v2",  # with embedding_url: a server's vectors
+    "language": "de",
 }
 # Settings that come with an index setting: a server's model needs its URL.
 WITH = {"embedding_model": {"embedding_url": "http://127.0.0.1:9/v1"}}
@@ -186,8 +187,8 @@ def test_point_ids_come_from_the_index_settings_alone(tmp_path: Path) -> None:
 
     base = ids()
     for key, value in INDEX_CHANGES.items():
-        if key in ("model", "sparse_vectors", "embedding_model"):
-            continue  # another model cannot load here; the other two change no chunk
+        if key in ("model", "sparse_vectors", "embedding_model", "language"):
+            continue  # another model cannot load here; the others change no chunk
         assert ids(**{key: value}) != base, key
     assert ids(sparse_vectors=False) == base
     # a server's vectors: the same chunks, under another vector key (no reuse of
@@ -197,3 +198,16 @@ def test_point_ids_come_from_the_index_settings_alone(tmp_path: Path) -> None:
     planner = make_models(load_settings({**state, **server})).planner
     assert planner.vector_model == "server:all-MiniLM-L6-v2"
     assert make_models(load_settings(state)).planner.vector_model == "all-MiniLM-L6-v2"
+
+
+def test_language_is_auto_or_a_code_and_part_of_the_index(monkeypatch) -> None:
+    from mdindex.config import index_params
+
+    assert load_settings({}).language == "auto"
+    assert load_settings({"language": " DE "}).language == "de"
+    monkeypatch.setenv("MDINDEX_LANGUAGE", "zh")
+    s = load_settings({})
+    assert s.language == "zh" and index_params(s)["language"] == "zh"
+    for bad in ("german", "d", "zh-Hans", "1x"):
+        with pytest.raises(ConfigError, match="language must be auto or a two-letter"):
+            load_settings({"language": bad})

@@ -111,6 +111,7 @@ INDEX_KEYS = (
     "semantic_threshold",
     "min_sentences",
     "embedding_model",
+    "language",
 )
 SEMANTIC_KEYS = ("semantic_threshold", "min_sentences")  # they count for semantic only
 # The server's model decides the vectors where a server embeds: switching between
@@ -205,6 +206,10 @@ class Settings(BaseSettings):
     # `mdindex mcp` offers the refresh tool (None: yes over stdio, no over HTTP).
     mcp_allow_refresh: bool | None = None
     noise_sections: StrList = Field(default_factory=list)
+    # A document's language (payload ``lang``, its BM25 analysis): "auto" detects
+    # it from the prose, a code ("de") is what documents are taken to be in;
+    # frontmatter ``lang``/``language`` wins either way (mdindex.documents.language).
+    language: str = "auto"
 
     include: StrList = Field(default_factory=lambda: ["**/*.md", "**/*.markdown"])
     exclude: StrList = Field(default_factory=list)
@@ -235,6 +240,19 @@ class Settings(BaseSettings):
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return _split_list(value)
+
+    @field_validator("language", mode="before")
+    @classmethod
+    def _language(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        code = value.strip().lower()
+        if code != "auto" and not re.fullmatch(r"[a-z]{2}", code):
+            raise ValueError(
+                f"language must be auto or a two-letter ISO 639-1 code (en, de, zh), "
+                f"not {value[:40]!r}"
+            )
+        return code
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -310,3 +310,15 @@ def test_a_file_over_its_time_budget_is_reported_and_the_run_goes_on(
     relaxed = make_settings(docs_tree)  # the default budget: indexed
     assert run_backfill(relaxed, tiny)["errors"] == []
     assert "big.md" in {p["doc_path"] for p in stored_points(relaxed).values()}
+
+
+def test_every_point_carries_its_documents_language(make_settings: Factory) -> None:
+    planner = planner_of(make_settings())
+    zh = "# 计划\n\n我们在周末整理了项目的笔记，并且讨论了下一步的计划和需要完成的工作。\n"
+    assert {p.payload["lang"] for p in planned(planner, zh)} == {"zh"}
+    assert {p.payload["metadata"]["lang"] for p in planned(planner, zh)} == {"zh"}
+    assert {p.payload["lang"] for p in planned(planner)} == {"en"}
+    pinned = planner_of(make_settings(language="de"))
+    doc = parse_document(TEXT, "a.md", language=pinned.settings.language)
+    plans = pinned.plan_points("docs", "a.md", doc, pinned.chunker.chunk(doc))
+    assert {p.payload["lang"] for p in plans} == {"de"}

@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from mdindex.documents.budget import check
 from mdindex.documents.frontmatter import split_frontmatter
+from mdindex.documents.language import language_of
 from mdindex.documents.types import Block, Document, Heading
 
 if TYPE_CHECKING:
@@ -177,8 +178,10 @@ def parse_document(
     *,
     base_url: str = "",
     url_style: str = "pretty",
+    language: str = "auto",
 ) -> Document:
-    """Parse normalised text into a Document with frontmatter, outline and line index."""
+    """Parse normalised text into a Document with frontmatter, outline, line index
+    and language (``language``: "auto" to detect, or the code to assume)."""
     meta, body_start, warnings = split_frontmatter(text)
     line_starts = line_starts_of(text)
     headings, blocks, code = _outline(text, body_start, line_starts)
@@ -188,7 +191,7 @@ def parse_document(
     title = fm_title.strip() if isinstance(fm_title, str) and fm_title.strip() else None
     title = (title or h1 or PurePosixPath(rel).stem)[:MAX_HEADING_CHARS]
     url = document_url(base_url, url_style, rel, fm_url if isinstance(fm_url, str) else "")
-    return Document(
+    doc = Document(
         text=text,
         body_start=body_start,
         title=title,
@@ -200,3 +203,7 @@ def parse_document(
         line_starts=line_starts,
         warnings=warnings,
     )
+    doc.lang, problem = language_of(doc, language)
+    if problem:
+        doc.warnings.append(problem)
+    return doc

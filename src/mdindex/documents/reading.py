@@ -174,7 +174,11 @@ def load_document(
             return None
         with budget(settings.file_time_budget_s):
             return parse_document(
-                text, ref.rel, base_url=settings.base_url, url_style=settings.url_style
+                text,
+                ref.rel,
+                base_url=settings.base_url,
+                url_style=settings.url_style,
+                language=settings.language,
             )
     except InputError as exc:
         return Failure(ref.root, ref.rel, str(exc))

@@ -48,6 +48,7 @@ class Document:
     line_starts: list[int]
     warnings: list[str] = field(default_factory=list)
     doc_hash: str = ""
+    lang: str = ""  # ISO 639-1, "" when unknown (mdindex.documents.language)
     heading_starts: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:

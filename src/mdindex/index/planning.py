@@ -47,11 +47,13 @@ FRAMEWORK_KEYS = (
     "line_start",
     "line_end",
     "chunk_index",
+    "lang",
 )
 # Bumped when the payload's layout changes: part of the document fingerprint,
 # so every document is rewritten (vectors reused) once. 2: the metadata key;
-# 3: links and tags (which also records every document's links in the state).
-PAYLOAD_LAYOUT = 3
+# 3: links and tags (which also records every document's links in the state);
+# 4: lang, the document's language (mdindex.documents.language).
+PAYLOAD_LAYOUT = 4
 
 
 def now_iso() -> str:
@@ -234,6 +236,7 @@ class Planner:
                 "doc_hash": doc.doc_hash,
                 "strategy": self.chunker.strategy,
                 "model": self.payload_model,
+                "lang": doc.lang,
                 "meta": doc.meta,
                 "links": graph.chunk_links(chunk.char_start, chunk.char_end),
                 "tags": tags,

@@ -242,6 +242,7 @@ class _Params(_Strict):
     semantic_threshold: float | None = Field(default=None, ge=-1.0, le=1.0, strict=False)
     min_sentences: int | None = Field(default=None, ge=1)
     embedding_model: str | None = Field(default=None, max_length=4096)
+    language: str | None = Field(default=None, pattern=r"^(auto|[a-z]{2})$")
 
 
 class _Version(_Strict):

@@ -1,0 +1,88 @@
+"""A document's language: frontmatter first, else detected from its prose alone;
+unknown rather than wrong on English that is too short to tell."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mdindex.documents.language import candidates, detect, normal_code, prose
+from mdindex.documents.parsing import parse_document
+
+CODE = "```python\nimport os\nfor name in os.listdir('.'):\n    print(name.upper())\n```\n"
+ZH = "我们在周末整理了项目的笔记，并且讨论了下一步的计划和需要完成的工作。"
+RU = "Мы собрали заметки о проекте и обсудили, что нужно сделать на следующей неделе."
+
+
+def lang_of(text: str, setting: str = "auto") -> tuple[str, list[str]]:
+    doc = parse_document(text, "note.md", language=setting)
+    return doc.lang, doc.warnings
+
+
+def test_prose_decides_not_code_nor_links() -> None:
+    note = f"# 计划\n\n{ZH}\n\n{CODE * 4}\n见 [说明](https://example.com/setup-guide-for-the-project).\n"
+    assert lang_of(note) == ("zh", [])
+    text = prose(parse_document(note, "note.md"))
+    assert "import os" not in text and "example.com" not in text and ZH in text
+    assert lang_of(f"{RU}\n\n{CODE * 4}")[0] == "ru"
+    assert lang_of(f"# Setup\n\nInstall it with pip and run the server.\n\n{CODE}")[0] == "en"
+
+
+def test_a_note_with_english_terms_keeps_its_language() -> None:
+    mixed = "我们用 Docker Compose 部署了 API server，然后在 README 里写下了配置 JSON 的步骤。"
+    assert lang_of(mixed)[0] == "zh"
+    assert (
+        lang_of("Мы развернули Kubernetes и настроили pull request в репозитории проекта.")[0]
+        == "ru"
+    )
+
+
+def test_short_or_unsure_english_is_unknown_never_another_language() -> None:
+    # each read as Catalan, French, Tswana... by the detector alone
+    for text in (
+        "A _remote resource_ is a file on a remote server, accessible via HTTP or HTTPS.",
+        "See [Unix epoch][].",
+        "To sort in descending order:",
+        "# Notes",
+        "",
+        CODE,
+    ):
+        assert lang_of(text)[0] in ("en", ""), text
+
+
+def test_frontmatter_wins_and_the_setting_stands_in_for_detection() -> None:
+    assert lang_of(f"---\nlang: de\n---\n{ZH}") == ("de", [])
+    assert lang_of("---\nlanguage: zh-Hans\n---\nHello there, this is English.")[0] == "zh"
+    assert lang_of(f"---\nlang: English\n---\n{ZH}")[0] == "en"
+    assert lang_of("Hello there, this is a note.", setting="fr")[0] == "fr"
+    assert lang_of("---\nlang: ru\n---\nHello there.", setting="fr")[0] == "ru"
+
+
+def test_hostile_frontmatter_gets_one_line_and_detection() -> None:
+    for value in ("klingon", "[1, 2]", "{a: b}", "12", "''", "x" * 500, "'\\u0000en'", "null"):
+        lang, warnings = lang_of(f"---\nlang: {value}\n---\n{ZH}")
+        assert lang == "zh", value
+        (warning,) = [w for w in warnings if "lang" in w]
+        assert "not a language code" in warning and "\n" not in warning and len(warning) < 120
+
+
+def test_codes_and_names_are_normalised() -> None:
+    assert normal_code("EN") == normal_code("en-US") == normal_code("english") == "en"
+    assert normal_code("pt_BR") == "pt" and normal_code(" zh ") == "zh"
+    assert normal_code("xx") is None and normal_code("") is None and normal_code("e" * 40) is None
+
+
+def test_query_candidates_are_the_plausible_languages() -> None:
+    assert candidates("项目计划")[0] == "zh"
+    assert candidates("как настроить сервер")[0] == "ru"
+    assert candidates("12345 !!!") == []
+    assert detect("how do I set the token limit for the streaming API") == "en"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_detection_never_fails_on_any_text(text: str) -> None:
+    assert isinstance(detect(text), str)
+    assert all(len(c) == 2 for c in candidates(text))
+    doc = parse_document(f"---\nlang: {text[:20]!r}\n---\n{text}", "n.md")
+    assert doc.lang == "" or len(doc.lang) == 2
