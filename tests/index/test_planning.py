@@ -322,3 +322,66 @@ def test_every_point_carries_its_documents_language(make_settings: Factory) -> N
     doc = parse_document(TEXT, "a.md", language=pinned.settings.language)
     plans = pinned.plan_points("docs", "a.md", doc, pinned.chunker.chunk(doc))
     assert {p.payload["lang"] for p in plans} == {"de"}
+
+
+def test_prompts_go_before_what_the_real_model_embeds_and_before_each_query(
+    tmp_path: Path,
+) -> None:
+    """A local sentence-transformers model with e5-style prompts: every stored
+    vector is the model's of document_prompt + the embedded text, the chunk
+    limit leaves the prompt room, and a search embeds query_prompt + query."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from mdindex.embedding.embedder import ModelEmbedder
+    from mdindex.embedding.model import resolve_model
+
+    docs = Path(__file__).resolve().parents[2] / "examples" / "docs"
+    prompts = {"document_prompt": "passage: ", "query_prompt": "query: "}
+    exact = {"backend": "torch", "precision": "fp32"}
+    settings = settings_for(tmp_path, [docs], **prompts, **exact)
+    models = make_models(settings)
+    plain = make_models(settings_for(tmp_path, [docs]))
+    assert models.counter.model_limit == plain.counter.model_limit - 2  # "passage", ":"
+    summary = run_backfill(settings, models.embedder)
+    assert summary["errors"] == []
+    points = stored_points(settings, vectors=True)
+    planner = models.planner
+    texts = {}
+    root = settings.require_roots()[0]
+    for path in sorted(docs.rglob("*.md")):
+        rel = path.relative_to(docs).as_posix()
+        doc = parse_document(path.read_text(encoding="utf-8"), rel)
+        for p in planner.plan_points(root.label, rel, doc, planner.chunker.chunk(doc)):
+            texts[p.id] = p.embed_input
+    assert points.keys() == texts.keys() and len(points) > 8
+    assert all(t.startswith("passage: ") for t in texts.values())
+    fp32 = ModelEmbedder(
+        resolve_model("all-MiniLM-L6-v2"), "cpu", precision="fp32", backend="torch"
+    )
+    ids = list(points)
+    want = fp32.embed([texts[i] for i in ids])
+    got = np.asarray([points[i]["_vector"] for i in ids], dtype=np.float32)
+    assert (np.sum(want * got, axis=1)).min() > 1 - 1e-4
+    question = "how are files split into chunks"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MDINDEX_QUERY_PROMPT": "query: "}
+    env |= {"MDINDEX_DOCUMENT_PROMPT": "passage: ", "MDINDEX_BACKEND": "torch"}
+    r = subprocess.run(
+        [sys.executable, "-m", "mdindex", "search", question, "--json", "--mode", "dense",
+         "--state-dir", str(tmp_path / "state"), "-k", "1"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (hit,) = json.loads(r.stdout)
+    (vector,) = [
+        np.asarray(p["_vector"], dtype=np.float32)
+        for p in points.values()
+        if (p["doc_path"], p["chunk_index"]) == (hit["doc_path"], hit["chunk_index"])
+    ]
+    with_prompt = float(np.dot(vector, fp32.embed_query("query: " + question)))
+    without = float(np.dot(vector, fp32.embed_query(question)))
+    assert abs(hit["score"] - with_prompt) < 1e-4 < abs(hit["score"] - without)

@@ -288,7 +288,9 @@ class IndexClient:
         store = make_store(live)
         try:
             store.open()
-            return search(models.embedder, models.planner.sparse, store, query)
+            return search(
+                models.embedder, models.planner.sparse, store, query, models.planner.query_prompt
+            )
         except ValueError as exc:
             raise ConfigError(f"search: {exc}") from None
         finally:

@@ -390,6 +390,8 @@ def _open_version(settings: Settings, catalog: Any, fp: str) -> tuple[Ask, Calla
         raise ConfigError(f"eval: version {fp}: {exc}") from None
 
     def ask(query: Query) -> list[dict[str, Any]]:
-        return search(models.embedder, models.planner.sparse, store, query)
+        return search(
+            models.embedder, models.planner.sparse, store, query, models.planner.query_prompt
+        )
 
     return ask, store.close

@@ -20,7 +20,6 @@ from __future__ import annotations
 import http.client
 import json
 import logging
-import os
 import threading
 import urllib.parse
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from mdindex.config import redact, secret
 from mdindex.embedding.model import ModelInfo
+from mdindex.embedding.reference import gate
 from mdindex.errors import ConfigError, EmbeddingError, EmbeddingUnavailable, MdindexError
 from mdindex.retry import retry, short
 
@@ -90,6 +90,7 @@ class RemoteEmbedder:
         retry_budget_s: float = 30.0,
         cache_dir: Path | None = None,
         key: str | None = None,
+        input_type: bool = False,
     ) -> None:
         parsed = urllib.parse.urlsplit(url.rstrip("/"))
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
@@ -104,6 +105,7 @@ class RemoteEmbedder:
         self.timeout_s = timeout_s
         self.retry_budget_s = retry_budget_s
         self.cache_dir = cache_dir
+        self.input_type = input_type  # send "input_type": "query" or "passage"
         key = (key if key is not None else secret(API_KEY_ENV, API_KEY_CREDENTIAL) or "").strip()
         if any(not c.isprintable() for c in key):
             # http.client would put it, whole, in the error it raises
@@ -156,18 +158,26 @@ class RemoteEmbedder:
         return 0  # one server: nothing to choose
 
     def describe(self) -> dict[str, Any]:
-        out = {"name": "server", "url": self.where, "model": self.model_name}
+        out: dict[str, Any] = {"name": "server", "url": self.where, "model": self.model_name}
+        out |= {"input_type": True} if self.input_type else {}
         return out | {"reason": "embedding_url is set"} | ({"gate": self.gate} if self.gate else {})
 
     def embed(
         self, texts: Sequence[str], token_ids: Sequence[list[int] | None] | None = None
     ) -> NDArray[np.float32]:
+        return self._embed(texts, "passage")
+
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        vector: NDArray[np.float32] = self._embed([text], "query")[0]
+        return vector
+
+    def _embed(self, texts: Sequence[str], kind: str) -> NDArray[np.float32]:
         import numpy as np
 
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         self.load()
-        vectors = self._embed_all(texts)
+        vectors = self._embed_all(texts, kind)
         if vectors.shape[1] != self._dimension:
             raise EmbeddingError(
                 f"embedding server {self.where} changed its vector size to {vectors.shape[1]}"
@@ -175,22 +185,19 @@ class RemoteEmbedder:
         self.texts_embedded += len(texts)
         return vectors
 
-    def embed_query(self, text: str) -> NDArray[np.float32]:
-        vector: NDArray[np.float32] = self.embed([text])[0]
-        return vector
-
     # -- requests ---------------------------------------------------------------
 
-    def _embed_all(self, texts: Sequence[str]) -> NDArray[np.float32]:
-        """Every text's unit vector, in order: batches in flight together."""
+    def _embed_all(self, texts: Sequence[str], kind: str = "passage") -> NDArray[np.float32]:
+        """Every text's unit vector, in order: batches in flight together.
+        ``kind``: "query" or "passage", the input type sent where it is."""
         import numpy as np
 
         starts = range(0, len(texts), self.batch)
         batches = [list(texts[i : i + self.batch]) for i in starts]
         if len(batches) == 1 or self.concurrency == 1:
-            parts = [self._embed_batch(b) for b in batches]
+            parts = [self._embed_batch(b, kind) for b in batches]
         else:
-            parts = list(self._workers().map(self._embed_batch, batches))
+            parts = list(self._workers().map(self._embed_batch, batches, [kind] * len(batches)))
         out = np.concatenate(parts).astype(np.float32, copy=False)
         if not np.isfinite(out).all():
             raise EmbeddingError(f"embedding server {self.where} returned non-finite values")
@@ -199,13 +206,13 @@ class RemoteEmbedder:
             raise EmbeddingError(f"embedding server {self.where} returned a zero vector")
         return out / norms  # type: ignore[no-any-return]
 
-    def _embed_batch(self, texts: list[str]) -> NDArray[np.float32]:
+    def _embed_batch(self, texts: list[str], kind: str) -> NDArray[np.float32]:
         """One request; a batch the server finds too large is split in two, and the
         smaller size kept for later batches."""
         import numpy as np
 
         try:
-            data = self._request("POST", "/embeddings", self._body(texts))
+            data = self._request("POST", "/embeddings", self._body(texts, kind))
         except ServerRefused as exc:
             if len(texts) > 1 and _too_large(exc):
                 half = len(texts) // 2
@@ -217,13 +224,15 @@ class RemoteEmbedder:
                     self.batch,
                 )
                 return np.concatenate(
-                    [self._embed_batch(texts[:half]), self._embed_batch(texts[half:])]
+                    [self._embed_batch(texts[:half], kind), self._embed_batch(texts[half:], kind)]
                 )
             raise self._lasting(exc) from exc
         return parse_vectors(self.where, data, len(texts))
 
-    def _body(self, texts: list[str]) -> bytes:
+    def _body(self, texts: list[str], kind: str) -> bytes:
         payload = {"model": self.model_name, "input": texts, "encoding_format": "float"}
+        if self.input_type:
+            payload["input_type"] = kind
         return json.dumps(payload, ensure_ascii=False).encode()
 
     def _check_model(self) -> None:
@@ -373,75 +382,6 @@ def parse_vectors(where: str, data: Any, count: int) -> NDArray[np.float32]:
     return matrix
 
 
-def gate(
-    where: str,
-    model: str,
-    local: ModelInfo | None,
-    cache_dir: Path | None,
-    vectors: NDArray[np.float32],
-) -> dict[str, Any]:
-    """The server's vectors of the calibration texts against local torch fp32's,
-    where the model is here; a server that fails is refused."""
-    from mdindex.embedding import calibration
-
-    reference = local_reference(local, cache_dir)
-    if reference is None:
-        return {"checked": False, "reason": "the model's weights are not on this machine"}
-    if reference.shape != vectors.shape:
-        raise ConfigError(
-            f"embedding server {where}: model {model!r} gives "
-            f"{vectors.shape[1]}-d vectors; the local model gives {reference.shape[1]}-d"
-        )
-    result = calibration.gate(reference, vectors)
-    if not result["passed"]:
-        raise ConfigError(
-            f"embedding server {where}: model {model!r} does not match the "
-            f"local {local.name!r} (mean cosine {result['mean_cosine']}, top-10 "  # type: ignore[union-attr]
-            f"agreement {result['top10_agreement']}; the gate asks "
-            f"{calibration.GATE_COSINE} and {calibration.GATE_AGREEMENT})"
-        )
-    log.info(
-        "embedding server %s passes the quality gate against local fp32 "
-        "(mean cosine %.4f, top-10 agreement %.3f)",
-        where,
-        result["mean_cosine"],
-        result["top10_agreement"],
-    )
-    return {"checked": True, **result}
-
-
-def local_reference(local: ModelInfo | None, cache_dir: Path | None) -> NDArray[np.float32] | None:
-    """Local torch fp32 vectors of the calibration texts, cached by the model's
-    weights; None when the weights are not here."""
-    import numpy as np
-
-    if local is None or not _has_weights(local.path):
-        return None
-    from mdindex.embedding.calibration import TEXTS
-    from mdindex.embedding.loading import weights_sha
-
-    cache = None
-    if cache_dir is not None:
-        sha = weights_sha(local, cache_dir)
-        cache = cache_dir / "reference" / f"{sha[:24]}.npy"
-        if cache.is_file():
-            try:
-                loaded: NDArray[np.float32] = np.load(cache)
-                return loaded
-            except (OSError, ValueError):
-                pass  # made again below
-    from mdindex.embedding.embedder import ModelEmbedder
-
-    fp32 = ModelEmbedder(local, "cpu", precision="fp32", backend="torch")
-    vectors: NDArray[np.float32] = fp32.embed(TEXTS)
-    if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp.npy")
-        np.save(tmp, vectors)
-        os.replace(tmp, cache)
-    return vectors
-
-
 class NoServer:
     """A version an embedding server embedded, opened with no server named: its
     store and state serve as any other's, and anything to embed (a query, a
@@ -492,8 +432,3 @@ def _too_large(exc: ServerRefused) -> bool:
         # not "maximum context length" or "too long": those are about one text
         for word in ("too many", "too large", "at most", "batch size")
     )
-
-
-def _has_weights(path: Path) -> bool:
-    names = ("*.safetensors", "pytorch_model.bin", "model.safetensors")
-    return any(any(path.rglob(pattern)) for pattern in names)

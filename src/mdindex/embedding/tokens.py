@@ -117,6 +117,20 @@ class TokenCounter:
         other.limit = max_tokens
         return other
 
+    def reserve(self, tokens: int) -> TokenCounter:
+        """A counter sharing this tokenizer whose model limit leaves ``tokens``
+        free (for a prompt put before every chunk)."""
+        if not tokens:
+            return self
+        if tokens >= self.model_limit // 2:
+            raise ConfigError(
+                f"document_prompt: its {tokens} tokens leave too little of the model limit "
+                f"of {self.model_limit}; shorten it"
+            )
+        other = copy.copy(self)
+        other.model_limit = other.limit = self.model_limit - tokens
+        return other
+
     def encode(self, text: str) -> Encoding:
         return self.tokenizer.encode(text, add_special_tokens=False)
 

