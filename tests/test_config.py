@@ -130,6 +130,7 @@ INDEX_CHANGES = {
     "model": "another-model",
     "strategy": "token",
     "max_tokens": 100,
+    "max_chars": 500,
     "overlap_tokens": 8,
     "noise_sections": ["Contributors"],
     "prepend_context": False,

@@ -106,6 +106,7 @@ INDEX_KEYS = (
     "model",
     "strategy",
     "max_tokens",
+    "max_chars",
     "overlap_tokens",
     "noise_sections",
     "prepend_context",
@@ -210,6 +211,9 @@ class Settings(BaseSettings):
     document_prompt: str = Field(default="", max_length=200)
 
     max_tokens: int | None = Field(default=None, ge=8)
+    # The bound in characters (not counting whitespace) on every chunk; None: 5.5
+    # per token of the limit, so that no English chunk changes (mdindex.chunking).
+    max_chars: int | None = Field(default=None, ge=16)
     overlap_tokens: int = Field(default=32, ge=0)
     semantic_threshold: float = Field(default=0.45, ge=-1.0, le=1.0)
     min_sentences: int = Field(default=2, ge=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from mdindex.chunking import Chunker
+from mdindex.chunking.chars import count_chars
 from mdindex.chunking.heading import sections
 from mdindex.documents.types import Chunk, Document
 from mdindex.embedding.tokens import TokenCounter
@@ -30,6 +31,8 @@ def check(doc: Document, chunks: list[Chunk], counter: TokenCounter, chunker: Ch
         if c.token_ids is not None:  # handed to the embedder instead of tokenizing again
             assert c.token_ids == counter.encode(c.text).ids, "token_ids are not the text's"
         assert c.token_count <= counter.limit, f"{c.token_count} tokens > limit {counter.limit}"
+        chars = count_chars(c.text)
+        assert chars <= chunker.max_chars, f"{chars} characters > max_chars {chunker.max_chars}"
         assert c.char_start >= last_start, "chunks out of document order"
         last_start = c.char_start
         covered[c.char_start : c.char_end] = b"\x01" * (c.char_end - c.char_start)

@@ -70,8 +70,17 @@ def test_a_fence_over_the_limit_is_split_inside(counter) -> None:
 
 
 def test_unbroken_run_longer_than_window_is_cut_between_tokens(counter) -> None:
-    blob = "a1b2c3d4" * 400
+    # 100 characters: the longest word WordPiece splits (a longer one is one [UNK]), 75 tokens
+    blob = "a1b2c3d4" * 12 + "a1b2"
     text = f"# Blob\n\n{blob}\n"
     _, chunks = chunks_of(counter, text, limit=64, overlap_tokens=0)
-    assert "".join(c.text for c in chunks[1:]) == blob[len(chunks[0].text) - len("# Blob\n\n") :]
+    assert "".join(c.text for c in chunks[1:]) == blob
     assert all(c.token_count <= 64 for c in chunks)
+
+
+def test_a_run_the_tokenizer_reads_as_one_token_is_cut_by_characters(counter) -> None:
+    blob = "a1b2c3d4" * 400  # one [UNK] token of 3,200 characters
+    text = f"# Blob\n\n{blob}\n"
+    _, chunks = chunks_of(counter, text, limit=64, overlap_tokens=0, max_chars=500)
+    assert "".join(c.text for c in chunks[1:]) == blob
+    assert [len(c.text) for c in chunks[1:]] == [500] * 6 + [200]

@@ -44,6 +44,64 @@ def test_cuts(text: str, want: list[str]) -> None:
     assert sentences(text) == want
 
 
+# Real sentences (Wikipedia's openings of its articles on the language).
+LANGUAGES: dict[str, tuple[str, list[str]]] = {
+    "zh": (
+        "汉语是汉族的语言。它是世界上使用人数最多的语言之一！你会说汉语吗？"
+        "汉字是汉语的书写系统，已有数千年的历史。",
+        [
+            "汉语是汉族的语言。",
+            "它是世界上使用人数最多的语言之一！",
+            "你会说汉语吗？",
+            "汉字是汉语的书写系统，已有数千年的历史。",
+        ],
+    ),
+    "ja": (
+        "日本語は日本の公用語である。東京は日本の首都です。",
+        ["日本語は日本の公用語である。", "東京は日本の首都です。"],
+    ),
+    "ar": (
+        "اللغة العربية هي أكثر اللغات السامية تحدثًا. هل تتحدث العربية؟ "
+        "يتحدث بها أكثر من 400 مليون نسمة.",
+        [
+            "اللغة العربية هي أكثر اللغات السامية تحدثًا.",
+            "هل تتحدث العربية؟",
+            "يتحدث بها أكثر من 400 مليون نسمة.",
+        ],
+    ),
+    "hi": (
+        "हिन्दी भारत की राजभाषा है। क्या आप हिन्दी बोलते हैं? यह देवनागरी लिपि में लिखी जाती है।",
+        [
+            "हिन्दी भारत की राजभाषा है।",
+            "क्या आप हिन्दी बोलते हैं?",
+            "यह देवनागरी लिपि में लिखी जाती है।",
+        ],
+    ),
+    "th": (
+        "ภาษาไทยเป็นภาษาราชการของประเทศไทย มีผู้พูดประมาณ 65 ล้านคน อักษรไทยพัฒนามาจากอักษรขอม",
+        [
+            "ภาษาไทยเป็นภาษาราชการของประเทศไทย",
+            "มีผู้พูดประมาณ 65 ล้านคน",
+            "อักษรไทยพัฒนามาจากอักษรขอม",
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("lang", sorted(LANGUAGES))
+def test_sentences_of_other_scripts(lang: str) -> None:
+    """。！？ end a sentence with no space after them, ؟ and । before one, and a
+    space between two Thai words ends a Thai sentence (a number between them
+    does not: Thai writes spaces around numbers and foreign words too)."""
+    text, want = LANGUAGES[lang]
+    _check_spans(text, 0, len(text), split_sentences(text, 0, len(text)))
+    assert sentences(text) == want
+
+
+def test_a_full_width_semicolon_does_not_end_a_sentence() -> None:
+    assert sentences("我们去；你们留。好") == ["我们去；你们留。", "好"]
+
+
 def test_only_the_range_asked_for_is_split() -> None:
     text = "Before. Inside one. Inside two. After."
     start, end = text.index("Inside one"), text.index(" After")
@@ -131,6 +189,11 @@ HOSTILE = {
     "dots": lambda n: ". " * (n // 2),
     "initials": lambda n: "Dr. X. " * (n // 7),
     "schemes": lambda n: "see http://a." * (n // 13),
+    "full-width-stops": lambda n: "。" * n + "好",
+    "closers-after-full-width": lambda n: "。" + "」" * n,
+    "thai-spaces": lambda n: "ก " * (n // 2),
+    "thai-space-runs": lambda n: "ก" + " " * n + "a",
+    "dandas": lambda n: "।" * n + " क",
 }
 
 

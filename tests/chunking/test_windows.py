@@ -227,17 +227,22 @@ def test_fit_on_real_markdown(
         "a1b2c3d4 " * 30_000,
         "```\nx\n```\n\n" * 20_000,
         "w\n" * 150_000,
+        "ที่นี่ภาษาไทย" * 25_000,
+        "ไทย " * 75_000,
+        "Z" + "\u0336" * 300_000,
+        "a" + " " * 300_000 + "b",
     ],
-    ids=["dots", "words", "code-blocks", "lines"],
+    ids=["dots", "words", "code-blocks", "lines", "thai", "thai-words", "marks", "spaces"],
 )
 def test_hostile_spans_are_cut_in_linear_time(counter: TokenCounter, text: str) -> None:
-    """Each shape at about 300 KB: under 2 s, or, on a machine slow enough to
-    need more, under 4x ordinary markdown of the same size."""
+    """Each shape at about 300 KB, with the default character bound: under 2 s,
+    or, on a machine slow enough to need more, under 4x ordinary markdown of
+    the same size."""
     code = [(m.start(), m.end()) for m in re.finditer(r"```\nx\n```", text)]
 
     def timed(t: str, blocks: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], float]:
         started = time.perf_counter()
-        got = fit(t, [(0, len(t))], counter, 32, blocks)
+        got = fit(t, [(0, len(t))], counter, 32, blocks, max_chars=1397)
         return [(s, e) for s, e, _, _ in got], time.perf_counter() - started
 
     spans, seconds = timed(text, code)

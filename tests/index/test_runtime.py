@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mdindex.chunking import CHUNKER_VERSION
+from mdindex.chunking.chars import count_chars
 from mdindex.documents.parsing import parse_document
 from mdindex.embedding.embedder import ModelEmbedder
 from mdindex.embedding.model import resolve_model
@@ -111,6 +112,7 @@ def test_the_chunker_is_built_from_the_index_settings(make_settings: Factory) ->
     s = make_settings(
         strategy="token",
         max_tokens=64,
+        max_chars=300,
         overlap_tokens=8,
         noise_sections=["Changelog"],
         prepend_context=False,
@@ -122,6 +124,7 @@ def test_the_chunker_is_built_from_the_index_settings(make_settings: Factory) ->
         "version": CHUNKER_VERSION,
         "strategy": "token",
         "max_tokens": 64,
+        "max_chars": 300,
         "overlap_tokens": 8,
         "noise_sections": ["changelog"],
     }
@@ -130,6 +133,8 @@ def test_the_chunker_is_built_from_the_index_settings(make_settings: Factory) ->
     doc = parse_document("# T\n\n" + "one two three four five. " * 200, "t.md")
     chunks = m.chunker.chunk(doc)
     assert len(chunks) > 5 and max(c.token_count for c in chunks) <= 64
+    assert max(count_chars(c.text) for c in chunks) <= 300
+    assert make_models(make_settings()).chunker.params()["max_chars"] == 1397  # 5.5 x 254
     semantic = make_models(make_settings(strategy="semantic", semantic_threshold=0.3))
     assert semantic.chunker.params()["threshold"] == 0.3
     assert semantic.chunker.params()["min_sentences"] == 2

@@ -35,7 +35,11 @@ def sections(doc: Document, noise: Collection[str] = ()) -> list[tuple[Span, Hea
 
 
 def chunk_many(
-    docs: Sequence[Document], counter: TokenCounter, overlap: int, noise: Collection[str] = ()
+    docs: Sequence[Document],
+    counter: TokenCounter,
+    overlap: int,
+    max_chars: int,
+    noise: Collection[str] = (),
 ) -> list[list[Chunk]]:
     parts = [sections(doc, noise) for doc in docs]
     spans = [
@@ -59,7 +63,7 @@ def chunk_many(
                     doc.text, s, e, n, doc_parts[bisect.bisect_right(starts, s) - 1][1], ids
                 )
                 for s, e, n, ids in fit(
-                    doc.text, doc_spans, counter, overlap, doc.code_ranges, encodings
+                    doc.text, doc_spans, counter, overlap, doc.code_ranges, encodings, max_chars
                 )
             ]
         )

@@ -2,13 +2,16 @@
 
 It does not split after abbreviations (Dr., e.g.), inside decimals or version
 numbers, URLs or inline code; headings, list items and code blocks are
-boundaries because they arrive as separate blocks.
+boundaries because they arrive as separate blocks. It knows the sentence ends
+of Chinese and Japanese (。！？, no space after them), Arabic (؟) and Hindi
+(।), and cuts Thai, which has no sentence punctuation, at its spaces.
 """
 
 from __future__ import annotations
 
 import re
 
+from mdindex.chunking.chars import CLOSERS, FULL_ENDS, SPACED_ENDS, THAI
 from mdindex.chunking.windows import Span, strip_span
 from mdindex.documents.budget import check
 from mdindex.documents.types import Document
@@ -87,7 +90,13 @@ ABBREVIATIONS = frozenset(
 # where the previous character could not have started it (the lookbehinds), and
 # nothing backtracks over a run it already consumed (possessive quantifiers).
 # The old URL pattern took 11 s on "www." + 16k dots.
-_END = re.compile(r"(?<![.!?…])[.!?…]++[\"'”’)\]*_]*+(?=\s)")
+_END = re.compile(
+    rf"(?<![.!?…{SPACED_ENDS}])[.!?…{SPACED_ENDS}]++[{CLOSERS}*_]*+(?=\s)"
+    rf"|(?<![{FULL_ENDS}])[{FULL_ENDS}]++[{CLOSERS}*_]*+"
+    # Thai has no sentence punctuation: a space between two Thai words ends a
+    # sentence (or a phrase, which is the unit Thai writers separate).
+    rf"|(?<=[{THAI}])\s++(?=[{THAI}])"
+)
 _TAG = re.compile(r"<[^<>\s]++>")  # autolinks and inline HTML tags
 _LINK_DEST = re.compile(r"\]\([^()\s]*+\)")
 _URL = re.compile(r"\b(?:(?:https?|ftp)://|www\.)\S++")
@@ -150,6 +159,8 @@ _WORD_BEFORE = re.compile(r"(\S+)$")
 
 
 def _is_boundary(text: str, dot_start: int, after: int, end: int) -> bool:
+    if text[dot_start] in FULL_ENDS or text[dot_start].isspace():  # Chinese, Thai
+        return True
     word = _WORD_BEFORE.search(text, max(0, dot_start - 40), dot_start + 1)
     if word is not None:
         token = word.group(1).lstrip("([\"'*_").lower()

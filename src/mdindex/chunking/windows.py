@@ -2,7 +2,8 @@
 
 Used by the heading strategy for oversized sections and by the semantic
 strategy for oversized sentences; ``fit`` is the single place that guarantees
-every chunk's exact token count and the hard limit.
+every chunk's exact token count, the hard limit, and the character bound
+(``max_chars``, mdindex.chunking.chars).
 """
 
 from __future__ import annotations
@@ -11,6 +12,14 @@ import bisect
 import re
 from collections.abc import Sequence
 
+from mdindex.chunking.chars import (
+    CLOSERS,
+    FULL_ENDS,
+    SPACED_ENDS,
+    char_end,
+    count_chars,
+    grapheme_cut,
+)
 from mdindex.documents.budget import check
 from mdindex.embedding.tokens import Encoded, TokenCounter
 
@@ -20,7 +29,7 @@ Piece = tuple[int, int, int | None]  # start, end, token count (None: unknown)
 Counted = tuple[int, int, int, list[int] | None]
 
 _BLANK = re.compile(r"\n[ \t]*\n")
-_SENTENCE = re.compile(r"[.!?][\"'”’)\]]*(?=\s)")
+_SENTENCE = re.compile(rf"[.!?{SPACED_ENDS}][{CLOSERS}]*(?=\s)|[{FULL_ENDS}]+[{CLOSERS}]*")
 _NEWLINE = re.compile(r"\n")
 _SPACE = re.compile(r"\s+")
 
@@ -64,8 +73,11 @@ def split_span(
     overlap: int,
     code_ranges: Sequence[Span] = (),
     boundary: re.Pattern[str] = _SPACE,
+    max_chars: int | None = None,
 ) -> list[Piece]:
-    """Cut ``text[start:end]`` into windows of at most ``limit`` tokens.
+    """Cut ``text[start:end]`` into windows of at most ``limit`` tokens and
+    ``max_chars`` characters (``chars.count_chars``); a window holds at least
+    one token, so one token over ``max_chars`` is left for ``fit`` to cut.
 
     ``offsets`` are the absolute char spans of the tokens in the span. Each cut
     prefers a blank line or code block edge, then a sentence end, then a line
@@ -81,15 +93,21 @@ def split_span(
     tokenizing pass (0.67 s of 2.7 s on 2 cores).
     """
     n = len(offsets)
-    if n <= limit:
+    if n <= limit and (max_chars is None or char_end(text, start, end, max_chars) >= end):
         return [(start, end, n)]
     tok_starts = [s for s, _ in offsets]
+    tok_ends = [e for _, e in offsets]
 
     def tokens_in(lo: int, hi: int) -> int:
         return bisect.bisect_left(tok_starts, hi) - bisect.bisect_left(tok_starts, lo)
 
+    near = [r for r in code_ranges if r[1] > start and r[0] < end]
     guard = _Guard(
-        [r for r in code_ranges if r[1] > start and r[0] < end and tokens_in(*r) <= limit]
+        [
+            r
+            for r in near
+            if tokens_in(*r) <= limit and (max_chars is None or count_chars(text, *r) <= max_chars)
+        ]
     )
     pieces: list[Piece] = []
     i = 0
@@ -97,12 +115,21 @@ def split_span(
     clean_start = True
     while True:
         check()
+        hi_chars = end if max_chars is None else char_end(text, win_start, end, max_chars)
         j = i + limit  # first token that does not fit
+        shared, cap = overlap, end
+        if hi_chars < end:  # nor past the character bound
+            reach = bisect.bisect_right(tok_ends, hi_chars)
+            if reach < j:
+                # a shorter window shares as large a part of itself, not 32 of its 35 tokens
+                j, shared = max(reach, i + 1), overlap * max(reach - i, 0) // limit
+                # a window holds one token at least: one over the bound is fit's to cut
+                cap = hi_chars if reach > i else end
         if j >= n:
             pieces.append((win_start, end, tokens_in(win_start, end) if clean_start else None))
             return pieces
-        hi = offsets[j][0]
-        cut = _best_cut(text, offsets[i + limit // 2][1], offsets[i][1], hi, guard)
+        hi = min(offsets[j][0], cap)
+        cut = _best_cut(text, offsets[i + (j - i) // 2][1], offsets[i][1], hi, guard)
         clean_cut = (
             cut != hi
             or text[hi - 1].isspace()
@@ -112,7 +139,7 @@ def split_span(
         pieces.append((win_start, cut, tokens_in(win_start, cut) if clean else None))
         k = bisect.bisect_left(tok_starts, cut)
         nxt = k
-        for t in range(max(k - overlap, i + 1), k):
+        for t in range(max(k - shared, i + 1), k):
             pos = offsets[t][0]
             if (pos == 0 or text[pos - 1].isspace()) and not guard.inside(pos):
                 nxt = t
@@ -154,6 +181,34 @@ def _best_cut(text: str, lo_pref: int, lo_any: int, hi: int, guard: _Guard) -> i
     return hi
 
 
+def split_chars(
+    text: str, start: int, end: int, max_chars: int, code_ranges: Sequence[Span] = ()
+) -> list[Span]:
+    """Cut ``text[start:end]`` into pieces of at most ``max_chars`` characters
+    that are not whitespace, at the boundaries ``split_span`` prefers; a run
+    with none of them (Thai without spaces) is cut between graphemes.
+
+    Pieces do not overlap: a cut for characters is made where tokens no longer
+    measure the text, so there is no token overlap to keep.
+    """
+    near = [r for r in code_ranges if r[1] > start and r[0] < end]
+    guard = _Guard([r for r in near if count_chars(text, *r) <= max_chars])
+    pieces: list[Span] = []
+    pos = start
+    while True:
+        check()
+        hi = char_end(text, pos, end, max_chars)
+        if hi >= end:
+            pieces.append((pos, end))
+            return pieces
+        lo = char_end(text, pos, end, max_chars // 2)
+        cut = _best_cut(text, lo, pos, hi, guard)
+        if cut == hi:
+            cut = grapheme_cut(text, pos, hi)
+        pieces.append((pos, cut))
+        pos = cut
+
+
 def fit(
     text: str,
     spans: Sequence[Span],
@@ -161,22 +216,32 @@ def fit(
     overlap: int,
     code_ranges: Sequence[Span] = (),
     known: Sequence[int | Encoded | None] | None = None,
+    max_chars: int | None = None,
 ) -> list[Counted]:
     """Strip spans, drop empty ones, window those over the limit, and count exactly.
 
     ``known`` may give, per span, the exact token count of its stripped text
     or its encoding; only spans with neither are tokenized, in one batch.
     A span's ids come along when its own encoding was at hand, so the
-    embedder need not tokenize that text again.
+    embedder need not tokenize that text again. A span within the token limit
+    but over ``max_chars`` characters (``chars.count_chars``) is cut by
+    characters, and its pieces are counted again.
     """
     limit = counter.limit
+    bound = max_chars
+
+    def fits(s: int, e: int) -> bool:
+        return bound is None or e - s <= bound or count_chars(text, s, e) <= bound
+
     items: list[tuple[int, int, int | Encoded | None]] = []
     for i, (s, e) in enumerate(spans):
         s, e = strip_span(text, s, e)
         if e > s:
             items.append((s, e, known[i] if known is not None else None))
     todo = [
-        i for i, (_, _, k) in enumerate(items) if k is None or (isinstance(k, int) and k > limit)
+        i
+        for i, (s, e, k) in enumerate(items)
+        if k is None or (isinstance(k, int) and (k > limit or not fits(s, e)))
     ]
     encoded = counter.encode_batch([text[items[i][0] : items[i][1]] for i in todo])
     encodings = dict(zip(todo, encoded, strict=True))
@@ -188,7 +253,7 @@ def fit(
             out.append((s, e, enc, None))
             continue
         assert enc is not None
-        if len(enc.ids) <= limit:
+        if len(enc.ids) <= limit and fits(s, e):
             out.append((s, e, len(enc.ids), enc.ids))
             continue
         # Work on the section's own text so its encoding's offsets need no shifting.
@@ -202,7 +267,13 @@ def fit(
             min(overlap, limit // 2),
             local_code,
             counter.cut,
+            max_chars,
         )
+        if len(pieces) == 1:  # one token over max_chars: cut it between characters
+            assert max_chars is not None
+            cuts = split_chars(text, s, e, max_chars, code_ranges)
+            out.extend(fit(text, cuts, counter, overlap, code_ranges, max_chars=max_chars))
+            continue
         # Counts carried over from the longer text hold only for tokenizers
         # that split at whitespace; otherwise each (shorter) piece is counted again.
         out.extend(
@@ -213,6 +284,7 @@ def fit(
                 overlap,
                 code_ranges,
                 [c if counter.stable else None for _, _, c in pieces],
+                max_chars,
             )
         )
     return out

@@ -56,6 +56,8 @@ class Version:
         parts = [str(p.get("model")), str(p.get("strategy"))]
         if p.get("max_tokens"):
             parts.append(f"max_tokens={p['max_tokens']}")
+        if p.get("max_chars"):
+            parts.append(f"max_chars={p['max_chars']}")
         parts.append("prefix" if p.get("prepend_context") else "no prefix")
         if p.get("query_prompt") or p.get("document_prompt"):
             parts.append("prompts")
@@ -239,6 +241,7 @@ class _Params(_Strict):
     model: str | None = Field(default=None, max_length=4096)
     strategy: Literal["heading", "token", "semantic"] | None = None
     max_tokens: int | None = Field(default=None, ge=8)
+    max_chars: int | None = Field(default=None, ge=16)
     overlap_tokens: int | None = Field(default=None, ge=0)
     noise_sections: list[Annotated[str, Field(max_length=1024)]] | None = None
     prepend_context: bool | None = None
