@@ -30,26 +30,21 @@ _NON_SPACE = re.compile(r"\S")
 
 def count_chars(text: str, start: int = 0, end: int | None = None) -> int:
     """The characters of ``text[start:end]`` that are not whitespace."""
-    end = len(text) if end is None else end
-    if end <= start:
-        return 0
-    return end - start - sum(m.end() - m.start() for m in _SPACE_RUN.finditer(text, start, end))
+    return len(_SPACE_RUN.sub("", text[start:end]))
 
 
 def char_end(text: str, start: int, end: int, n: int) -> int:
     """Where the first ``n`` non-whitespace characters of ``text[start:end]`` end,
     or ``end`` when nothing but whitespace follows them."""
     pos, left = start, n
-    while pos < end:
-        # only as far as the answer can be: a search to the end of a text without
-        # whitespace made each call linear in the rest of the text
-        m = _SPACE_RUN.search(text, pos, min(end, pos + left + 1))
-        if m is None or m.start() - pos >= left:
-            break
-        left -= m.start() - pos
-        pos = m.end()
-    hi = min(end, pos + left)
-    return hi if _NON_SPACE.search(text, hi, end) else end
+    # Each step takes as many characters as are still wanted: a step without
+    # whitespace is the last, and text with spaces between its words takes a few
+    # (a loop over whitespace runs took 1.4 s for 150,000 lines on 2 cores).
+    while left > 0 and pos < end:
+        stop = min(end, pos + left)
+        left -= count_chars(text, pos, stop)
+        pos = stop
+    return pos if _NON_SPACE.search(text, pos, end) else end
 
 
 def _extends(ch: str) -> bool:
