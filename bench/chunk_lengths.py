@@ -11,8 +11,10 @@ token of the limit. Then, for each candidate bound (a ratio to the limit),
 how many chunks it changes. The semantic strategy runs with an embedder that
 finds every sentence similar, so groups close only at the limits: the longest
 chunks any model could give. The sets: ../shared/corpus, ../shared/evalsets,
-and the evalsets rebuilt as long sections without headings
-(bench/long_sections.py). No timing: the figures do not depend on the CPU.
+the evalsets rebuilt as long sections without headings
+(bench/long_sections.py), and the sets in other languages
+(bench/language_sets.py), where the bound may change chunks. No timing: the
+figures do not depend on the CPU.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import DEFAULT_CORPUS, load_texts, offline, table, write_json
+from common import DEFAULT_CORPUS, REPO, load_texts, offline, table, write_json
 
 OVERLAP = 32
 UNBOUNDED = 10**9
@@ -63,7 +65,7 @@ def chunk_all(counter: Any, docs: list[Any], strategy: str, max_chars: int) -> l
     ]
 
 
-def sets(corpus: Path, evalsets: Path, tmp: Path) -> dict[str, Path]:
+def sets(corpus: Path, evalsets: Path, languages: Path, tmp: Path) -> dict[str, Path]:
     from long_sections import FOLDER, SETS, make_set
 
     out = {"corpus": corpus}
@@ -71,6 +73,9 @@ def sets(corpus: Path, evalsets: Path, tmp: Path) -> dict[str, Path]:
         out[name] = evalsets / name / folder
     for name, source in SETS.items():
         out[name] = make_set(name, evalsets, tmp) / FOLDER[source]
+    # Not English (bench/language_sets.py): there the bound may change chunks.
+    for folder in sorted(languages.glob("*/docs")):
+        out[folder.parent.name] = folder
     return out
 
 
@@ -80,7 +85,9 @@ def main() -> None:
     )
     ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
     ap.add_argument("--evalsets", default=str(DEFAULT_CORPUS.parent / "evalsets"))
-    ap.add_argument("--ratios", default="5,5.5,6,7")
+    ap.add_argument("--languages", default=str(REPO / "bench" / "data" / "languages"))
+    ap.add_argument("--ratios", default="5,5.5,6")
+    ap.add_argument("--only", help="comma-separated set names")
     args = ap.parse_args()
     offline()
 
@@ -95,7 +102,10 @@ def main() -> None:
     ratios = [float(r) for r in args.ratios.split(",")]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, folder in sets(Path(args.corpus), Path(args.evalsets), Path(tmp)).items():
+        found = sets(Path(args.corpus), Path(args.evalsets), Path(args.languages), Path(tmp))
+        for name, folder in found.items():
+            if args.only and name not in args.only.split(","):
+                continue
             docs = [parse_document(t, p) for p, t in load_texts(folder)]
             for strategy in ("heading", "token", "semantic"):
                 free = chunk_all(counter, docs, strategy, UNBOUNDED)
