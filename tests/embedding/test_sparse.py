@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import struct
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from mdindex.embedding.sparse import PARAMS, Sparse, SparseEncoder, sparse_text
+from tests.conftest import corpus_files
 
 
 def test_a_document_vector_depends_on_its_text_alone() -> None:
@@ -39,3 +46,71 @@ def test_sparse_text_comes_from_the_payload() -> None:
     assert sparse_text(payload, prepend_context=True) == "Guide > Install > Linux\n\nBody."
     assert sparse_text({"text": "Body."}, prepend_context=True) == "\n\nBody."
     assert SparseEncoder.params() == PARAMS
+
+
+def _before(text: str) -> Sparse:
+    """A document's vector as every document's was before languages were told apart."""
+    from qdrant_edge import Bm25, Bm25Config, TokenizerType
+
+    config = Bm25Config(k=1.2, b=0.75, avg_len=256.0, tokenizer=TokenizerType.Code)
+    vector = Bm25(Bm25Config(**_fields(config), language="english")).embed_document(text)
+    pairs = sorted(zip(vector.indices, vector.values, strict=True))
+    return Sparse([int(i) for i, _ in pairs], [float(v) for _, v in pairs])
+
+
+def _fields(config: Any) -> dict[str, Any]:
+    return {"k": config.k, "b": config.b, "avg_len": config.avg_len, "tokenizer": config.tokenizer}
+
+
+def test_english_and_unknown_documents_keep_the_old_vectors_exactly() -> None:
+    enc = SparseEncoder()
+    texts = [p.read_text(encoding="utf-8") for p in corpus_files()[:40]]
+    texts += ["Set max_tokens to cap the output.", "我们在周末整理了项目的笔记", ""]
+    for text in texts:
+        old = _before(text)
+        assert enc.document(text) == enc.document(text, "en") == enc.document(text, "") == old
+        # byte for byte: the same float32 weights
+        assert [struct.pack("<f", v) for v in enc.document(text).values] == [
+            struct.pack("<f", v) for v in old.values
+        ]
+    # an English query finds exactly the terms it found before
+    q = "how do I stream tokens with stop_sequences"
+    assert enc.query(q) == enc.query(q, ["en"]) == enc.query(q, [""])
+
+
+def test_chinese_is_cut_into_words_and_stop_words_dropped() -> None:
+    enc = SparseEncoder()
+    note = "我们在周末整理了项目的笔记"
+    assert len(_before(note).indices) == 1  # the whole clause one term
+    zh = enc.document(note, "zh")
+    assert len(zh.indices) >= 5
+    q = enc.query("项目笔记", ["zh"])
+    assert set(q.indices) - set(enc.query("项目笔记").indices) <= set(zh.indices)
+    assert len(set(q.indices) & set(zh.indices)) >= 2
+    # 的 is a Chinese stop word: the Chinese analysis adds nothing for it
+    assert enc.query("的", ["zh"]) == enc.query("的")
+    thai = enc.document("สวัสดีครับ วันนี้อากาศดีมาก", "th")
+    assert len(thai.indices) > len(_before("สวัสดีครับ วันนี้อากาศดีมาก").indices)
+
+
+def test_other_languages_add_their_stemmed_terms_to_the_english_ones() -> None:
+    enc = SparseEncoder()
+    note = "Мы разворачиваем сервис в контейнерах и проверяем журналы сервера."
+    ru = enc.document(note, "ru")
+    assert set(_before(note).indices) <= set(ru.indices)  # every English-analysis term kept
+    # another form of a word: only the Russian stemmer matches it
+    q = enc.query("журнал", ["ru"])
+    assert set(q.indices) & set(ru.indices)
+    assert not set(enc.query("журнал").indices) & set(_before(note).indices)
+    for lang in ("ar", "de", "hi", "uk", "xx", "pl"):  # stemmer, stop words, or neither
+        assert enc.document(note, lang).indices
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300), st.sampled_from(["", "en", "zh", "ja", "th", "ru", "ar", "hi", "xx"]))
+def test_analysis_never_fails_on_any_text(text: str, lang: str) -> None:
+    enc = SparseEncoder()
+    doc = enc.document(text, lang)
+    assert doc.indices == sorted(set(doc.indices)) and all(v > 0 for v in doc.values)
+    q = enc.query(text, [lang])
+    assert q.indices == sorted(set(q.indices)) and set(q.values) <= {1.0}

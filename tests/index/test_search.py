@@ -103,6 +103,9 @@ def test_filters_run_inside_the_engine(tmp_path: Path, two_roots: tuple[Path, Pa
         ({"q": "x", "tag": "x" * 101}, "each 1 to 100 characters besides # and /"),
         ({"q": "x", "tag": {"a": 1}}, "tag must be a string or a list"),
         ({"q": "x", "tag": "a\x00"}, "NUL"),
+        ({"q": "x", "lang": "klingon"}, "lang must be a language code"),
+        ({"q": "x", "lang": ["en"]}, "lang must be a string"),
+        ({"q": "x", "lang": "e\x00n"}, "lang must be a language code"),
     ],
 )
 def test_a_bad_parameter_gets_one_line_that_names_it(params: dict[str, Any], reason: str):
@@ -121,10 +124,11 @@ def test_parameters_as_the_api_and_tools_give_them() -> None:
     assert q.store_filter() == SearchFilter(("a", "b"), "docs/", (("tags", ("x",)),), ("ops",))
     assert parse_where({"draft": True, "weight": 3}) == (("draft", "true"), ("weight", "3"))
     assert Query("hi", path="guide").store_filter().path_prefix == "guide"
+    assert Query("hi", lang="ZH-Hans").store_filter() == SearchFilter(lang="zh")
     # what the CLI and the MCP server send the daemon reads back as the same query
     sent = Query(
         "hi", k=3, mode="sparse", roots=("a",), where=(("t", "x"),), tags=("p", "q/r"),
-        per_section=False,
+        per_section=False, lang="zh",
     )  # fmt: skip
     back: dict[str, Any] = {}
     for key, value in sent.as_params():
@@ -423,3 +427,67 @@ def test_a_lone_surrogate_is_refused_in_one_line() -> None:
         Query("otters \ud800")
     with pytest.raises(ValueError, match="not valid Unicode"):
         Query.from_params({"q": "otters", "path": "a\udcffb"})
+
+
+ZH_NOTE = (
+    "# 部署指南\n\n我们使用容器部署服务。首先安装依赖，然后配置数据库连接，"
+    "最后启动服务器并检查日志。\n"
+)
+EN_NOTE = "# Deployment guide\n\nWe deploy the service in containers. Install, configure, start.\n"
+RU_NOTE = "# Руководство\n\nМы разворачиваем сервис в контейнерах и проверяем журналы сервера.\n"
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_lang_filters_inside_the_engine(tmp_path: Path, store: str) -> None:
+    root = tmp_path / "notes"
+    write(root, "zh.md", ZH_NOTE)
+    write(root, "en.md", EN_NOTE)
+    write(root, "ru.md", RU_NOTE)
+    write(root, "de.md", "---\nlang: de\n---\n# Notiz\n\nWe deploy containers.\n")
+    s = settings_for(tmp_path, [root], store=store)
+    run_backfill(s, TinyEmbedder())
+    stored = {p["doc_path"]: p["lang"] for p in stored_points(s).values()}
+    assert stored == {"zh.md": "zh", "en.md": "en", "ru.md": "ru", "de.md": "de"}
+    with build_indexer(s, TinyEmbedder()) as indexer:
+        for mode in ("dense", "sparse", "hybrid"):
+
+            def ask(lang: str, text: str = "deploy 部署 сервис", mode: str = mode) -> list[str]:
+                hits = indexer.search(Query(text, k=10, mode=mode, lang=lang))
+                return sorted(h["doc_path"] for h in hits)
+
+            assert ask("zh") == ["zh.md"]
+            assert ask("ru") == ["ru.md"]
+            assert ask("de") == ["de.md"] and ask("en") == ["en.md"]
+            assert ask("fr") == []
+
+
+def test_a_mixed_vault_answers_each_language_with_the_real_model(
+    tmp_path: Path, real_embedder: Any
+) -> None:
+    """Backfill a vault of Chinese, English and Russian notes with the real model,
+    then ask in each language: each finds its own note first, in every mode that
+    reads text (the default model knows little Chinese; BM25 does the work)."""
+    root = tmp_path / "vault"
+    write(root, "zh/部署.md", ZH_NOTE)
+    write(root, "zh/会议.md", "# 会议记录\n\n今天的会议讨论了预算和招聘计划，下周继续。\n")
+    write(root, "en/deploy.md", EN_NOTE)
+    write(root, "en/budget.md", "# Budget\n\nThe meeting discussed the budget and hiring.\n")
+    write(root, "ru/сервер.md", RU_NOTE)
+    s = settings_for(tmp_path, [root])
+    run_backfill(s, real_embedder)
+    stored = {p["doc_path"]: p for p in stored_points(s).values()}
+    assert {k: v["lang"] for k, v in stored.items()} == {
+        "zh/部署.md": "zh", "zh/会议.md": "zh", "en/deploy.md": "en",
+        "en/budget.md": "en", "ru/сервер.md": "ru",
+    }  # fmt: skip
+    with build_indexer(s, real_embedder) as indexer:
+        for mode in ("sparse", "hybrid"):
+
+            def first(text: str, mode: str = mode) -> str:
+                return str(indexer.search(Query(text, k=3, mode=mode))[0]["doc_path"])
+
+            assert first("如何配置数据库连接") == "zh/部署.md"
+            assert first("招聘计划") == "zh/会议.md"
+            assert first("how do we deploy the service") == "en/deploy.md"
+            assert first("hiring budget") == "en/budget.md"
+            assert first("журнал сервера") == "ru/сервер.md"  # a form the note lacks

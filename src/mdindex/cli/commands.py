@@ -147,6 +147,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
             tags=tuple(args.filter_tags or ()),
             fusion=settings.fusion,
             per_section=not args.all_chunks,
+            lang=args.filter_lang or "",
         )
     except ValueError as exc:
         raise ConfigError(f"search: {exc}") from None

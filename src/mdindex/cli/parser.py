@@ -114,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="only documents with this tag, from frontmatter or #inline (--tag a also finds "
         "a/b; repeatable: all hold)",
     )
+    p.add_argument(
+        "--lang",
+        dest="filter_lang",
+        metavar="CODE",
+        help="only documents in this language (en, zh, ru: their payload lang), with the "
+        "query analysed as it",
+    )
 
     p = command(
         "eval", "how well search answers your questions: recall and MRR per version and mode"

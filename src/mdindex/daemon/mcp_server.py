@@ -212,7 +212,8 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
             "hits with text, title, section, url (with #anchor), root, path and line range; "
             "stale=true means the file changed since indexing. Examples: "
             '{"query": "how do I rotate API keys"}; '
-            '{"query": "max_tokens", "k": 3, "path": "api/", "where": ["tags=release"]}'
+            '{"query": "max_tokens", "k": 3, "path": "api/", "where": ["tags=release"]}; '
+            '{"query": "部署步骤", "lang": "zh"}'
         ),
     )
     def search(
@@ -223,16 +224,18 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
         where: list[str] | None = None,
         mode: str = "",
         tag: list[str] | str | None = None,
+        lang: str = "",
     ) -> dict[str, Any]:
         """query: the question or keywords. k: hits, 1-100. root: root labels to
         keep. path: a path prefix ("api/") or glob ("guide/**/*.md"). where:
         frontmatter filters "key=value". mode: dense, sparse or hybrid. tag:
-        tags every hit's document has ("project/alpha" also matches "project")."""
+        tags every hit's document has ("project/alpha" also matches "project").
+        lang: only documents in this language code (en, zh, ru)."""
 
         def run() -> dict[str, Any]:
             params = {"q": query, "k": k, "root": root, "path": path, "where": where}
             q = Query.from_params(
-                {**params, "mode": mode, "tag": tag},
+                {**params, "mode": mode, "tag": tag, "lang": lang},
                 settings.search_mode,
                 settings.fusion,
             )

@@ -117,9 +117,10 @@ def prose(doc: Document) -> str:
     return _LINK_TARGET.sub(" ", _INLINE_CODE.sub(" ", text))
 
 
-def detect(text: str) -> str:
-    """The language of a text as an ISO 639-1 code, "" when unsure or too short."""
-    if weight(text[:PREFIX_CHARS]) < MIN_WEIGHT:
+def detect(text: str, min_weight: int = MIN_WEIGHT) -> str:
+    """The language of a text as an ISO 639-1 code, "" when unsure or shorter
+    than ``min_weight`` (a query's is lower: "机器学习" is a whole question)."""
+    if weight(text[:PREFIX_CHARS]) < min_weight:
         return ""
     try:
         values = _detector().compute_language_confidence_values(text[:PREFIX_CHARS])
@@ -137,20 +138,6 @@ def detect(text: str) -> str:
 def weight(text: str) -> int:
     """Letters, those of scripts written without spaces counted three times."""
     return sum((3 if _DENSE.match(c) else 1) for c in text if c.isalpha())
-
-
-def candidates(text: str, limit: int = 3) -> list[str]:
-    """A query's plausible languages, likeliest first: every language lingua
-    gives at least a fifth of its confidence, at most ``limit``. Short queries
-    are ambiguous (a word is 0.68 right), so more than one may be analysed."""
-    if not any(c.isalpha() for c in text):
-        return []
-    try:
-        values = _detector().compute_language_confidence_values(text[:PREFIX_CHARS])
-    except Exception:
-        return []
-    out = [v.language.iso_code_639_1.name.lower() for v in values[:limit] if v.value >= 0.2]
-    return out
 
 
 def language_of(doc: Document, setting: str) -> tuple[str, str | None]:

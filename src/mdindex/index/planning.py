@@ -256,7 +256,8 @@ class Planner:
             pid = point_id(root, rel, content_hash, occurrence, self.id_fingerprint)
             sparse = None
             if self.sparse is not None:
-                sparse = self.sparse.document(sparse_text(payload, self.prepend_context))
+                text = sparse_text(payload, self.prepend_context)
+                sparse = self.sparse.document(text, doc.lang)
             out.append(Planned(pid, vector_key, embed_input, payload, ids, sparse))
         return out
 

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mdindex.documents.language import detect, normal_code
 from mdindex.documents.links import normal_tag
 from mdindex.embedding.embedder import Embedder
 from mdindex.embedding.sparse import SparseEncoder
@@ -55,6 +56,10 @@ SECTION_OVERSAMPLE = 3
 DECAY = 0.8
 MAX_PASSAGES = 10
 MAX_HITS = 1000
+# Letters a question needs for its language to be detected (a CJK character
+# counts 3): two Chinese characters are a question, a Latin-script question is
+# only taken for another language than English when the detector is sure.
+QUERY_MIN_WEIGHT = 6
 _META_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _GLOB_CHARS = "*?["
 
@@ -72,6 +77,7 @@ class Query:
     tags: tuple[str, ...] = ()  # every tag must be the document's (a/b also matches a)
     fusion: str = "dbsf"
     per_section: bool = True  # one hit per heading section (see the module docstring)
+    lang: str = ""  # only documents in this language, and the query analysed as it
 
     def __post_init__(self) -> None:
         if not self.text.strip():
@@ -85,6 +91,13 @@ class Query:
         if self.fusion not in FUSIONS:
             raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, not {self.fusion!r}")
         object.__setattr__(self, "tags", tuple(normal_tag(t) for t in self.tags))
+        if self.lang:
+            code = normal_code(self.lang) if isinstance(self.lang, str) else None
+            if code is None:
+                raise ValueError(
+                    f"lang must be a language code (en, zh, ru), not {str(self.lang)[:40]!r}"
+                )
+            object.__setattr__(self, "lang", code)
         values = (self.text, self.path, *self.roots, *self.tags)
         for value in (*values, *(v for kv in self.where for v in kv)):
             if "\x00" in value:
@@ -137,6 +150,7 @@ class Query:
             tags=tuple(_strings(params.get("tag"), "tag")),
             fusion=_string(params.get("fusion") or default_fusion, "fusion"),
             per_section=_flag(params.get("per_section", True), "per_section"),
+            lang=_string(params.get("lang") or "", "lang"),
         )
 
     def as_params(self) -> list[tuple[str, Any]]:
@@ -152,6 +166,7 @@ class Query:
         params += [("root", r) for r in self.roots]
         params += [("where", f"{key}={value}") for key, value in self.where]
         params += [("tag", tag) for tag in self.tags]
+        params += [("lang", self.lang)] if self.lang else []
         return params
 
     def store_filter(self) -> SearchFilter:
@@ -164,6 +179,7 @@ class Query:
             path_prefix=prefix[:cut],
             where=tuple((key, candidates(value)) for key, value in self.where),
             tags=self.tags,
+            lang=self.lang,
         )
 
     @property
@@ -253,7 +269,11 @@ def search(
             )
         mode = "dense"
     dense = embedder.embed_query(prompt + query.text).tolist() if mode != "sparse" else None
-    sparse = encoder.query(query.text) if mode != "dense" and encoder is not None else None
+    sparse = None
+    if mode != "dense" and encoder is not None:
+        # English terms and the question's own language's (mdindex.embedding.sparse)
+        lang = query.lang or detect(query.text, min_weight=QUERY_MIN_WEIGHT)
+        sparse = encoder.query(query.text, [lang])
     if sparse is not None and not sparse.indices and mode == "hybrid":
         sparse = None  # only stop words: the dense half answers alone
     glob = query.glob

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Keyword payload indexes, so per-document lookups and deletes are indexed.
-INDEXED_KEYS = ("root", "doc_path", "content_hash", "tags")
+INDEXED_KEYS = ("root", "doc_path", "content_hash", "tags", "lang")
 # Below this much free space a local store counts as full (see EdgeStore.upsert).
 MIN_FREE_BYTES = 16 << 20
 
@@ -40,15 +40,16 @@ class SearchFilter:
     ``roots``; ``doc_path`` starting with ``path_prefix``; and for each
     (key, values) of ``where``, ``meta.<key>`` equal to one of the values (a
     list in the frontmatter matches when any item does); and each of ``tags``
-    among the payload's ``tags``."""
+    among the payload's ``tags``; ``lang`` the payload's ``lang``."""
 
     roots: tuple[str, ...] = ()
     path_prefix: str = ""
     where: tuple[tuple[str, tuple[str | int | bool, ...]], ...] = ()
     tags: tuple[str, ...] = ()
+    lang: str = ""
 
     def __bool__(self) -> bool:
-        return bool(self.roots or self.path_prefix or self.where or self.tags)
+        return bool(self.roots or self.path_prefix or self.where or self.tags or self.lang)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,8 @@ def copy_points(
             target.ensure_collection(len(vector), sparse=sparse)
         vectors = None
         if encoder is not None and target.has_sparse:
-            vectors = encoder.document(sparse_text(payload, prepend_context))
+            lang = str(payload.get("lang") or "")
+            vectors = encoder.document(sparse_text(payload, prepend_context), lang)
         batch.append(Point(pid, vector, payload, vectors))
         seen.add(pid)
         if len(batch) >= PAGE:

@@ -78,6 +78,8 @@ def search_filter(spec: SearchFilter) -> Any:
             Filter(should=[FieldCondition(key=f"meta.{key}", match=MatchValue(v)) for v in values])
         )
     must += [FieldCondition(key="tags", match=MatchValue(tag)) for tag in spec.tags]
+    if spec.lang:
+        must.append(FieldCondition(key="lang", match=MatchValue(spec.lang)))
     return Filter(must=must)
 
 

@@ -65,6 +65,8 @@ def search_filter(spec: SearchFilter) -> Any:
             )
         )
     must += [qm.FieldCondition(key="tags", match=qm.MatchValue(value=tag)) for tag in spec.tags]
+    if spec.lang:
+        must.append(qm.FieldCondition(key="lang", match=qm.MatchValue(value=spec.lang)))
     return qm.Filter(must=must)
 
 
