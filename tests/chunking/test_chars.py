@@ -150,6 +150,7 @@ def test_char_end_is_after_the_nth_character_or_the_end() -> None:
         ("👍🏽", [1]),  # a skin tone
         ("🇫🇷🇩🇪", [1, 3]),  # two flags: between them is a boundary, inside is not
         ("\r\n", [1]),
+        ("क्षमा", [1, 2, 4]),  # the conjunct क्ष, then म, then मा (a vowel sign)
     ],
 )
 def test_grapheme_boundaries(text: str, inside: list[int]) -> None:
@@ -160,6 +161,7 @@ def test_a_cut_without_a_boundary_falls_back_to_the_bound() -> None:
     text = "Z" + "\u0336" * 50
     assert grapheme_cut(text, 0, 20) == 20  # one cluster longer than the window
     assert grapheme_cut("ab\u0301c", 0, 2) == 1
+    assert grapheme_cut("ภาษา\u200bไทยดี", 0, 9) == 5  # after Thai's zero-width word break
 
 
 def test_thai_without_spaces_is_cut_at_the_bound_between_graphemes(counter: TokenCounter) -> None:

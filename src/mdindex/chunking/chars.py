@@ -60,6 +60,9 @@ def _extends(ch: str) -> bool:
     )
 
 
+_VIRAMA = 9  # the canonical combining class of the Indic viramas (्, ্, ្ ...)
+
+
 def _regional(ch: str) -> bool:
     return "\U0001f1e6" <= ch <= "\U0001f1ff"
 
@@ -72,6 +75,8 @@ def is_grapheme_boundary(text: str, pos: int) -> bool:
     before, ch = text[pos - 1], text[pos]
     if _extends(ch) or before == "\u200d" or (before == "\r" and ch == "\n"):
         return False
+    if unicodedata.combining(before) == _VIRAMA and unicodedata.category(ch) == "Lo":
+        return False  # an Indic conjunct: क्ष is one letter to its reader
     if _regional(before) and _regional(ch):  # flags are pairs
         k = pos - 1
         while k > 0 and _regional(text[k - 1]):
@@ -81,8 +86,12 @@ def is_grapheme_boundary(text: str, pos: int) -> bool:
 
 
 def grapheme_cut(text: str, lo: int, hi: int) -> int:
-    """The last grapheme boundary in (lo, hi], or ``hi`` when a single cluster
-    (hundreds of stacked marks) fills the whole range."""
+    """Right after the last zero-width space in (lo, hi] (Thai writers mark
+    word breaks with it), else the last grapheme boundary there, else ``hi``
+    when a single cluster (hundreds of stacked marks) fills the whole range."""
+    soft = text.rfind("\u200b", lo, hi)
+    if soft >= lo:
+        return soft + 1
     for pos in range(hi, lo, -1):
         if is_grapheme_boundary(text, pos):
             return pos
