@@ -13,7 +13,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "mdindex"
 # Lowest first. Each layer may import those before it and itself, never later ones.
 LAYERS = [
-    ("errors", "config", "jsonfile", "retry"),
+    ("errors", "config", "jsonfile", "outside", "retry"),
     ("documents",),
     ("embedding",),
     ("chunking",),

@@ -325,3 +325,21 @@ def test_status_text_shows_the_embedding_choice_as_lines_not_a_dict() -> None:
         "  no versions",
         "reason: {}",
     ]
+
+
+def test_search_and_chunk_do_not_print_a_documents_terminal_escapes(tmp_path: Path) -> None:
+    """Found by a hostile review: ESC]0;...BEL set the window title and ESC[2J
+    cleared the screen when `search` and `chunk` printed a document's text;
+    now they print as \\u001b, as `links` does."""
+    root = tmp_path / "notes"
+    root.mkdir()
+    note = root / "title.md"
+    note.write_text("# Lava \x1b]0;owned\x07\n\nLava eruption \x1b[2J cleared the screen.\n")
+    state = ["--state-dir", str(tmp_path / "state")]
+    assert mdindex("backfill", str(root), *state).returncode == 0
+    searched = mdindex("search", "lava eruption", *state)
+    chunked = mdindex("chunk", str(note))
+    for r in (searched, chunked):
+        assert r.returncode == 0, r.stderr
+        assert "\x1b" not in r.stdout and "\x07" not in r.stdout
+        assert "\\u001b]0;owned\\u0007" in r.stdout and "\\u001b[2J" in r.stdout

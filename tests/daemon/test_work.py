@@ -160,3 +160,86 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(
             assert top["text"] == payload["text"] and top["score"] > 0.999
     finally:
         d.stop()
+
+
+HOSTILE_ANSWERS = {
+    "index Infinity": b'{"data": [{"index": Infinity, "embedding": [1.0, 0.0]}]}',
+    "duplicate indices": b'{"data": [{"index": 0, "embedding": [1]}, {"index": 0, "embedding": [1]}]}',  # noqa: E501
+    "deep nesting": b"[" * 100_000,
+    "not JSON": b"<html>502 Bad Gateway</html>",
+    "NaN": b'{"data": [{"index": 0, "embedding": [NaN]}]}',
+    "a list": b"[1, 2, 3]",
+    "strings for numbers": b'{"data": [{"index": "0", "embedding": ["1", "2"]}]}',
+}
+
+
+def test_a_daemon_fed_hostile_answers_stays_up_and_catches_up(
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a hostile review: an answer of ``"index": Infinity`` ended
+    `mdindex watch` with "internal error: OverflowError". Now each hostile
+    answer leaves the daemon up and degraded, naming the server; once the
+    server answers honestly again, what waited is indexed."""
+    from mdindex.embedding.remote import RemoteEmbedder
+    from tests.embedding.hostile import MODEL, hostile_server
+
+    monkeypatch.setattr(work, "STORE_RETRY_S", 0.2)
+    with hostile_server() as server:
+        s = settings_for(
+            tmp_path,
+            [str(root)],
+            embedding_url=server.url,
+            embedding_model=MODEL,
+            quiet_period_ms=QUIET_MS,
+            retry_budget_s=0.5,
+        )
+        embedder = RemoteEmbedder(server.url, MODEL, key="", retry_budget_s=0.5)
+        d = Running(s, embedder).start()
+        try:
+            wait_for(lambda: len(docs_of(d)) == 3, 30, "the first reconcile")
+            for i, (name, body) in enumerate(HOSTILE_ANSWERS.items()):
+                server.answer = body
+                (root / f"new{i}.md").write_text(f"# New {i}\n\nWritten while the server lied.\n")
+                wait_for(lambda: d.daemon.phase == "degraded", 30, f"degraded by {name}")
+                reason = d.daemon.health.reason
+                assert reason.startswith("embedding server: ") and server.url in reason, reason
+                assert "\n" not in reason and d.thread.is_alive()
+                server.answer = None
+                wait_for(lambda i=i: f"new{i}.md" in docs_of(d), 30, f"caught up after {name}")
+                wait_for(lambda: d.daemon.phase == "watching", 30, f"healthy after {name}")
+        finally:
+            d.stop()
+            embedder.close()
+    assert d.exit_code in (None, 0)
+
+
+def test_a_state_that_refuses_writes_is_degraded_until_it_takes_them(
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The local state held by another writer (sqlite's lock): the daemon ended
+    with StateError; now it is degraded, naming the state, and catches up."""
+    from mdindex.index.runtime import state_path
+
+    monkeypatch.setattr(work, "STORE_RETRY_S", 0.2)
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        converges(d, tmp_path, root)
+        busy = sqlite3.connect(state_path(s), isolation_level=None)
+        busy.execute("BEGIN EXCLUSIVE")
+        try:
+            (root / "new.md").write_text("# New\n\nWritten while the state was held.\n")
+            wait_for(lambda: d.daemon.health.reason.startswith("state: "), 60, "the refusal")
+            assert d.thread.is_alive()
+        finally:
+            busy.execute("ROLLBACK")
+            busy.close()
+        converges(d, tmp_path, root, timeout=60)
+        wait_for(lambda: d.daemon.phase == "watching", 30, "healthy again")
+    finally:
+        d.stop()
+    assert d.exit_code in (None, 0)
+
+
+def docs_of(d: Running) -> set[str]:
+    return {str(p["doc_path"]) for p in d.points().values()}

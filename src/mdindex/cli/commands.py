@@ -34,6 +34,7 @@ from mdindex.index.runtime import make_indexer, make_models
 from mdindex.index.search import Query, parse_where
 from mdindex.index.summary import Summary
 from mdindex.index.verify import verify
+from mdindex.outside import shown
 from mdindex.versions.catalog import Catalog, reader_settings
 from mdindex.versions.rollout import Rollout
 
@@ -153,13 +154,14 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError(f"search: {exc}") from None
     hits = IndexClient(settings).search(query)
     lines = []
-    for hit in hits:
-        where = f"{hit.get('doc_path')}:{hit.get('line_start')}-{hit.get('line_end')}"
-        lines.append(f"{hit['score']:.3f}  {where}  {hit.get('title')} › {hit.get('section')}")
+    for hit in hits:  # every field escaped: a document's text must not drive the terminal
+        where = shown(f"{hit.get('doc_path')}:{hit.get('line_start')}-{hit.get('line_end')}")
+        title = shown(f"{hit.get('title')} › {hit.get('section')}")
+        lines.append(f"{hit['score']:.3f}  {where}  {title}")
         if hit.get("url"):
-            lines.append(f"       {hit['url']}")
+            lines.append(f"       {shown(str(hit['url']))}")
         snippet = " ".join(str(hit.get("text", "")).split())[:160]
-        lines.append(f"       {snippet}")
+        lines.append(f"       {shown(snippet)}")
     emit(args, hits, "\n".join(lines) or "no results")
     return EXIT_OK
 
@@ -250,7 +252,7 @@ def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:
     text_out = "\n".join(
         f"[{p['chunk_index']}] lines {p['line_start']}-{p['line_end']} chars {p['char_start']}-"
         f"{p['char_end']} tokens {p['token_count']}  "
-        f"{' > '.join(p['heading_path']) or '(preamble)'}"
+        f"{shown(' > '.join(p['heading_path'])) or '(preamble)'}"
         f"\n{_indent(p['text'])}"
         for p in payloads
     )
@@ -259,8 +261,10 @@ def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _indent(text: str, limit: int = 400) -> str:
-    shown = text if len(text) <= limit else text[:limit] + " …"
-    return "\n".join("    " + line for line in shown.splitlines())
+    """The chunk's text cut, indented, each line escaped: a document's text must
+    not drive the terminal."""
+    cut = text if len(text) <= limit else text[:limit] + " …"
+    return "\n".join("    " + shown(line) for line in cut.splitlines())
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:

@@ -14,8 +14,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from mdindex.daemon.health import PASSING
 from mdindex.errors import (
-    EmbeddingUnavailable,
     LockError,
     PruneRefused,
     SpaceRefused,
@@ -129,8 +129,9 @@ class Builds:
                 return False
             self.rollout.complete(self.building, self.build, self.embedded)
             self.rollout.switch(self.building, self.build)
-        except (PruneRefused, StoreError, EmbeddingUnavailable) as exc:
-            log.error("version %s: %s; trying again later", self.building, exc)
+        except Exception as exc:  # a store, an embedder, a root, or a fault of our own
+            ours = not isinstance(exc, (PruneRefused, *PASSING))  # a fault: its traceback too
+            log.error("version %s: %s; trying again later", self.building, exc, exc_info=ours)
             self.blocked = str(exc)
             # a store or server error may pass soon; a missing root waits for the next rescan
             wait = self.rescan_interval_s if isinstance(exc, PruneRefused) else STORE_RETRY_S

@@ -11,15 +11,19 @@ from typing import Any
 
 from mdindex.daemon.http import Metrics
 from mdindex.daemon.notify import Notifier
-from mdindex.errors import EmbeddingUnavailable, MdindexError, StoreError
+from mdindex.errors import EmbeddingError, StateError, StoreError
 from mdindex.index.indexer import Indexer
 from mdindex.index.summary import Summary
+from mdindex.outside import shown
 
 log = logging.getLogger(__name__)
 
-# Failures that pass: the store or the embedding server is down for now. The
-# daemon keeps what it was doing for later, shows why, and tries again.
-PASSING = (StoreError, EmbeddingUnavailable)
+# Failures that pass: the store down, the embedder down or answering garbage,
+# the local state refusing writes. The daemon keeps what it was doing for
+# later, shows why, and tries again with backoff. Anything else its loop meets
+# is a fault of its own: shown the same way (with the traceback in the log),
+# never the end of the daemon (an answer of `"index": Infinity` once was).
+PASSING = (StoreError, EmbeddingError, StateError)
 
 
 @dataclass
@@ -47,6 +51,7 @@ class Health:
         self.started = False  # the startup reconcile has begun
         self.reconciling = False
         self.unhealthy = ""  # why the store does not answer, when it does not
+        self.failures = 0  # failures in a row, for the backoff
         self.refused = ""  # deletions the guard refused, until a reconcile is not refused
         self.unwatched = ""  # why some folders are rescanned instead of watched
         self.totals = Summary()
@@ -91,15 +96,22 @@ class Health:
             setattr(self.totals, key, getattr(self.totals, key) + getattr(summary, key))
         self.metrics.last_sync.set(time.time())
         if self.unhealthy:
-            log.info("%s reachable again", self.unhealthy.split(":")[0])
+            log.info("%s works again", self.unhealthy.split(":")[0])
         self.unhealthy = ""
+        self.failures = 0
 
-    def store_failed(self, exc: MdindexError) -> None:
-        """The store, or the embedding server (``PASSING``), does not answer now."""
-        what = "embedding server" if isinstance(exc, EmbeddingUnavailable) else "store"
-        log.error("%s error; will retry: %s", what, exc)
+    def store_failed(self, exc: Exception) -> None:
+        """The store, the embedder or the state failed (``PASSING``), or the
+        loop met a fault of its own: degraded, with the cause in one line."""
+        what = _what(exc)
+        cause = shown(str(exc).strip().split("\n")[0][:500]) or type(exc).__name__
+        if isinstance(exc, PASSING):
+            log.error("%s error; will retry: %s", what, cause)
+        else:
+            log.error("%s; will retry: %s", what, cause, exc_info=exc)
+        self.failures += 1
         self.metrics.errors.inc()
-        self.unhealthy = f"{what}: {exc}"
+        self.unhealthy = f"{what}: {cause}"
         self.metrics.healthy.set(0)
         self.status(f"{what} unavailable, retrying")
 
@@ -109,3 +121,14 @@ class Health:
         self.metrics.documents.set(self.gauges.documents)
         self.metrics.points.set(self.gauges.points)
         self.metrics.healthy.set(1 if not self.reason else 0)
+
+
+def _what(exc: Exception) -> str:
+    """What failed, as the first word of the degraded reason."""
+    if isinstance(exc, EmbeddingError):
+        return "embedding server" if "embedding server" in str(exc) else "embedder"
+    if isinstance(exc, StateError):
+        return "state"
+    if isinstance(exc, StoreError):
+        return "store"
+    return f"internal error ({type(exc).__name__})"

@@ -11,12 +11,10 @@ them). Nothing is read to check a link, and nothing outside a root is looked at.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sqlite3
 import stat
-import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +26,8 @@ from mdindex.documents.links import EMBED, WIKI
 from mdindex.documents.parsing import github_slug
 from mdindex.errors import ConfigError
 from mdindex.index import graph
+from mdindex.jsonfile import parse_json
+from mdindex.outside import shown
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def root_folders(settings: Settings, db: sqlite3.Connection) -> dict[str, Path]:
         return {r.label: r.path for r in settings.root_list()}
     row = db.execute("SELECT v FROM meta WHERE k=?", (graph.ROOT_FOLDERS_KEY,)).fetchone()
     try:
-        recorded = json.loads(row[0]) if row else {}
+        recorded = parse_json(str(row[0])) if row else {}
     except ValueError:
         recorded = {}
     if not isinstance(recorded, dict):
@@ -300,7 +300,7 @@ def document_of(settings: Settings, file: Path) -> tuple[str, str]:
 
 def related_text(data: dict[str, Any]) -> str:
     """`mdindex links FILE` as lines for a person (every field on its line)."""
-    d = _shown(data)
+    d = shown(data)
     head = f"{d['root']}:{d['path']}  {d['title']}"
     lines = [head + (f"  [tags: {', '.join(d['tags'])}]" if d["tags"] else "")]
 
@@ -330,24 +330,6 @@ def related_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _shown(value: Any) -> Any:
-    """Strings with control, format and line-break characters escaped, in any
-    structure: a target decoded from %0a or %1b cannot start a line of its
-    own or colour the terminal (CI reads FILE:LINE: lines)."""
-    if isinstance(value, str):
-        return "".join(
-            f"\\u{ord(c):04x}" if unicodedata.category(c) in _UNSHOWN else c for c in value
-        )
-    if isinstance(value, dict):
-        return {k: _shown(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_shown(v) for v in value]
-    return value
-
-
-_UNSHOWN = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
-
-
 def _titled(entry: dict[str, Any]) -> str:
     """Title › section, the section left out where it only repeats the title."""
     title, section = entry["title"], entry["section"]
@@ -357,7 +339,7 @@ def _titled(entry: dict[str, Any]) -> str:
 def broken_text(found: list[dict[str, Any]]) -> str:
     """`mdindex links --broken` as lines: FILE:LINE: target: why."""
     lines = [] if found else ["no broken links"]
-    for b in _shown(found):
+    for b in shown(found):
         anchor = f"#{b['anchor']}" if b["anchor"] else ""
         target = b["target"] + anchor
         if b["kind"] in (WIKI, EMBED):

@@ -22,7 +22,7 @@ from typing import Any
 from mdindex.config import Settings
 from mdindex.daemon.api import DaemonApi, Endpoints
 from mdindex.daemon.builds import Builds
-from mdindex.daemon.health import Health
+from mdindex.daemon.health import PASSING, Health
 from mdindex.daemon.http import Metrics
 from mdindex.daemon.mailbox import Mailbox
 from mdindex.daemon.notify import Notifier
@@ -31,7 +31,6 @@ from mdindex.daemon.work import Work
 from mdindex.documents.files import FileRef
 from mdindex.errors import (
     EXIT_OK,
-    EmbeddingUnavailable,
     MdindexError,
     PruneRefused,
     StoreError,
@@ -149,9 +148,9 @@ class Daemon:
             indexer.open_store()  # (a new store needs the model's dimension)
         except StoreMismatch:
             raise
-        except (StoreError, EmbeddingUnavailable) as exc:
-            # A store or an embedding server down at boot: keep running; /healthz
-            # says why, and the main loop retries.
+        except PASSING as exc:
+            # A store or an embedding server down (or answering garbage) at boot:
+            # keep running; /healthz says why, and the main loop retries.
             self.health.store_failed(exc)
         self.work.update_gauges()
         self.ready.set()

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from mdindex.daemon import coverage
 from mdindex.daemon.builds import STORE_RETRY_S
-from mdindex.daemon.health import PASSING
 from mdindex.daemon.mailbox import Request
 from mdindex.daemon.watcher import Batch
 from mdindex.errors import MdindexError, PruneRefused, StoreError, StoreMismatch
@@ -28,6 +27,8 @@ log = logging.getLogger(__name__)
 DIR_RESCAN_DELAY_S = 2.0
 # Store housekeeping waits for this long a lull after the last write.
 SETTLE_AFTER_S = 5.0
+# The longest wait between tries while the store, the embedder or the state fails.
+MAX_RETRY_S = 120.0
 
 
 class Work:
@@ -43,6 +44,13 @@ class Work:
         self.files_seen = 0
         self.next_unwatched_scan = 0.0
         self.watch_limit = coverage.limit()  # as it was when the watches were added
+
+    def backoff(self) -> float:
+        """How long to wait after the latest of the failures in a row: doubled
+        each time, up to ``MAX_RETRY_S``."""
+        return float(
+            min(STORE_RETRY_S * 2 ** min(self.daemon.health.failures - 1, 16), MAX_RETRY_S)
+        )
 
     def rescan_due(self) -> bool:
         return time.monotonic() >= self.next_rescan
@@ -132,10 +140,10 @@ class Work:
             summary = indexer.backfill(prune=True, force=force, keep_going=True)
         except StoreMismatch:
             raise
-        except PASSING as exc:
+        except Exception as exc:  # PASSING, or a fault of our own: degraded, never down
             self.daemon.health.reconciling = False
             self.daemon.health.store_failed(exc)
-            self.next_rescan = time.monotonic() + STORE_RETRY_S
+            self.next_rescan = time.monotonic() + self.backoff()
             return None
         self.daemon.health.reconciling = False
         self.files_seen = summary.files_seen
@@ -190,15 +198,18 @@ class Work:
             for path in batch.files + batch.dirs:
                 log.debug("dropped with a replaced root: %s", path)
             return Summary()  # the rescan it asked for comes next
-        changes = indexer.changes(batch.files, batch.dirs)
         try:
+            changes = indexer.changes(batch.files, batch.dirs)
             summary = indexer.apply(changes)
-        except PASSING as exc:
+        except StoreMismatch:
+            raise
+        except Exception as exc:  # PASSING, or a fault of our own: degraded, never down
             self.daemon.health.store_failed(exc)
+            wait = self.backoff()
             for path in batch.files:  # try these paths again later
-                self.daemon.debouncer.add_path(path, False, delay=STORE_RETRY_S)
+                self.daemon.debouncer.add_path(path, False, delay=wait)
             for path in batch.dirs:
-                self.daemon.debouncer.add_path(path, True, delay=STORE_RETRY_S)
+                self.daemon.debouncer.add_path(path, True, delay=wait)
             return None
         if batch.dirs:  # new folders: does the kernel watch them?
             self.check_coverage(whole=False)

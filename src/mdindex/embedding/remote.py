@@ -28,9 +28,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from mdindex.config import redact, secret
+from mdindex.embedding.answers import parse_vectors
 from mdindex.embedding.model import ModelInfo
 from mdindex.embedding.reference import gate
 from mdindex.errors import ConfigError, EmbeddingError, EmbeddingUnavailable, MdindexError
+from mdindex.jsonfile import parse_json
+from mdindex.outside import shown
 from mdindex.retry import retry, short
 
 if TYPE_CHECKING:
@@ -55,7 +58,7 @@ class HttpStatus(Exception):
     """A server's answer that is not a success: its status and what it said."""
 
     def __init__(self, status: int, body: str) -> None:
-        super().__init__(f"HTTP {status}: {' '.join(body.split())[:300]}")
+        super().__init__(f"HTTP {status}: {shown(' '.join(body.split())[:300])}")
         self.status = status
         self.body = body
 
@@ -201,10 +204,11 @@ class RemoteEmbedder:
         out = np.concatenate(parts).astype(np.float32, copy=False)
         if not np.isfinite(out).all():
             raise EmbeddingError(f"embedding server {self.where} returned non-finite values")
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        # in float64: a finite float32 of 1e20 squares past float32's range
+        norms = np.linalg.norm(out.astype(np.float64), axis=1, keepdims=True)
         if (norms == 0).any():
             raise EmbeddingError(f"embedding server {self.where} returned a zero vector")
-        return out / norms  # type: ignore[no-any-return]
+        return (out / norms).astype(np.float32)  # type: ignore[no-any-return]
 
     def _embed_batch(self, texts: list[str], kind: str) -> NDArray[np.float32]:
         """One request; a batch the server finds too large is split in two, and the
@@ -243,7 +247,9 @@ class RemoteEmbedder:
             if exc.status in (404, 405):
                 return  # no listing here; the first request will say
             raise self._lasting(exc) from exc
-        served = [str(m.get("id")) for m in data.get("data", []) if isinstance(m, dict)]
+        listed = data.get("data") if isinstance(data, dict) else None
+        listed = listed if isinstance(listed, list) else []  # a hostile answer: not listed
+        served = [shown(str(m.get("id"))[:200]) for m in listed if isinstance(m, dict)]
         if served and self.model_name not in served:
             raise ConfigError(
                 f"embedding server {self.where} does not serve model {self.model_name!r}; "
@@ -312,15 +318,12 @@ class RemoteEmbedder:
             else:
                 self._release(conn, response)
                 break
-        text = raw.decode("utf-8", "replace")
         if response.status >= 400:
-            raise HttpStatus(response.status, text)
+            raise HttpStatus(response.status, raw.decode("utf-8", "replace"))
         try:
-            return json.loads(text)
+            return parse_json(raw, MAX_ANSWER_BYTES)
         except ValueError as exc:
-            raise EmbeddingError(
-                f"embedding server {self.where} answered {path} with something not JSON"
-            ) from exc
+            raise EmbeddingError(f"embedding server {self.where} answered {path}: {exc}") from None
 
     def _workers(self) -> ThreadPoolExecutor:
         """The threads requests go out on, kept with their connections."""
@@ -363,23 +366,6 @@ class RemoteEmbedder:
                 self._idle.append(conn)
                 return
         conn.close()
-
-
-def parse_vectors(where: str, data: Any, count: int) -> NDArray[np.float32]:
-    import numpy as np
-
-    try:
-        rows = sorted(data["data"], key=lambda r: int(r.get("index", 0)))
-        matrix = np.asarray([r["embedding"] for r in rows], dtype=np.float32)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise EmbeddingError(
-            f"embedding server {where} answered without vectors: {short(exc)}"
-        ) from exc
-    if matrix.ndim != 2 or matrix.shape[0] != count:
-        raise EmbeddingError(
-            f"embedding server {where} returned {matrix.shape[0]} vectors for {count} texts"
-        )
-    return matrix
 
 
 class NoServer:
