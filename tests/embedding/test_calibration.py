@@ -127,6 +127,17 @@ def test_a_damaged_cache_file_means_measuring_again(tmp_path: Path) -> None:
         assert calibration.cached(tmp_path, _key()) is None
 
 
+def test_a_cache_file_nested_past_any_parser_means_measuring_again(tmp_path: Path) -> None:
+    """Found by a hostile review: `'[' * 100000` raised RecursionError, so
+    backfill, status and watch all exited 3 and the daemon never started."""
+    calibration.save(tmp_path, _key(), Choice("torch", "bf16", "why"))
+    (path,) = (tmp_path / "calibration").glob("*.json")
+    for text in ("[" * 100_000, '{"key": ' + "{" * 50_000):
+        path.write_text(text)
+        assert calibration.cached(tmp_path, _key()) is None
+        assert calibration.recorded(tmp_path, "m1") is None
+
+
 @pytest.mark.parametrize(
     "damage",
     [

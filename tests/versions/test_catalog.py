@@ -163,3 +163,20 @@ def test_a_catalog_that_is_no_mapping_is_a_configuration_error(
         assert main(["versions", "list", "--state-dir", str(s.state_dir)]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "unreadable" in err, err
+
+
+def test_a_catalog_nested_past_any_parser_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile review: `'[' * 100000` in the catalog was exit 3
+    "internal error" (RecursionError); the docs promise one line and exit 2."""
+    from mdindex.cli import main
+
+    s = settings_for(tmp_path, [])
+    s.state_dir.mkdir(parents=True)
+    for garbage in ("[" * 100_000, '{"versions": ' + "{" * 100_000):
+        (s.state_dir / "mdindex.versions.json").write_text(garbage)
+        for command in (["versions", "list"], ["status"]):
+            assert main([*command, "--state-dir", str(s.state_dir)]) == 2
+            err = capsys.readouterr().err
+            assert len(err.strip().splitlines()) == 1 and "unreadable" in err, err

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import http.client
-import json
 import logging
 import os
 import socket
@@ -37,6 +36,8 @@ from mdindex.errors import (
 )
 from mdindex.index.lock import WriterLock, lock_path, read_holder, token_path
 from mdindex.index.search import Query
+from mdindex.jsonfile import parse_json
+from mdindex.outside import integer, shown
 
 if TYPE_CHECKING:
     from mdindex.index.runtime import Models
@@ -46,6 +47,8 @@ log = logging.getLogger(__name__)
 # How long a call waits for a daemon that holds the lock but has no socket yet
 # (the first milliseconds of its start).
 START_WAIT_S = 30.0
+# The daemon's answers are a status, search hits, or MCP's 2 MB reads: more is not an answer.
+MAX_ANSWER_BYTES = 64 << 20
 SEARCH_TIMEOUT_S = 150.0  # a search may wait for a starting daemon's model load
 # How long `status --wait` without roots looks for a daemon that is starting
 # (its process takes about a second to import and take the lock).
@@ -78,7 +81,7 @@ class DaemonClient:
                 "POST" if post else "GET", path, headers={"Authorization": f"Bearer {self.token}"}
             )
             resp = conn.getresponse()
-            body = resp.read().decode()
+            body = resp.read()
         except OSError as exc:
             if exc.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.ECONNRESET):
                 raise DaemonGone(f"the daemon at {self.where} is gone: {exc}") from exc
@@ -86,11 +89,16 @@ class DaemonClient:
         finally:
             conn.close()
         try:
-            data = json.loads(body or "null")
+            data = parse_json(body or b"null", MAX_ANSWER_BYTES)
         except ValueError:
             data = None
         if resp.status != 200:
-            detail = data.get("error") if isinstance(data, dict) else body[:200]
+            detail = (
+                data.get("error")
+                if isinstance(data, dict)
+                else body[:200].decode("utf-8", "replace")
+            )
+            detail = shown(str(detail)[:500])
             if resp.status == 401:  # another daemon's token: it restarted
                 raise DaemonGone(f"the daemon at {self.where} refused the token: {detail}")
             if resp.status == 400:  # our request, not the daemon, is at fault
@@ -133,7 +141,13 @@ def find_daemon(
         sock = str(holder.get("socket") or "")
         url = ""
         if holder.get("http_port"):
-            url = f"http://{holder.get('http_host')}:{holder['http_port']}"
+            try:  # the lock file is anyone's to edit who can write the state dir
+                port = integer(holder["http_port"], "the lock's http_port", 1, 65535)
+                url = (
+                    f"http://{urllib.parse.quote(str(holder.get('http_host')), safe='.:[]')}:{port}"
+                )
+            except ValueError as exc:
+                log.warning("%s: ignored", exc)
         if sock or url:
             break
         if settings.qdrant_url or not required:

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from mdindex.jsonfile import write_json
+from mdindex.jsonfile import load_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +260,7 @@ def _key_file(cache_dir: Path, key: dict[str, str]) -> Path:
 def cached(cache_dir: Path, key: dict[str, str]) -> Choice | None:
     """The choice measured earlier under exactly this key, or None."""
     try:
-        data = json.loads(_key_file(cache_dir, key).read_text(encoding="utf-8"))
+        data = load_json(_key_file(cache_dir, key))  # bounded: '[' * 100000 is damage too
         if data.get("key") != key:
             return None
         choice = _read_choice(data["choice"], key["candidates"].split(","))
@@ -310,7 +310,7 @@ def recorded(cache_dir: Path, model_sha256: str) -> Choice | None:
     best: tuple[str, Choice] | None = None
     for path in sorted((cache_dir / "calibration").glob("*.json")):
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = load_json(path)
             key = data["key"]
             if key.get("model_sha256") != model_sha256 or any(
                 key.get(k) != v for k, v in me.items()

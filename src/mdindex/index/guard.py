@@ -23,7 +23,6 @@ documents is accepted on its first sync, and one holding fewer is not.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections import Counter
@@ -35,6 +34,7 @@ from mdindex.config import Root
 from mdindex.errors import PruneRefused
 from mdindex.index.changes import Changes, Key
 from mdindex.index.state import State
+from mdindex.jsonfile import parse_json
 
 log = logging.getLogger(__name__)
 STATE_KEY = "root_identity"  # the state's meta key: {label: "dev:ino"}
@@ -76,7 +76,7 @@ def not_a_folder(roots: Iterable[Root]) -> str:
 def parse_recorded(raw: str | None) -> dict[str, str]:
     """The identities a state recorded; {} when none or unreadable."""
     try:
-        data = json.loads(raw or "{}")
+        data = parse_json(raw or "{}")
     except ValueError:
         return {}
     if not isinstance(data, dict):

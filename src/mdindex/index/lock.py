@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mdindex.errors import LockError
+from mdindex.jsonfile import parse_json
 
 
 def private_dir(path: Path) -> None:
@@ -39,7 +40,7 @@ def _record(fd: int) -> dict[str, Any]:
     """The holder's record in an open lock file: {} when it is empty or garbled."""
     raw = os.pread(fd, 4096, 0)
     try:
-        data = json.loads(raw.decode() or "{}")
+        data = parse_json(raw or b"{}", 4096)
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}

@@ -22,7 +22,6 @@ the settings again, or using the configured version, ends the pin.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -33,7 +32,7 @@ from mdindex.config import WHEN_SET_KEYS, Settings, index_params
 from mdindex.errors import ConfigError
 from mdindex.index.planning import now_iso
 from mdindex.index.runtime import physical_name, version_of
-from mdindex.jsonfile import write_json
+from mdindex.jsonfile import load_json, write_json
 
 Status = Literal["building", "complete", "dropping"]
 
@@ -95,7 +94,7 @@ class Catalog:
         setting or a collection outside what this collection's versions may be."""
         path = catalog_path(settings)
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            raw = load_json(path)  # bounded: '[' * 100000 raised RecursionError (exit 3)
             checked = _CatalogFile.model_validate(raw)
             checked.check(settings.collection)
         except FileNotFoundError:
