@@ -124,6 +124,19 @@ def test_credentials_are_masked_up_to_the_last_at() -> None:
     assert redact("https://host:6333") == "https://host:6333"
 
 
+def test_a_password_with_a_space_is_masked() -> None:
+    """Found by a hostile review: `http://alice:hun ter2@host` showed "ter2"."""
+    assert redact("http://alice:hun ter2@host:6333/x") == "http://***@host:6333/x"
+    assert (
+        redact("at http://u:a b@h1 and https://v:c d@h2/x")
+        == "at http://***@h1 and https://***@h2/x"
+    )
+    assert (
+        redact("http://host:6333 unreachable\nhttp://h/")
+        == "http://host:6333 unreachable\nhttp://h/"
+    )
+
+
 # One value other than the default for each index setting: a new index setting
 # needs its line here, so that this file tests it.
 INDEX_CHANGES = {

@@ -63,11 +63,12 @@ def _default_cache_dir() -> Path:
     return Path(base) / "mdindex"
 
 
-# Up to the last "@" before a space: a password may hold an unescaped "@",
-# "/", "?" or "#" (http://alice:hunter2@secret@host), which parsers read
-# differently. A URL with an "@" in its path is masked up to it: too much
+# Up to the last "@": a password may hold an unescaped "@", "/", "?", "#"
+# (http://alice:hunter2@secret@host), which parsers read differently, or a
+# space (http://alice:hun ter2@host): after "user:", the last "@" on the line
+# before another URL. A URL with an "@" after it is masked up to it: too much
 # hidden is safe, a password shown is not.
-_USERINFO = re.compile(r"(?<=://)\S*@")
+_USERINFO = re.compile(r"(?<=://)(?:[^\s/?#@:]*:(?:(?!://)[^\n])*@|\S*@)")
 
 
 def redact(text: str) -> str:
