@@ -390,3 +390,35 @@ def test_questions_and_two_versions_through_a_running_daemon(tmp_path: Path, doc
     finally:
         code, _ = stop(proc)
     assert code == 0
+
+
+def test_a_hostile_questions_file_is_read_in_linear_time(tmp_path: Path) -> None:
+    """Found by a hostile review: a 1,000-character quote against a 5 MB
+    document took 21 s (regex backtracking), `lines` answers rebuilt the line
+    table for every answer, and 10,000 questions were allowed."""
+    import time
+
+    from mdindex.daemon.evaluate import MAX_QUESTIONS
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "big.md").write_text(("a " * 50 + "\n") * 50_000)  # 5 MB, 50,000 lines
+    s = settings_for(tmp_path, [root])
+    run_backfill(s, TinyEmbedder())
+    quote = {"question": "q", "path": "big.md", "quote": "a " * 499 + "b"}
+    lines = [
+        {"question": f"q{i}", "path": "big.md", "lines": [i + 1, i + 2]}
+        for i in range(MAX_QUESTIONS - 1)
+    ]
+    missing = write_questions(tmp_path / "quote.jsonl", [quote])
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="is not in"):
+        load_questions(s, missing)
+    assert time.monotonic() - started < 3
+    ok = [{"question": "q", "path": "big.md", "quote": "a\n" + "a " * 400}, *lines]
+    started = time.monotonic()
+    assert len(load_questions(s, write_questions(tmp_path / "ok.jsonl", ok))) == MAX_QUESTIONS
+    assert time.monotonic() - started < 10
+    assert MAX_QUESTIONS <= 2_000
+    with pytest.raises(ConfigError, match=f"over {MAX_QUESTIONS} questions"):
+        load_questions(s, write_questions(tmp_path / "many.jsonl", [*ok, quote]))

@@ -396,3 +396,38 @@ def test_every_local_link_of_the_corpus_is_resolved_or_reported(tmp_path: Path) 
     )
     assert len(links) > 4000 and resolved > 3500
     state.close()
+
+
+@pytest.mark.model
+def test_related_over_mcp_is_capped_like_read(tmp_path: Path) -> None:
+    """Found by a hostile review: `related` returned 8.3 MB (a note of
+    thousands of long unresolved links); `read` is capped at 2 MB. Now every list is cut to
+    fit, and ``truncated`` says how many of each were left out."""
+    from mcp import Client, StdioServerParameters
+
+    from mdindex.daemon.mcp_server import MAX_READ_BYTES
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    links = "\n".join(f"[[{'x' * 100}{i}]]" for i in range(6000))  # 4 MB of entries
+    (notes / "hub.md").write_text(f"# Hub\n\n{links}\n")
+    state = tmp_path / "state"
+    assert cli("backfill", str(notes), "--state-dir", str(state)).returncode == 0
+
+    async def body() -> Any:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "mdindex", "mcp", str(notes), "--state-dir", str(state)],
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
+        async with Client(params) as client:
+            return await client.call_tool("related", {"root": "notes", "path": "hub.md"})
+
+    out = asyncio.run(body())
+    assert not out.is_error, out
+    answer = out.structured_content
+    assert len(json.dumps(answer)) <= MAX_READ_BYTES
+    left_out = answer["truncated"]
+    assert left_out and all(n > 0 for n in left_out.values())
+    for key, n in left_out.items():
+        assert len(answer[key]) + n == 6000, key

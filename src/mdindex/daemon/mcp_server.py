@@ -19,6 +19,7 @@ crash of the server.
 
 from __future__ import annotations
 
+import json
 import logging
 import urllib.parse
 from collections.abc import Callable
@@ -91,6 +92,21 @@ def locate_document(settings: Settings, root: str, path: str, *, indexed: bool =
     if indexed and not is_indexed(settings, root, path):
         raise ValueError(f"{shown} is not an indexed document")
     return found
+
+
+def capped(answer: dict[str, Any]) -> dict[str, Any]:
+    """``related``'s answer within ``MAX_READ_BYTES``, as a read is: the longest
+    list halved until it fits, and ``truncated`` says how many of each list
+    were left out (10,000 long links in a note once made an 8.3 MB answer)."""
+    lists = [k for k, v in answer.items() if isinstance(v, list)]
+    keep = {k: len(answer[k]) for k in lists}
+    out = answer
+    while len(json.dumps(out, ensure_ascii=False).encode()) > MAX_READ_BYTES and any(keep.values()):
+        longest = max(lists, key=lambda k: keep[k])
+        keep[longest] //= 2
+        out = answer | {k: answer[k][: keep[k]] for k in lists}
+        out["truncated"] = {k: len(answer[k]) - n for k, n in keep.items() if n < len(answer[k])}
+    return out
 
 
 def read_document(
@@ -269,7 +285,7 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
     )
     def related_tool(root: str, path: str) -> dict[str, Any]:
         """root: a root label. path: relative to the root."""
-        return checked(lambda: related(settings, root, path))  # type: ignore[no-any-return]
+        return checked(lambda: capped(related(settings, root, path)))  # type: ignore[no-any-return]
 
     @server.tool(
         name="status",
