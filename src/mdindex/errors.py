@@ -4,6 +4,7 @@ MdindexError
 ├── ConfigError            bad key, value or combination        (exit 2)
 ├── LockError              another writer holds the state       (exit 2)
 ├── PruneRefused           a guarded prune would go too far     (exit 2)
+├── RepairRefused          most sampled vectors disagree: the embedder is suspect (exit 2)
 ├── SpaceRefused           a new version would not fit on the disk (exit 2)
 ├── FreshnessUnknown       `status --wait` with nothing that can tell      (exit 4)
 ├── InputError             one file cannot be indexed; the run goes on
@@ -58,6 +59,13 @@ class LockError(MdindexError):
 
 
 class PruneRefused(MdindexError):
+    exit_code = EXIT_USAGE
+
+
+class RepairRefused(MdindexError):
+    """`verify --repair` found most sampled vectors disagreeing with their text:
+    a changed embedder, not a damaged index, is the likelier cause."""
+
     exit_code = EXIT_USAGE
 
 

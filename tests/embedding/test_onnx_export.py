@@ -98,3 +98,46 @@ def test_onnx_vectors_match_torch_within_the_gate(
     verdict = calibration.gate(want, got)
     assert verdict["passed"] is True
     assert float(np.min(np.sum(got * want, axis=1))) > 0.9999
+
+
+def test_an_export_changed_after_it_was_checked_is_not_used(
+    measured: tuple[Path, ModelEmbedder], real_embedder: ModelEmbedder, tmp_path: Path
+) -> None:
+    """Found by a hostile review: with the rows of the embedding matrix in
+    model.onnx permuted, backfill ran silently on it ("lava eruption" found the
+    chess note). The file's SHA-256 is recorded at the export and checked at
+    each load: a changed file is refused, torch answers, and it is made again."""
+    cache, first = measured
+    mine = tmp_path / "cache"
+    shutil.copytree(cache, mine)
+    found = onnx_export.find_export(first.info, mine)
+    assert found is not None and len(found.sha256) == 64
+    weights = real_embedder.loaded.model[0].auto_model.embeddings.word_embeddings.weight
+    matrix = weights.detach().numpy().astype(np.float32).tobytes()
+    data = bytearray(found.path.read_bytes())
+    at = data.find(matrix[:4096])
+    assert at > 0
+    rows = np.frombuffer(bytes(data[at : at + len(matrix)]), dtype=np.float32).reshape(-1, 384)
+    data[at : at + len(matrix)] = rows[::-1].tobytes()  # every row permuted
+    found.path.write_bytes(bytes(data))
+    texts = ["lava eruption", "a chess opening", *DOCS]
+    onnx = ModelEmbedder(first.info, device="cpu", backend="onnx", cache_dir=mine)
+    got, want = onnx.embed(texts), real_embedder.embed(texts)
+    assert float(np.min(np.sum(got * want, axis=1))) > 0.999
+    again = onnx_export.find_export(first.info, mine)
+    assert again is None or again.path.read_bytes() != bytes(data)
+
+
+def test_a_cache_folder_others_can_write_is_refused_in_one_line(tmp_path: Path) -> None:
+    """As ssh refuses a key file others can write: what is cached decides the vectors."""
+    from mdindex.errors import ConfigError
+
+    cache = tmp_path / "cache"
+    (cache / "onnx").mkdir(parents=True)
+    info = resolve_model(DEFAULT_MODEL)
+    for folder in (cache, cache / "onnx"):
+        folder.chmod(0o777)
+        with pytest.raises(ConfigError, match=r"writable by others \(mode 777\).*chmod go-w"):
+            onnx_export.find_export(info, cache)
+        folder.chmod(0o700)
+    assert onnx_export.find_export(info, cache) is None

@@ -7,12 +7,14 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
-from mdindex.errors import PruneRefused
+from mdindex.errors import PruneRefused, RepairRefused
 from mdindex.index.verify import verify
-from tests.conftest import build_indexer, run_backfill, settings_for, stored_points
+from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for, stored_points
 
 
 @pytest.mark.parametrize("how", ["emptied", "missing", "replaced"])
@@ -79,3 +81,34 @@ def test_verify_repair_on_an_empty_root_exits_2_with_one_line(tmp_path: Path) ->
     assert r.stderr.strip().splitlines()[-1].startswith("mdindex: error: root 'docs'")
     assert "no markdown files" in r.stderr and "--force" in r.stderr
     assert stored_points(settings_for(tmp_path, [root])) == before
+
+
+class ChangedEmbedder(TinyEmbedder):
+    """The tiny embedder with its dimensions rotated: a model changed under the
+    index (a model.onnx with its rows permuted did this in a hostile review)."""
+
+    def vector(self, text: str) -> Any:
+        return np.roll(super().vector(text), 7)
+
+
+def test_repair_that_finds_most_vectors_disagreeing_suspects_the_embedder(
+    docs_tree: Path, make_settings: Any
+) -> None:
+    """Found by a hostile review: with a changed model, `verify --repair`
+    rewrote 10 of 10 documents with its wrong vectors. Now it stops and says
+    the embedder is suspect, unless --force."""
+    s = make_settings(docs_tree)
+    for i in range(8):
+        (docs_tree / f"n{i}.md").write_text(f"# Note {i}\n\nWords about topic {i} and more.\n")
+    run_backfill(s, TinyEmbedder())
+    before = stored_points(s, vectors=True)
+    with (
+        build_indexer(s, ChangedEmbedder()) as indexer,
+        pytest.raises(RepairRefused, match=r"sampled vectors disagree.*--force"),
+    ):
+        verify(indexer, repair=True)
+    assert stored_points(s, vectors=True) == before  # nothing rewritten
+    with build_indexer(s, ChangedEmbedder()) as indexer:
+        report = verify(indexer, repair=True, force=True)
+        assert report.repaired and report.embedder_suspect
+        assert verify(indexer).in_sync

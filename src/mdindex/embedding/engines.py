@@ -81,7 +81,7 @@ class OnnxRunner:
     vectors out. Graph optimisation at its highest level (fused attention and
     layer norm): 1.08x the basic level on the corpus's chunks here."""
 
-    def __init__(self, path: Path, inputs: tuple[str, ...] = INPUTS) -> None:
+    def __init__(self, path: Path | bytes, inputs: tuple[str, ...] = INPUTS) -> None:
         import onnxruntime as ort
 
         from mdindex.embedding.calibration import threads
@@ -98,7 +98,8 @@ class OnnxRunner:
         # sees each shape once or twice.
         options.enable_mem_pattern = False
         self.inputs = inputs
-        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        model = path if isinstance(path, bytes) else str(path)  # bytes: as hashed (open_export)
+        self.session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
     def __call__(self, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> NDArray[np.float32]:
         import numpy as np

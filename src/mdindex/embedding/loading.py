@@ -147,7 +147,7 @@ def _open_export(export: onnx_export.Export) -> OnnxRunner | None:
     """An onnxruntime session over the export; None, with a warning, when the
     file is damaged (it is removed, and made again at the next torch load)."""
     try:
-        return OnnxRunner(export.path, export.inputs)
+        return onnx_export.open_export(export)
     except Exception as exc:  # onnxruntime raises its own types (InvalidProtobuf, Fail)
         log.warning(
             "the ONNX export in %s cannot be loaded (%s); using torch, and exporting again",
@@ -304,7 +304,7 @@ def _runner(
         assert want.cache_dir is not None
         found = onnx_export.find_export(info, want.cache_dir)
         assert found is not None
-        engine = OnnxRunner(found.path, found.inputs)
+        engine = onnx_export.open_export(found)
         load_tokenizer(info)  # as a run on the export alone does: its load time counts it
     else:
         m = model

@@ -31,6 +31,7 @@ import numpy as np
 from mdindex.embedding.calibration import version
 from mdindex.embedding.engines import INPUTS, OnnxRunner, pad
 from mdindex.embedding.model import ModelInfo, load_tokenizer, model_files, weights_hash
+from mdindex.errors import ConfigError
 from mdindex.jsonfile import read_json, write_json
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,57 @@ class Export:
     path: Path  # the .onnx file
     weights_sha256: str
     inputs: tuple[str, ...]
+    sha256: str = ""  # of the .onnx file as it was made and checked against torch
+    identity: tuple[int, ...] = ()  # its inode, size, mtime and ctime when last hashed
+
+
+def open_export(found: Export) -> OnnxRunner:
+    """A session over the export, used only if the file is the one that was made
+    and checked against torch (its SHA-256 as recorded then). A model.onnx with
+    its embedding rows permuted once ran silently, and `verify --repair` spread
+    its vectors. ValueError when the hash is missing or differs.
+
+    Hashing 90 MB takes 0.3 s, half again a small run's 0.55 s load
+    (bench/model_hash.py), so it is done only when the file may have been
+    written since it was last hashed: any write moves its ctime, which no
+    user-space call can set back, so the same inode, size, mtime and ctime as
+    recorded at the last hash mean the same bytes."""
+    if not found.sha256:
+        raise ValueError(f"{found.path} has no recorded SHA-256 (made before it was kept)")
+    if found.identity and list(found.identity) == _identity(found.path):
+        return OnnxRunner(found.path, found.inputs)
+    with found.path.open("rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    if digest != found.sha256:
+        raise ValueError(f"{found.path} is not the file that was exported and checked (SHA-256)")
+    meta_path = found.path.parent / "meta.json"
+    write_json(meta_path, read_json(meta_path) | {"identity": _identity(found.path)})
+    return OnnxRunner(found.path, found.inputs)
+
+
+def _identity(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def check_private(folder: Path) -> None:
+    """Refuse a cache folder another user could write, as ssh refuses a key file:
+    what is cached there (the export, the measurement) decides the vectors."""
+    for path in (folder, *[p for p in (folder / "onnx", folder / "calibration") if p.exists()]):
+        try:
+            st = path.stat()
+        except OSError:
+            continue  # not made yet: it is made private (mkdir under our umask)
+        if st.st_uid != os.getuid():
+            raise ConfigError(
+                f"cache folder {path} is owned by uid {st.st_uid}, not by this user "
+                f"({os.getuid()}); use a cache_dir of your own"
+            )
+        if st.st_mode & 0o022:
+            raise ConfigError(
+                f"cache folder {path} is writable by others (mode {st.st_mode & 0o777:o}): "
+                f"a file there decides the vectors; chmod go-w {path}"
+            )
 
 
 def _export_dir(info: ModelInfo, cache_dir: Path) -> Path:
@@ -64,6 +116,7 @@ def _export_dir(info: ModelInfo, cache_dir: Path) -> Path:
 
 def find_export(info: ModelInfo, cache_dir: Path) -> Export | None:
     """The cached export of this model, or None (none yet, or not exportable)."""
+    check_private(cache_dir)
     folder = _export_dir(info, cache_dir)
     meta = read_json(folder / "meta.json")
     if not meta.get("exportable"):
@@ -75,7 +128,12 @@ def find_export(info: ModelInfo, cache_dir: Path) -> Export | None:
     names = tuple(n for n in inputs if n in INPUTS) if isinstance(inputs, list) else INPUTS
     if names[:2] != INPUTS[:2]:
         return None
-    return Export(path, str(meta.get("weights_sha256", "")), names)
+    identity = meta.get("identity")
+    ok = isinstance(identity, list) and all(type(n) is int for n in identity)
+    known = tuple(identity) if ok else ()  # type: ignore[arg-type]
+    return Export(
+        path, str(meta.get("weights_sha256", "")), names, str(meta.get("sha256", "")), known
+    )
 
 
 def _versions() -> dict[str, str]:
@@ -157,6 +215,7 @@ def export(
             folder / "meta.json", {"exportable": False, "reason": reason, "versions": _versions()}
         )
         return None
+    file_sha = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()  # as checked above
     os.replace(tmp, folder / "model.onnx")
     sha = weights_hash(info)
     write_json(
@@ -164,6 +223,8 @@ def export(
         {
             "exportable": True,
             "model": info.name,
+            "sha256": file_sha,
+            "identity": _identity(folder / "model.onnx"),
             "weights_sha256": sha,
             "inputs": list(inputs),
             "export_version": EXPORT_VERSION,
@@ -171,7 +232,9 @@ def export(
         },
     )
     log.info("exported %s to ONNX (%s)", info.name, folder)
-    return Export(folder / "model.onnx", sha, inputs)
+    return Export(
+        folder / "model.onnx", sha, inputs, file_sha, tuple(_identity(folder / "model.onnx"))
+    )
 
 
 def _check(st_model: Any, path: Path, inputs: tuple[str, ...], info: ModelInfo) -> float:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mdindex.embedding.sparse import Sparse
+from mdindex.errors import RepairRefused
 from mdindex.index.changes import Key
 from mdindex.index.indexer import Indexer
 from mdindex.index.planning import DocWork, Planned
@@ -27,6 +28,11 @@ log = logging.getLogger(__name__)
 # stored vectors come from their text; bf16 against fp32 gives cosine 0.99998.
 VERIFY_SAMPLE = 256
 VECTOR_MATCH_COSINE = 0.98
+# When more than this share of at least SUSPECT_MIN sampled vectors disagree,
+# repair suspects the embedder: a permuted model.onnx once made it rewrite 10 of
+# 10 documents with wrong vectors.
+SUSPECT_SHARE = 0.5
+SUSPECT_MIN = 5
 
 
 @dataclass
@@ -38,6 +44,13 @@ class VerifyReport:
     graph: list[dict[str, Any]] = field(default_factory=list)
     errors: list[dict[str, str]] = field(default_factory=list)
     repaired: bool = False
+    vectors_checked: int = 0  # sampled and re-embedded
+    vectors_disagreeing: int = 0
+
+    @property
+    def embedder_suspect(self) -> bool:
+        n, bad = self.vectors_checked, self.vectors_disagreeing
+        return n >= SUSPECT_MIN and bad > SUSPECT_SHARE * n
 
     @property
     def in_sync(self) -> bool:
@@ -52,6 +65,8 @@ class VerifyReport:
             "in_sync": self.in_sync,
             "repaired": self.repaired,
             "errors": self.errors,
+            "vectors_checked": self.vectors_checked,
+            "vectors_disagreeing": self.vectors_disagreeing,
         }
 
 
@@ -115,6 +130,12 @@ def verify(indexer: Indexer, *, repair: bool = False, force: bool = False) -> Ve
     _check_sparse(indexer, report, expected, stored)
     report.missing = [_entry(pid, p) for pid, p in expected.items() if pid not in stored]
     report.graph = _check_graph(indexer, works, failed)
+    if repair and report.embedder_suspect and not force:
+        raise RepairRefused(
+            f"verify: {report.vectors_disagreeing} of {report.vectors_checked} sampled vectors "
+            "disagree with their text: the embedder (the model, its ONNX export, a server) "
+            "more likely changed than the index; nothing repaired. Check it, or pass --force"
+        )
     if repair and not report.in_sync:
         # documents whose every point would go: the guard decides, as for a prune
         gone = {(e["root"], e["doc_path"]) for e in report.stale if e["id"] not in expected}
@@ -190,7 +211,9 @@ def _check_vectors(
             continue
         old = np.asarray(have[pid][1], dtype=np.float32)
         cosine = float(old @ new) / (float(np.linalg.norm(old) * np.linalg.norm(new)) or 1.0)
+        report.vectors_checked += 1
         if cosine < VECTOR_MATCH_COSINE:
+            report.vectors_disagreeing += 1
             report.stale.append(
                 {
                     **_entry(pid, expected[pid]),
