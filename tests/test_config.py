@@ -94,6 +94,17 @@ def test_bad_settings_name_the_key(
     assert "\n" not in str(exc.value)
 
 
+def test_the_suites_own_variables_are_not_settings(tmp_path: Path, monkeypatch) -> None:
+    # a CLI spawned by a test inherits them; MDINDEX_FAULTS=long is the documented long mode
+    monkeypatch.setenv("MDINDEX_TEST_CORPUS", str(tmp_path))
+    monkeypatch.setenv("MDINDEX_TEST_INFINITY", str(tmp_path / "infinity_emb"))
+    monkeypatch.setenv("MDINDEX_FAULTS", "long")
+    assert load_settings({"state_dir": str(tmp_path)}).state_dir == tmp_path
+    monkeypatch.setenv("MDINDEX_TESTCORPUS", "x")
+    with pytest.raises(ConfigError, match="MDINDEX_TESTCORPUS: unknown setting"):
+        load_settings({"state_dir": str(tmp_path)})
+
+
 def test_duplicate_root_labels(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="used twice"):
         load_settings({"roots": [f"a={tmp_path}", f"a={tmp_path / 'x'}"]})

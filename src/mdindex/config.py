@@ -37,6 +37,10 @@ _EXTRA_ENV = {
     "MDINDEX_RAY_KILL_ONCE",
 }
 
+# The test suite's own variables (MDINDEX_TEST_CORPUS, MDINDEX_TEST_INFINITY,
+# MDINDEX_FAULTS=long): a CLI spawned by a test inherits them and must not refuse them.
+_TEST_ENV = ("MDINDEX_TEST_", "MDINDEX_FAULTS")
+
 _LABEL = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -414,7 +418,7 @@ def read_toml(path: Path) -> dict[str, Any]:
 def _check_env() -> None:
     known = {f"MDINDEX_{name.upper()}" for name in Settings.model_fields} | _EXTRA_ENV
     for key in sorted(os.environ):
-        if key.startswith("MDINDEX_") and key not in known:
+        if key.startswith("MDINDEX_") and key not in known and not key.startswith(_TEST_ENV):
             raise ConfigError(
                 f"{key}: unknown setting; valid keys are MDINDEX_ plus one of "
                 f"{', '.join(sorted(Settings.model_fields))}"
