@@ -24,3 +24,179 @@ def test_read_json_takes_missing_or_garbled_files_as_empty(tmp_path: Path) -> No
         assert read_json(path) == {}
     write_json(path, {"k": [1, "x"]})
     assert read_json(path) == {"k": [1, "x"]}
+
+
+# -- hostile files, generated -------------------------------------------------
+# Every reader of a JSON file mdindex keeps (the backend measurement, the
+# versions catalog, the ONNX export's record, the lock's and the guard's
+# records) is given what Hypothesis makes of a real one: values replaced by any
+# JSON, nesting past any parser, NaN, huge numbers, raw bytes. Each must do
+# what the docs say of a damaged file and nothing else: a cache is measured
+# again (None), a catalog is one ConfigError line, a record is empty.
+
+import base64  # noqa: E402
+import fcntl  # noqa: E402
+import os  # noqa: E402
+from typing import Any  # noqa: E402
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from mdindex.embedding import calibration, onnx_export  # noqa: E402
+from mdindex.embedding.model import resolve_model  # noqa: E402
+from mdindex.errors import ConfigError  # noqa: E402
+from mdindex.index import guard, lock  # noqa: E402
+from mdindex.jsonfile import MAX_DEPTH, JsonRefused, parse_json  # noqa: E402
+from mdindex.versions.catalog import Catalog  # noqa: E402
+from tests.conftest import settings_for  # noqa: E402
+from tests.regressions import found, kept, load  # noqa: E402
+
+EXAMPLES = Path(__file__).with_name("examples") / "files"
+KEY = {"model_sha256": "m1", "cpu": "c", "candidates": "torch-fp32,onnx-fp32", "torch": "2"}
+CHOICE = {
+    "backend": "onnx", "precision": "fp32", "reason": "why", "source": "measured",
+    "measured_at": "2026-01-01", "chunks_per_s": {"onnx-fp32": 50.0},
+    "tokens_per_s": {"onnx-fp32": 9000.0}, "load_s": {"onnx-fp32": 0.5},
+    "gate": {"onnx-fp32": {"passed": True}},
+}  # fmt: skip
+CATALOG = {
+    "alias": "mdindex",
+    "live": "0123456789ab",
+    "versions": {"0123456789ab": {"collection": "mdindex__0123456789ab", "status": "complete",
+                                  "params": {"model": "all-MiniLM-L6-v2"}}},
+}  # fmt: skip
+
+numbers = st.one_of(
+    st.integers(min_value=-(10**30), max_value=10**30), st.floats(), st.sampled_from([1e400, -0.0])
+)
+values = st.recursive(
+    st.none() | st.booleans() | numbers | st.text(max_size=10),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+def _mutated(draw: st.DrawFn, base: Any) -> Any:
+    """``base`` with a few of its values (at any depth) replaced by any JSON."""
+    out = json.loads(json.dumps(base))
+    for _ in range(draw(st.integers(0, 3))):
+        node, path = out, []
+        while isinstance(node, dict) and node and draw(st.booleans()):
+            key = draw(st.sampled_from(sorted(node)))
+            path.append((node, key))
+            node = node[key]
+        if path:
+            parent, key = path[-1]
+            parent[key] = draw(values)
+        else:
+            out = draw(values)
+    return out
+
+
+@st.composite
+def files(draw: st.DrawFn, base: Any) -> bytes:
+    kind = draw(st.sampled_from(["mutated", "mutated", "mutated", "deep", "raw"]))
+    if kind == "deep":
+        return draw(st.sampled_from([b"[", b'{"a":', b'[{"k":'])) * draw(st.integers(60, 20000))
+    if kind == "raw":
+        return draw(st.binary(max_size=300))
+    return json.dumps(_mutated(draw, base), allow_nan=True).encode()
+
+
+def check_files(
+    tmp: Path, calibration_file: bytes, catalog: bytes, meta: bytes, record: bytes
+) -> None:
+    """Each reader does what the docs say of a damaged file, and nothing else."""
+    cache = tmp / "cache"
+    calibration.save(
+        cache, KEY, calibration._read_choice(dict(CHOICE, name="onnx-fp32"), ["onnx-fp32"])
+    )
+    (path,) = (cache / "calibration").glob("*.json")
+    path.write_bytes(calibration_file)
+    got = calibration.cached(cache, KEY)
+    assert got is None or got.name in KEY["candidates"].split(",")
+    recorded = calibration.recorded(cache, "m1")
+    assert recorded is None or recorded.name in KEY["candidates"].split(",")
+
+    s = settings_for(tmp, [])
+    s.state_dir.mkdir(parents=True, exist_ok=True)
+    (s.state_dir / "mdindex.versions.json").write_bytes(catalog)
+    try:
+        Catalog.load(s)
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and "unreadable" in str(exc), str(exc)
+
+    info = resolve_model("all-MiniLM-L6-v2")
+    folder = onnx_export._export_dir(info, cache)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.onnx").write_bytes(b"not a graph")
+    (folder / "meta.json").write_bytes(meta)
+    export = onnx_export.find_export(info, cache)
+    if export is not None:
+        with pytest.raises(ValueError):  # no recorded hash matches these bytes
+            onnx_export.open_export(export)
+
+    lock_file = tmp / "x.lock"
+    lock_file.write_bytes(record[:4096])
+    fd = os.open(lock_file, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held, so read_holder reads the record
+        holder = lock.read_holder(lock_file)
+        assert isinstance(holder, dict)
+    finally:
+        os.close(fd)
+    assert isinstance(guard.parse_recorded(record.decode("utf-8", "replace")), dict)
+
+
+def test_the_bounded_reader_refuses_depth_nan_and_size() -> None:
+    assert parse_json("[" * MAX_DEPTH + "]" * MAX_DEPTH) is not None
+    for bad in (
+        "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1),
+        "[" * 100_000,
+        '{"a": NaN}',
+        "[Infinity]",
+    ):
+        with pytest.raises(JsonRefused):
+            parse_json(bad)
+    with pytest.raises(JsonRefused, match="more than 10 bytes"):
+        parse_json(b"[1, 2, 3, 4, 5]", max_bytes=10)
+    assert parse_json(r'["[[[[", "\"{{{{"]', max_depth=2) == ["[[[[", '"{{{{']
+
+
+def test_found_examples_stay_fixed(tmp_path: Path) -> None:
+    for i, path in enumerate(found(EXAMPLES)):
+        example = {k: base64.b64decode(v) for k, v in load(path).items()}
+        check_files(tmp_path / str(i), **example)
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    database=None,  # the found examples are replayed by the test above
+)
+@given(
+    calibration_file=files({"key": KEY, "choice": dict(CHOICE, name="onnx-fp32")}),
+    catalog=files(CATALOG),
+    meta=files({"exportable": True, "inputs": ["input_ids", "attention_mask"], "sha256": "0" * 64}),
+    record=files({"pid": 1, "command": "watch", "socket": "/tmp/x.sock", "http_port": 8080}),
+)
+def test_generated_hostile_state_files(
+    tmp_path_factory: pytest.TempPathFactory,
+    calibration_file: bytes,
+    catalog: bytes,
+    meta: bytes,
+    record: bytes,
+) -> None:
+    example = {
+        "calibration_file": calibration_file,
+        "catalog": catalog,
+        "meta": meta,
+        "record": record,
+    }
+    encoded = {k: base64.b64encode(v).decode() for k, v in example.items()}
+    with kept(EXAMPLES, encoded):
+        check_files(tmp_path_factory.mktemp("files"), **example)
