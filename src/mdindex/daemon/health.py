@@ -36,12 +36,14 @@ class Gauges:
     last_sync: str | None = None
     versions: list[dict[str, Any]] = field(default_factory=list)
     unresolved_links: int = 0
+    languages: dict[str, int] = field(default_factory=dict)  # documents per language
 
     @classmethod
     def of(cls, indexer: Indexer, versions: list[dict[str, Any]]) -> Gauges:
         documents, points = indexer.counts()
         failed, last_sync = indexer.failures(), indexer.last_sync()
-        return cls(documents, points, failed, last_sync, versions, indexer.unresolved_links())
+        links, langs = indexer.unresolved_links(), indexer.languages()
+        return cls(documents, points, failed, last_sync, versions, links, langs)
 
 
 class Health:

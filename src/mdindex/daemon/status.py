@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mdindex.config import Settings
+from mdindex.config import Settings, model_languages_of
 from mdindex.documents.files import printable
 
 PHASES = ("starting", "reconciling", "watching", "degraded", "stopped")
@@ -35,6 +35,7 @@ def fields(
     embedding: dict[str, Any] | None = None,
     versions: list[dict[str, Any]] | None = None,
     unresolved_links: int = 0,
+    languages: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """What every status says, daemon or not. ``store`` holds ``store`` (where),
     ``points`` and what the engine tells about itself."""
@@ -54,6 +55,9 @@ def fields(
         # local links to no indexed document (`mdindex links --broken` lists them)
         "unresolved_links": unresolved_links,
         "versions": versions or [],
+        # documents per language ("" unknown), and those the dense model reads
+        "languages": languages or {},
+        "model_languages": list(model_languages_of(settings)),
     }
 
 
@@ -91,6 +95,7 @@ def offline_status(settings: Settings) -> dict[str, Any]:
             embedding=indexer.embedding_status(),
             versions=Rollout(settings).rows(),
             unresolved_links=indexer.unresolved_links(),
+            languages=indexer.languages(),
         )
     return data | {
         "daemon": False,
@@ -120,6 +125,7 @@ def _without_roots(settings: Settings, live: Settings) -> dict[str, Any]:
             embedding=indexer.embedding_status(),
             versions=Rollout(settings).rows(),
             unresolved_links=indexer.unresolved_links(),
+            languages=indexer.languages(),
         )
     return data | {
         "coverage": f"{documents} indexed (no roots given)",

@@ -182,6 +182,9 @@ class Indexer(IndexView):
             # where each root was: `mdindex links` finds files there without a config
             folders = {root.label: str(root.path.absolute()) for root in self.roots}
             self.state.put(graph.ROOT_FOLDERS_KEY, json.dumps(folders))
+        if not dry_run:
+            summary.languages = self.languages()
+            summary.model_languages = list(self.planner.model_languages)
         summary.seconds = time.monotonic() - started
         return summary
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mdindex.chunking import Chunker
-from mdindex.config import Settings
+from mdindex.config import Settings, model_languages_of
 from mdindex.documents.budget import budget, check
 from mdindex.documents.files import Failure, FileRef
 from mdindex.documents.links import Graph, graph_of
@@ -129,6 +129,8 @@ class Planner:
         # limit leaves room for the document prompt (``runtime.make_models``).
         self.document_prompt = str(params.get("document_prompt") or "")
         self.query_prompt = str(params.get("query_prompt") or "")
+        # what hybrid search asks the dense half for (mdindex.index.search)
+        self.model_languages = model_languages_of(settings)
         self.counter = counter
         self.chunker = chunker
         self.prepend_context = bool(params["prepend_context"])

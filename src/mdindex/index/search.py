@@ -253,9 +253,12 @@ def search(
     store: Store,
     query: Query,
     prompt: str = "",
+    model_languages: Sequence[str] = ("*",),
 ) -> list[dict[str, Any]]:
     """The chunks that best answer ``query``, as users see them (score, payload).
     ``prompt``: the version's query prompt, put before the text the model embeds.
+    ``model_languages``: those the dense model covers ("*": all); a hybrid
+    question in another language is answered by its sparse half alone.
 
     An index without sparse vectors answers hybrid queries densely, and refuses
     sparse ones."""
@@ -268,14 +271,19 @@ def search(
                 "this index has no sparse vectors (sparse_vectors = false); use --mode dense"
             )
         mode = "dense"
-    dense = embedder.embed_query(prompt + query.text).tolist() if mode != "sparse" else None
     sparse = None
     if mode != "dense" and encoder is not None:
         # English terms and the question's own language's (mdindex.embedding.sparse)
         lang = query.lang or detect(query.text, min_weight=QUERY_MIN_WEIGHT)
         sparse = encoder.query(query.text, [lang])
+        if mode == "hybrid" and sparse.indices and not covers(model_languages, lang):
+            # The model does not read the question's language: its half only drags
+            # the sparse one down (bench/languages.py, CMRC 2018 with MiniLM:
+            # recall@3 0.956 fused, 0.995 sparse alone, 0.111 dense).
+            mode = "sparse"
     if sparse is not None and not sparse.indices and mode == "hybrid":
         sparse = None  # only stop words: the dense half answers alone
+    dense = embedder.embed_query(prompt + query.text).tolist() if mode != "sparse" else None
     glob = query.glob
     limit = query.k * (GLOB_OVERSAMPLE if glob else 1)
     limit = min(limit * (SECTION_OVERSAMPLE if query.per_section else 1), MAX_HITS)
@@ -295,6 +303,11 @@ def search(
     if query.per_section:
         hits = passages(hits)
     return [{"score": h.score, **public(h.payload)} for h in hits[: query.k]]
+
+
+def covers(model_languages: Sequence[str], lang: str) -> bool:
+    """Whether the dense model reads a question in ``lang`` ("" unknown: it may)."""
+    return not lang or "*" in model_languages or lang in model_languages
 
 
 def passages(hits: list[Hit]) -> list[Hit]:

@@ -50,7 +50,32 @@ CREATE TABLE IF NOT EXISTS failures (
     root TEXT NOT NULL, path TEXT NOT NULL, reason TEXT NOT NULL, at TEXT NOT NULL,
     PRIMARY KEY (root, path)
 );
+-- Each document's language (payload lang), for status: added without a schema
+-- bump, filled as documents are written (the payload layout that brought lang
+-- rewrites every document once).
+CREATE TABLE IF NOT EXISTS langs (
+    root TEXT NOT NULL, path TEXT NOT NULL, lang TEXT NOT NULL, PRIMARY KEY (root, path)
+);
+CREATE TRIGGER IF NOT EXISTS langs_follow_docs AFTER DELETE ON docs BEGIN
+    DELETE FROM langs WHERE root = old.root AND path = old.path;
+END;
 """
+
+
+def languages(db: sqlite3.Connection) -> dict[str, int]:
+    """Documents indexed per language ("" unknown), most first; documents
+    written before languages were recorded are not counted."""
+    rows = db.execute(
+        "SELECT l.lang, COUNT(*) FROM langs l JOIN docs d "
+        "ON d.root = l.root AND d.path = l.path GROUP BY l.lang ORDER BY COUNT(*) DESC, l.lang"
+    )
+    return {lang: n for lang, n in rows}
+
+
+def put_languages(db: sqlite3.Connection, langs: Mapping[tuple[str, str], str]) -> None:
+    """Record documents' languages (by (root, path)), after ``State.commit_docs``."""
+    rows = [(root, path, lang) for (root, path), lang in langs.items()]
+    db.executemany("INSERT OR REPLACE INTO langs VALUES (?, ?, ?)", rows)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,9 @@ class Summary:
     interrupted: bool = False  # a stop was asked for before everything was written
     refused: str = ""  # why deletions were not made (mdindex.index.guard), when they were not
     embedding: dict[str, Any] = field(default_factory=dict)  # how its texts were embedded
+    # after the sync: documents indexed per language, and those the dense model reads
+    languages: dict[str, int] = field(default_factory=dict)
+    model_languages: list[str] = field(default_factory=list)
 
     def fail(self, failure: Failure) -> None:
         self.files_failed += 1
@@ -46,22 +49,30 @@ class Summary:
         log.warning("%s: %s", printable(f"{root}:{rel}"), reason)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "files_seen": self.files_seen,
-            "files_changed": self.files_changed,
-            "files_unchanged": self.files_unchanged,
-            "files_deleted": self.files_deleted,
-            "files_failed": self.files_failed,
-            "chunks_embedded": self.chunks_embedded,
-            "points_upserted": self.points_upserted,
-            "points_deleted": self.points_deleted,
-            "seconds": round(self.seconds, 3),
-            "embed_seconds": round(self.embed_seconds, 3),
-            "errors": self.errors,
-            "warnings": self.warnings,
-            "refused": self.refused,
-            "dry_run": self.dry_run,
-        } | ({"embedding": self.embedding} if self.embedding else {})
+        return (
+            {
+                "files_seen": self.files_seen,
+                "files_changed": self.files_changed,
+                "files_unchanged": self.files_unchanged,
+                "files_deleted": self.files_deleted,
+                "files_failed": self.files_failed,
+                "chunks_embedded": self.chunks_embedded,
+                "points_upserted": self.points_upserted,
+                "points_deleted": self.points_deleted,
+                "seconds": round(self.seconds, 3),
+                "embed_seconds": round(self.embed_seconds, 3),
+                "errors": self.errors,
+                "warnings": self.warnings,
+                "refused": self.refused,
+                "dry_run": self.dry_run,
+            }
+            | ({"embedding": self.embedding} if self.embedding else {})
+            | (
+                {"languages": self.languages, "model_languages": self.model_languages}
+                if self.model_languages
+                else {}
+            )
+        )
 
     def line(self) -> str:
         verb = "would change" if self.dry_run else "changed"

@@ -18,6 +18,7 @@ from mdindex.index.changes import Changes, Detector, Key
 from mdindex.index.planning import Planner
 from mdindex.index.search import Query, search
 from mdindex.index.state import DocRow, State
+from mdindex.index.state import languages as state_languages
 from mdindex.sinks import Store
 
 # The state's record of how the last run that embedded anything embedded it.
@@ -109,7 +110,12 @@ class IndexView:
     def search(self, query: Query) -> list[dict[str, Any]]:
         """The chunks that best answer ``query``, as users see them."""
         return search(
-            self.embedder, self.planner.sparse, self.store, query, self.planner.query_prompt
+            self.embedder,
+            self.planner.sparse,
+            self.store,
+            query,
+            self.planner.query_prompt,
+            self.planner.model_languages,
         )
 
     def store_status(self, points: int | None = None) -> dict[str, Any]:
@@ -156,6 +162,10 @@ class IndexView:
     def unresolved_links(self) -> int:
         """Local links to no indexed document (``index.graph``)."""
         return graph.unresolved_count(self.state.db)
+
+    def languages(self) -> dict[str, int]:
+        """Documents indexed per language ("" unknown)."""
+        return state_languages(self.state.db)
 
     def last_sync(self) -> str | None:
         return self.state.get("last_sync")

@@ -27,7 +27,7 @@ from mdindex.errors import StoreError, StoreUnavailable
 from mdindex.index import consistency
 from mdindex.index.changes import Key
 from mdindex.index.planning import DocWork, Planned, now_iso
-from mdindex.index.state import DocRow, PointRow, State
+from mdindex.index.state import DocRow, PointRow, State, put_languages
 from mdindex.index.summary import Summary
 from mdindex.retry import short
 from mdindex.sinks import Store
@@ -201,6 +201,8 @@ class Writer:
         summary.points_deleted += self.store.delete(stale)
         crash_point("after_delete")
         self.state.commit_docs(self.rows(group), stamp, graphs(group))
+        with self.state.transaction() as db:
+            put_languages(db, langs(group))
         summary.files_changed += len(group)
         crash_point("after_commit")
         if self.on_indexed is not None:
@@ -363,6 +365,8 @@ class Writer:
         consistency.rebuild_state(self.store, self.state, "after repair", logging.INFO)
         committed = list(committed)
         self.state.commit_docs(self.rows(committed), now_iso(), graphs(committed))
+        with self.state.transaction() as db:
+            put_languages(db, langs(committed))
 
     def touch(self, ref: FileRef) -> None:
         """A file touched, not changed: only its fast-path stamp moves."""
@@ -372,6 +376,15 @@ class Writer:
 def graphs(works: Iterable[DocWork]) -> dict[tuple[str, str], Graph]:
     """The link graphs of these documents, by (root, path), where planned."""
     return {(w.ref.root, w.ref.rel): w.graph for w in works if w.graph is not None}
+
+
+def langs(works: Iterable[DocWork]) -> dict[tuple[str, str], str]:
+    """The languages of these documents, by (root, path), from their payloads."""
+    return {
+        (w.ref.root, w.ref.rel): str(w.points[0].payload.get("lang") or "")
+        for w in works
+        if w.points
+    }
 
 
 def reusable_vectors(store: Store, wanted: dict[str, str]) -> dict[str, list[float]]:
