@@ -96,3 +96,16 @@ def test_a_write_then_status_wait_then_search_finds_it_every_time(tmp_path: Path
     finally:
         code, _ = stop(proc)
     assert code == 0
+
+
+def test_a_failed_file_named_with_an_escape_is_counted_once(tmp_path: Path) -> None:
+    """Found by a hostile review: the state keeps a failed file's name escaped,
+    the scan has it raw, so `status` listed a name with ESC twice."""
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "ok.md").write_text("# Ok\n\nFine.\n")
+    (root / "bad\x1b[2J.md").write_bytes(b"# Bad\n\xff\xfe\x00\n")
+    s = settings_for(tmp_path, [str(root)])
+    run_backfill(s, TinyEmbedder())
+    failed = offline_status(s)["failed"]
+    assert [f["path"] for f in failed] == ["bad\\x1b[2J.md"], failed

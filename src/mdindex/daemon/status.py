@@ -79,8 +79,12 @@ def offline_status(settings: Settings) -> dict[str, Any]:
         # what the guard would refuse of the pending deletions (mdindex.index.guard)
         refused = indexer.deletion_refused(changes.deleted, changes.present)
         failed = {(f["root"], f["path"]): f for f in indexer.failures()}
-        failed |= {
-            f.key: {"root": f.root, "path": f.rel, "reason": f.reason}
+        failed |= {  # keyed as the state keeps them: a name with ESC was counted twice
+            (f.root, printable(f.rel)): {
+                "root": f.root,
+                "path": printable(f.rel),
+                "reason": f.reason,
+            }
             for f in changes.failures + unreadable
         }
         data = fields(
