@@ -431,3 +431,26 @@ def test_related_over_mcp_is_capped_like_read(tmp_path: Path) -> None:
     assert left_out and all(n > 0 for n in left_out.values())
     for key, n in left_out.items():
         assert len(answer[key]) + n == 6000, key
+
+
+def test_a_wiki_embed_by_a_link_outside_the_root_is_not_found(tmp_path: Path) -> None:
+    """Found by a hostile review: `![[x.png]]`, x.png a symbolic link outside the
+    root, was reported "found", where `![x](x.png)` says it leads outside."""
+    from mdindex.daemon.links import related
+    from tests.conftest import TinyEmbedder, run_backfill, settings_for
+
+    outside = tmp_path / "secret.png"
+    outside.write_bytes(b"\x89PNG")
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "x.png").symlink_to(outside)
+    (root / "inside.png").write_bytes(b"\x89PNG")
+    (root / "n.md").write_text("# N\n\n![[x.png]] ![x](x.png) ![[inside.png]]\n")
+    s = settings_for(tmp_path, [str(root)])
+    run_backfill(s, TinyEmbedder())
+    out = related(s, "notes", "n.md")["outgoing"]
+    assert [e["problem"] for e in out] == [
+        "x.png leads outside the root (a symbolic link)",
+        "x.png leads outside the root (a symbolic link)",
+        "",
+    ], out

@@ -205,7 +205,7 @@ class _Looker:
         self.db = db
         self.roots = roots
         self._nodes: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
-        self._names: dict[str, set[str]] = {}
+        self._names: dict[str, dict[str, str]] = {}
 
     def node(self, root: str, path: str) -> tuple[str, dict[str, str]]:
         """A document's title and anchors (anchor: heading text); empty when unknown."""
@@ -226,9 +226,11 @@ class _Looker:
             return _find_inside(base, link.target)
         if link.root not in self._names:
             self._names[link.root] = _file_names(base)
-        if link.target.rpartition("/")[2].lower() in self._names[link.root]:
-            return ""
-        return f"no file named {link.target!r} in the root"
+        found = self._names[link.root].get(link.target.rpartition("/")[2].lower())
+        if found is None:
+            return f"no file named {link.target!r} in the root"
+        # as the markdown form is: a link that leads outside is not "found"
+        return _find_inside(base, found)
 
 
 def _find_inside(base: Path, rel: str) -> str:
@@ -258,12 +260,15 @@ def _find_inside(base: Path, rel: str) -> str:
         return f"no file at {rel}"
 
 
-def _file_names(base: Path) -> set[str]:
-    """Lowercased names of the files in a root (hidden folders left out)."""
-    out: set[str] = set()
-    for _, dirs, files in os.walk(base, followlinks=False):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        out.update(f.lower() for f in files)
+def _file_names(base: Path) -> dict[str, str]:
+    """Lowercased names of the files in a root (hidden folders left out), each
+    with the path of the first file of that name (shortest first)."""
+    out: dict[str, str] = {}
+    for folder, dirs, files in os.walk(base, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        rel = os.path.relpath(folder, base)
+        for f in sorted(files):
+            out.setdefault(f.lower(), f if rel == "." else f"{rel}/{f}")
         if len(out) >= MAX_ASSET_SCAN:
             log.warning(
                 "links: more than %d files in %s; attachments not all looked at",
