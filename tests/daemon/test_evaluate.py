@@ -336,6 +336,8 @@ def test_questions_and_two_versions_through_a_running_daemon(tmp_path: Path, doc
         [row] = json.loads(run.stdout)
         assert row["live"] and row["mode"] == "hybrid" and row["questions"] == 6
         assert row["recall@10"] == 1.0 and row["mrr@10"] >= 0.75, row
+        # which languages the questions are in, and which the model reads
+        assert sum(row["question_languages"].values()) == 6 and row["model_languages"] == ["en"]
         run = cli(
             "eval",
             str(EXAMPLES / "questions.yaml"),
@@ -367,6 +369,7 @@ def test_questions_and_two_versions_through_a_running_daemon(tmp_path: Path, doc
         assert all(r["recall@10"] >= 0.9 for r in rows), rows
         text = cli("eval", "--headings", "5", "--root", str(docs), *where)
         assert text.returncode == 0 and "5 questions (heading paths)" in text.stdout
+        assert "questions by language: " in text.stdout and "the model reads en" in text.stdout
         bad = write_questions(
             tmp_path / "bad.jsonl", [{"id": "b1", "question": "x", "path": "zz.md"}]
         )

@@ -193,6 +193,11 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     lines.append(
         "(* live; gains: share of questions answered in the top 10 that the first row misses)"
     )
+    if rows:
+        langs = ", ".join(f"{k or 'unknown'} {n}" for k, n in rows[0]["question_languages"].items())
+        lines.append(f"questions by language: {langs}")
+        reads = {r["version"]: ", ".join(r["model_languages"]) for r in rows}
+        lines += [f"{version}: the model reads {langs}" for version, langs in reads.items()]
     emit(args, rows, "\n".join(lines))
     return EXIT_OK
 

@@ -31,6 +31,7 @@ import random
 import re
 import stat
 import statistics
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,14 +39,15 @@ from typing import Any
 
 import yaml
 
-from mdindex.config import Settings
+from mdindex.config import Settings, model_languages_of
 from mdindex.daemon.client import IndexClient
 from mdindex.daemon.mcp_server import indexed_documents, locate_document
 from mdindex.documents.files import printable
+from mdindex.documents.language import detect
 from mdindex.documents.parsing import parse_document
 from mdindex.documents.reading import decode, read_bytes
 from mdindex.errors import ConfigError, MdindexError
-from mdindex.index.search import MODES, Query
+from mdindex.index.search import MODES, QUERY_MIN_WEIGHT, Query
 
 KS = (1, 3, 5, 10)
 # Each question is a search per version and mode: 2,000 of them, three modes and
@@ -395,7 +397,11 @@ def compare(
     )
     rows: list[dict[str, Any]] = []
     baseline: list[bool] = []
+    # which languages the questions are in, and which each version's model reads
+    found_langs = Counter(detect(q.text, min_weight=QUERY_MIN_WEIGHT) for q in questions)
+    question_langs = dict(found_langs.most_common())
     for fp in fps:
+        model_langs = list(model_languages_of(catalog.settings_for(settings, fp)))
         ask, close = (client.search, None) if fp == live else _open_version(settings, catalog, fp)
         try:
             for mode in modes:
@@ -412,6 +418,8 @@ def compare(
                         "questions": len(questions),
                         **score(questions, answers),
                         "gains": round(gained / len(questions), 4),
+                        "question_languages": question_langs,
+                        "model_languages": model_langs,
                     }
                 )
         finally:
