@@ -184,6 +184,11 @@ class Settings(BaseSettings):
         validate_default=True,
     )
     _roots: list[Root] = PrivateAttr(default_factory=list)  # parsed and checked once
+    # A catalogued version's fingerprint and the index params it was read back
+    # with (versions.catalog.settings_for): a version built by older code keeps
+    # the name it was built under, though today's code would name its params
+    # otherwise (a new CHUNKER_VERSION or BM25 analysis changes every fingerprint).
+    _version: tuple[str, dict[str, Any]] | None = PrivateAttr(default=None)
 
     roots: StrList = Field(default_factory=list)
     collection: str = "mdindex"
@@ -389,6 +394,17 @@ class Settings(BaseSettings):
         return (init_settings, env_settings)
 
     # -- derived values -------------------------------------------------
+
+    def pin_version(self, fp: str) -> None:
+        """Name these settings' version ``fp`` while their index params stay as now."""
+        self._version = (fp, index_params(self))
+
+    def pinned_version(self) -> str | None:
+        """The catalogued fingerprint these settings were read back as, unless
+        their index params changed since."""
+        if self._version is not None and self._version[1] == index_params(self):
+            return self._version[0]
+        return None
 
     def root_list(self) -> list[Root]:
         """The roots as (label, folder), parsed and checked when the settings were made."""

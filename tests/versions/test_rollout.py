@@ -179,6 +179,37 @@ def test_use_rolls_back_pins_and_keeps_the_old_version_current(
     assert catalog.live == version_of(c) and catalog.pinned is None
 
 
+@pytest.mark.parametrize("store", ENGINES)
+def test_a_version_built_by_older_code_keeps_its_name_its_vectors_and_its_rollback(
+    docs_tree: Path, make_settings: Any, monkeypatch: pytest.MonkeyPatch, store: str
+) -> None:
+    """A release that changes how chunks or sparse vectors are made (CHUNKER_VERSION,
+    the BM25 analysis) changes every fingerprint; a version built before it is still
+    found under the name it was built with: searched while the new one is built, its
+    vectors reused, and a rollback reaches it."""
+    from mdindex.index import runtime
+
+    a = make_settings(docs_tree, store=store, keep_versions=5)
+    run_rollout(a, TinyEmbedder())
+    old, before = version_of(a), stored_points(a, vectors=True)
+
+    monkeypatch.setattr(runtime, "CHUNKER_VERSION", runtime.CHUNKER_VERSION + 100)
+    assert version_of(a) != old
+    read_during_build: list[str] = []
+    hooks = Hooks(on_progress=lambda n: read_during_build.append(version_of(reader_settings(a))))
+    tiny = TinyEmbedder()
+    summary = rollout_for(a, tiny).backfill(hooks=hooks)
+    assert summary.chunks_embedded == 0 and tiny.texts_embedded == 0
+    assert read_during_build and set(read_during_build) == {old}
+    assert Catalog.load(a).live == version_of(a)
+    assert keys(live_points(a)) == keys(before)
+
+    summary = rollout_for(a, TinyEmbedder()).use(old)
+    assert summary is not None and summary.chunks_embedded == 0
+    assert version_of(reader_settings(a)) == old
+    assert_same(live_points(a), before)
+
+
 def test_drop_refuses_the_live_version_and_removes_an_old_one(
     docs_tree: Path, make_settings: Any
 ) -> None:

@@ -66,7 +66,7 @@ def physical_name(collection: str, fp: str) -> str:
 
 def version_of(settings: Settings) -> str:
     """The fingerprint of the version these settings build."""
-    return fingerprint(index_params(settings))
+    return settings.pinned_version() or fingerprint(index_params(settings))
 
 
 def collection_of(settings: Settings) -> str:

@@ -163,7 +163,9 @@ class Catalog:
         update = unset | dict(version.params)
         if not update.get("embedding_model"):  # embedded here, whatever server is named now
             update |= {"embedding_url": None, "embedding_model": None}
-        return settings.model_copy(update=update)
+        out = settings.model_copy(update=update)
+        out.pin_version(fp)
+        return out
 
     def reader_settings(self, settings: Settings) -> Settings:
         """What a search uses: the live version's settings (its model), else the
