@@ -157,16 +157,18 @@ def main() -> None:
     ap.add_argument(
         "--store", default="edge", help="the embedded engine: edge (the default) or client"
     )
+    ap.add_argument("--evalsets", default=str(EVALSETS), help="../shared/evalsets")
     ap.add_argument("--questions", type=int, default=0, help="only the first N of each set")
     ap.add_argument("--work", help="keep the indexes here; a later run re-uses them")
     args = ap.parse_args()
     offline()
+    SETS["anthropic-docs"] = ("en", Path(args.evalsets) / "anthropic-docs")
     names = args.sets.split(",")
     for name in names:
         if name not in SETS:
             sys.exit(f"unknown set {name}; known: {', '.join(SETS)}")
         if not SETS[name][1].is_dir():
-            sys.exit(f"{SETS[name][1]} not found")
+            sys.exit(f"{SETS[name][1]} not found (--evalsets)")
     scratch = Path(args.work or tempfile.mkdtemp(prefix="languages-"))
     cpu = cpu_name()
     print(f"CPU: {cpu}", file=sys.stderr)
