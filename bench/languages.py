@@ -177,6 +177,8 @@ def main() -> None:
         engine = Mdindex({"model": model})
         for name in names:
             rows += run_set(engine, model, name, args, scratch)
+            # after every set, so a run cut short keeps what it measured
+            write_json("languages", {"cpu": cpu, "store": args.store, "rows": rows})
     columns = ["model", "mode", "recall@1", "recall@3", "recall@10", "mrr@10"]
     columns += ["points", "chars_mean", "chars_max"]
     for name in names:
