@@ -25,7 +25,6 @@ the model it was built with.
 from __future__ import annotations
 
 import bisect
-import json
 import os
 import random
 import re
@@ -48,6 +47,7 @@ from mdindex.documents.parsing import parse_document
 from mdindex.documents.reading import decode, read_bytes
 from mdindex.errors import ConfigError, MdindexError
 from mdindex.index.search import MODES, QUERY_MIN_WEIGHT, Query
+from mdindex.jsonfile import parse_json
 
 KS = (1, 3, 5, 10)
 # Each question is a search per version and mode: 2,000 of them, three modes and
@@ -124,14 +124,10 @@ def _items(raw: str, path: Path, shown: str) -> list[tuple[str, Any]]:
     for number, line in enumerate(raw.split("\n"), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        try:
-            out.append((f"line {number}", json.loads(line)))
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"eval: {shown} line {number} is not JSON: {exc.msg}") from None
-        except (ValueError, RecursionError):  # a number of thousands of digits; nesting
-            raise ConfigError(
-                f"eval: {shown} line {number} is nested or sized beyond reason"
-            ) from None
+        try:  # the bounded reader: nesting, NaN and size refused before parsing
+            out.append((f"line {number}", parse_json(line, MAX_FILE_BYTES)))
+        except ValueError as exc:  # a number of thousands of digits too
+            raise ConfigError(f"eval: {shown} line {number}: {printable(str(exc)[:200])}") from None
         if len(out) > MAX_QUESTIONS:
             break
     return out
