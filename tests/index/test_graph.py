@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -228,3 +229,78 @@ def test_the_vault_resolves_as_obsidian_would(state: State) -> None:
         "people/Ada.md",
     ]
     assert graph.unresolved_count(state.db) == 2  # Not Written Yet, and ../../etc/passwd
+
+
+# -- hostile link graphs, generated -------------------------------------------
+# Notes whose names collide (index, README, case, the same stem in many
+# folders) linking each other every way, added and removed in any order: each
+# link must hold the answer a fresh graph of the same notes gives it.
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tests.regressions import found, kept, load  # noqa: E402
+
+GRAPH_EXAMPLES = Path(__file__).with_name("examples") / "graphs"
+_folders = st.sampled_from(["", "a/", "A/", "a/b/", "b/", "a/index/"])
+_stems = st.sampled_from(["index", "README", "note", "Note", "_index", "x.y"])
+_paths = st.builds(lambda f, s: f"{f}{s}.md", _folders, _stems)
+_targets = st.one_of(
+    _stems.map(lambda s: f"[[{s}]]"),
+    _paths.map(lambda p: f"[[{p[:-3]}]]"),
+    _paths.map(lambda p: f"[l]({p})"),
+    _folders.map(lambda f: f"[f]({f or './'})"),
+    _stems.map(lambda s: f"![[{s}.png]]"),
+)
+
+
+def _answers(state: State) -> list[tuple[str, ...]]:
+    return sorted(
+        (link.path, str(link.line), link.kind, link.target, link.to_path or "", str(link.asset))
+        for link in graph.every_link(state.db)
+    )
+
+
+def check_graph(tmp: Path, notes: list[list[Any]], removed: list[str]) -> None:
+    """Added in the order given (each note's links as written), then some
+    removed: every link answers as in a graph made afresh of what is left."""
+    state = State(tmp / "grown.db")
+    written: dict[str, str] = {}
+    for path, links in notes:
+        written[path] = "# N\n\n" + " ".join(links) + "\n"
+        put(state, path, written[path])
+    for path in removed:
+        if path in written:
+            del written[path]
+            with state.transaction() as db:
+                graph.remove(db, "docs", path)
+    fresh = State(tmp / "fresh.db")
+    for path in sorted(written):
+        put(fresh, path, written[path])
+    assert _answers(state) == _answers(fresh)
+    state.close()
+    fresh.close()
+
+
+def test_found_graphs_stay_fixed(tmp_path: Path) -> None:
+    for i, path in enumerate(found(GRAPH_EXAMPLES)):
+        (tmp_path / str(i)).mkdir()
+        check_graph(tmp_path / str(i), **load(path))
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    database=None,  # the found examples are replayed by the test above
+)
+@given(
+    notes=st.lists(st.tuples(_paths, st.lists(_targets, max_size=4)), min_size=1, max_size=12),
+    removed=st.lists(_paths, max_size=4),
+)
+def test_generated_hostile_link_graphs(
+    tmp_path_factory: pytest.TempPathFactory, notes: list[Any], removed: list[str]
+) -> None:
+    example = {"notes": [list(n) for n in notes], "removed": removed}
+    with kept(GRAPH_EXAMPLES, example):
+        check_graph(tmp_path_factory.mktemp("graph"), **example)
