@@ -526,5 +526,8 @@ def test_hybrid_leaves_out_a_model_that_cannot_read_the_question(
         assert ask(zh, "hybrid", ("zh",)) == ask(zh, "hybrid", ("*",))
         assert ask(en, "hybrid", ("en",)) == ask(en, "hybrid", ("*",)) != ask(en, "sparse", ("*",))
         assert ask(zh, "dense", ("en",)) == ask(zh, "dense", ("*",))  # asked for: kept
+        # too short to detect: the script decides for an English model
+        assert ask("部署", "hybrid", ("en",)) == ask("部署", "sparse", ("en",))
+        assert ask("deploy", "hybrid", ("en",)) == ask("deploy", "hybrid", ("*",))
     finally:
         scored.close()

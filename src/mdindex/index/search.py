@@ -276,7 +276,8 @@ def search(
         # English terms and the question's own language's (mdindex.embedding.sparse)
         lang = query.lang or detect(query.text, min_weight=QUERY_MIN_WEIGHT)
         sparse = encoder.query(query.text, [lang])
-        if mode == "hybrid" and sparse.indices and not covers(model_languages, lang):
+        covered = covers(model_languages, lang, query.text)
+        if mode == "hybrid" and sparse.indices and not covered:
             # The model does not read the question's language: its half only drags
             # the sparse one down (bench/languages.py with MiniLM, recall@3: CMRC
             # 2018 0.956 fused, 0.995 sparse alone; ARCD 0.783 and 0.936).
@@ -305,9 +306,17 @@ def search(
     return [{"score": h.score, **public(h.payload)} for h in hits[: query.k]]
 
 
-def covers(model_languages: Sequence[str], lang: str) -> bool:
-    """Whether the dense model reads a question in ``lang`` ("" unknown: it may)."""
-    return not lang or "*" in model_languages or lang in model_languages
+def covers(model_languages: Sequence[str], lang: str, text: str = "") -> bool:
+    """Whether the dense model reads a question in ``lang``. One too short to
+    tell ("" unknown, "Итоги") is read by an English model when its letters
+    are mostly Latin, by any other when it names no language."""
+    if "*" in model_languages or lang in model_languages:
+        return True
+    if lang:
+        return False
+    letters = [c for c in text if c.isalpha()]
+    latin = sum(c.isascii() for c in letters) * 2 >= len(letters)
+    return latin if "en" in model_languages else True
 
 
 def passages(hits: list[Hit]) -> list[Hit]:
