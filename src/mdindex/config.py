@@ -59,19 +59,14 @@ def _default_state_dir() -> Path:
 
 
 def _default_cache_dir() -> Path:
-    """The ONNX export and the measured backend choice; systemd's CacheDirectory=
-    sets CACHE_DIRECTORY."""
+    """The ONNX export and measured choice (systemd's CacheDirectory= sets CACHE_DIRECTORY)."""
     if os.environ.get("CACHE_DIRECTORY"):
         return Path(os.environ["CACHE_DIRECTORY"].split(":")[0])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "mdindex"
 
 
-# Up to the last "@": a password may hold an unescaped "@", "/", "?", "#"
-# (http://alice:hunter2@secret@host), which parsers read differently, or a
-# space (http://alice:hun ter2@host): after "user:", the last "@" on the line
-# before another URL. A URL with an "@" after it is masked up to it: too much
-# hidden is safe, a password shown is not.
+# Up to the last "@" before another URL: a password may hold "@", "/", "?", "#", " ".
 _USERINFO = re.compile(r"(?<=://)(?:[^\s/?#@:]*:(?:(?!://)[^\n])*@|\S*@)")
 
 
@@ -81,8 +76,7 @@ def redact(text: str) -> str:
 
 
 def secret(env: str, credential: str) -> str | None:
-    """A key from the environment, else a systemd credential; never from a flag or
-    a config file, so that it shows in no process list and no settings dump."""
+    """A key from the environment, else a systemd credential: never in argv or a config file."""
     if os.environ.get(env):
         return os.environ[env]
     creds = os.environ.get("CREDENTIALS_DIRECTORY")
