@@ -197,3 +197,33 @@ def test_the_log_format_setting_reaches_the_logs(
     (line,) = capsys.readouterr().err.splitlines()
     entry = json.loads(line)
     assert entry["level"] == "WARNING" and "frontmatter" in entry["message"]
+
+
+@pytest.mark.model
+def test_status_versions_eval_and_errors_do_not_print_terminal_escapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A root folder, a model path and a file named with ESC]0;...BEL (sets the
+    window title) and ESC[2J (clears the screen): `status`, `versions list`, `eval`
+    and the error line printed them raw; now as \\u001b, as `search` does."""
+    root = tmp_path / "r\x1b]0;owned\x07x"
+    root.mkdir()
+    (root / "ok.md").write_text("# Title\n\nhello there\n")
+    (root / "u\x1b[2J.md").write_bytes(b"\xff\xfe not UTF-8")
+    (tmp_path / "other").mkdir()
+    state = ["--state-dir", str(tmp_path / "state")]
+    assert main(["backfill", str(root), *state]) == 1
+    assert main(["status", str(root), *state]) == 0
+    model = str(tmp_path / "m\x1b[2Jx")
+    assert main(["versions", "list", *state, "--model", model]) == 0
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question": "hello", "path": "ok.md", "quote": "hello"}))
+    roots = ["--root", str(root), "--root", str(tmp_path / "other")]
+    assert main(["eval", str(questions), *roots, *state]) == 2  # which root: the labels
+    out, err = capsys.readouterr()
+    printed = out + "\n".join(line for line in err.splitlines() if not line.startswith("20"))
+    assert "\x1b" not in printed and "\x07" not in printed
+    assert "r\\u001b]0;owned\\u0007x:u\\x1b[2J.md: invalid UTF-8" in out  # status
+    assert "m\\u001b[2Jx" in out  # versions list
+    (line,) = error_lines(err)
+    assert "r\\u001b]0;owned\\u0007x" in line  # eval

@@ -86,9 +86,9 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
         if bar is not None:
             bar.close()
     emit(args, summary.as_dict(), summary.line())
-    for err in summary.errors if not args.json else []:
+    for err in shown(summary.errors) if not args.json else []:
         print(f"  failed: {err['root']}:{err['path']}: {err['reason']}", file=sys.stderr)
-    for note in summary.warnings if not args.json else []:
+    for note in shown(summary.warnings) if not args.json else []:
         print(f"  warning: {note['root']}:{note['path']}: {note['reason']}", file=sys.stderr)
     return EXIT_PARTIAL if summary.errors else EXIT_OK
 
@@ -186,7 +186,8 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     lines = [f"{len(questions)} questions" + (" (heading paths)" if args.headings else "")]
     widths = [13, 7, 9, 9, 9, 9, 9, 9]
     lines.append(" ".join(f"{c:>{w}}" for c, w in zip([*columns, "gains"], widths, strict=True)))
-    for r in rows:
+    text_rows = shown(rows)  # a name may hold ESC; --json has JSON's own escapes
+    for r in text_rows:
         cells = [r["version"] + ("*" if r["live"] else ""), r["mode"]]
         cells += [f"{r[c]:.3f}" for c in columns[2:]] + [f"{r['gains']:.3f}"]
         lines.append(" ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
@@ -194,9 +195,10 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         "(* live; gains: share of questions answered in the top 10 that the first row misses)"
     )
     if rows:
-        langs = ", ".join(f"{k or 'unknown'} {n}" for k, n in rows[0]["question_languages"].items())
+        first = text_rows[0]["question_languages"]
+        langs = ", ".join(f"{k or 'unknown'} {n}" for k, n in first.items())
         lines.append(f"questions by language: {langs}")
-        reads = {r["version"]: ", ".join(r["model_languages"]) for r in rows}
+        reads = {r["version"]: ", ".join(r["model_languages"]) for r in text_rows}
         lines += [f"{version}: the model reads {langs}" for version, langs in reads.items()]
     emit(args, rows, "\n".join(lines))
     return EXIT_OK
@@ -274,7 +276,7 @@ def _indent(text: str, limit: int = 400) -> str:
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     data = IndexClient(settings).status(args.timeout if args.wait else None)
-    emit(args, data, _status_text(data))
+    emit(args, data, _status_text(shown(data)))  # a root's or file's name, a reason
     if args.wait and not data["caught_up"]:
         return EXIT_PENDING
     return EXIT_OK
@@ -344,7 +346,7 @@ def cmd_versions(args: argparse.Namespace, settings: Settings) -> int:
     fps: list[str] = list(args.fingerprints)
     if args.action == "list":
         rows = Rollout(settings).rows()
-        emit(args, rows, _versions_text(rows))
+        emit(args, rows, _versions_text(shown(rows)))  # a model path with ESC in its name
         return EXIT_OK
     daemon = find_daemon(settings, required=False)
     if daemon is not None:

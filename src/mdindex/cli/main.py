@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from mdindex.cli.commands import COMMANDS
 from mdindex.cli.parser import build_parser, settings_from
 from mdindex.errors import EXIT_STORE, EXIT_USAGE, MdindexError
+from mdindex.outside import shown
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -47,7 +48,7 @@ def _fail(message: str, code: int, debug: bool) -> int:
     """One line on stderr; the traceback too with --log-level DEBUG."""
     if debug:
         traceback.print_exc()
-    print(f"mdindex: error: {message}", file=sys.stderr)
+    print(f"mdindex: error: {shown(message)}", file=sys.stderr)  # a name may hold ESC
     return code
 
 
