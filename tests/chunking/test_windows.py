@@ -231,8 +231,9 @@ def test_fit_on_real_markdown(
         "ไทย " * 75_000,
         "Z" + "\u0336" * 300_000,
         "a" + " " * 300_000 + "b",
+        "\U0001f1eb" * 300_000,  # regional indicators: each cut scanned back to the run's start
     ],
-    ids=["dots", "words", "code-blocks", "lines", "thai", "thai-words", "marks", "spaces"],
+    ids=["dots", "words", "code-blocks", "lines", "thai", "thai-words", "marks", "spaces", "flags"],
 )
 def test_hostile_spans_are_cut_in_linear_time(counter: TokenCounter, text: str) -> None:
     """Each shape at about 300 KB, with the default character bound: under 2 s,
