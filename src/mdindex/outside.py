@@ -23,13 +23,19 @@ def number(value: Any, what: str, lo: float, hi: float) -> float:
             value = float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{what} must be a number, not {_kind(value)}")
+    bounds = f"{_bound(lo)} to {_bound(hi)}"
     try:
         out = float(value)
     except OverflowError:  # an int past float's range
-        raise ValueError(f"{what} must be {lo:g} to {hi:g}") from None
+        raise ValueError(f"{what} must be {bounds}") from None
     if not math.isfinite(out) or not lo <= out <= hi:
-        raise ValueError(f"{what} must be {lo:g} to {hi:g}, not {out:.6g}")
+        raise ValueError(f"{what} must be {bounds}, not {out:.6g}")
     return out
+
+
+def _bound(value: float) -> str:
+    """2147483648 as it is, not 2.14748e+09."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e16 else f"{value:g}"
 
 
 def integer(value: Any, what: str, lo: int, hi: int) -> int:

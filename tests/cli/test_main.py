@@ -227,3 +227,27 @@ def test_status_versions_eval_and_errors_do_not_print_terminal_escapes(
     assert "m\\u001b[2Jx" in out  # versions list
     (line,) = error_lines(err)
     assert "r\\u001b]0;owned\\u0007x" in line  # eval
+
+
+@pytest.mark.parametrize(
+    ("k", "reason"),
+    [
+        ("nan", "k must be 1 to 100, not nan"),
+        ("inf", "k must be 1 to 100, not inf"),
+        ("1e309", "k must be 1 to 100, not inf"),
+        ("1.5", "k must be a whole number, not 1.5"),
+        ("9" * 30, "k must be 1 to 100, not a larger number"),
+        ("9" * 5000, "k must be a number, not str"),
+        ("true", "k must be a number, not str"),
+        ("0", "k must be 1 to 100, not 0"),
+    ],
+)
+def test_search_k_goes_through_the_one_checked_conversion(
+    k: str, reason: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As /search's and the MCP tool's k: one line naming it, exit 2, before
+    the store or the model is opened."""
+    assert main(["search", "x", "-k", k, "--state-dir", str(tmp_path / "state")]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"mdindex: error: search: {reason}"]
+    assert not (tmp_path / "state").exists()

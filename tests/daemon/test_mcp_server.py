@@ -348,3 +348,76 @@ def test_a_long_session_follows_switches_drops_and_daemon_restarts(
     assert out["daemon1"][0] == "guide/daemon1.md"
     assert out["daemon2"][0] == "guide/daemon2.md"
     assert out["after_daemons"][0] == "guide/beavers.md"
+
+
+def test_number_arguments_go_through_the_one_checked_conversion(
+    tmp_path: Path, notes: Path
+) -> None:
+    """k, start_line, end_line and timeout_s through mdindex.outside: NaN,
+    infinities, 1e309, 1.5, huge integers and booleans are one line naming the
+    argument (the SDK's lax check took true as k=1 and "1.5" as a float)."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from mdindex.daemon.mcp_server import build_server
+
+    s = load_settings({"roots": [str(notes)], "state_dir": str(tmp_path / "state")})
+    run_backfill(s, TinyEmbedder())
+    asked: list[Any] = []
+
+    class Recorder:
+        def search(self, query: Any) -> list[dict[str, Any]]:
+            asked.append(query.k)
+            return []
+
+        def status(self) -> dict[str, Any]:
+            return {}
+
+        def refresh(self, timeout_s: float) -> dict[str, Any]:
+            asked.append(timeout_s)
+            return {}
+
+    server = build_server(s, Recorder(), allow_refresh=True)
+
+    async def call(name: str, arguments: dict[str, Any]) -> str:
+        try:
+            await server.call_tool(name, arguments)
+        except ToolError as exc:
+            return str(exc)
+        return "ok"
+
+    def ask(name: str, arguments: dict[str, Any]) -> str:
+        return asyncio.run(call(name, arguments))
+
+    schema = {t.name: t.input_schema for t in asyncio.run(server.list_tools())}
+    assert schema["search"]["properties"]["k"]["type"] == "integer"
+    for k, reason in [
+        (float("nan"), "k must be 1 to 100, not nan"),
+        (float("inf"), "k must be 1 to 100, not inf"),
+        ("1e309", "k must be 1 to 100, not inf"),
+        ("1.5", "k must be a whole number, not 1.5"),
+        (2.5, "k must be a whole number, not 2.5"),
+        (10**400, "k must be 1 to 100, not a larger number"),
+        (True, "k must be a number, not bool"),
+        (0, "k must be 1 to 100, not 0"),
+    ]:
+        line = ask("search", {"query": "keys", "k": k})
+        assert line == f"search: k: {reason}", (k, line)
+    assert ask("search", {"query": "keys", "k": 3.0}) == "ok"
+    assert ask("search", {"query": "keys", "k": "4"}) == "ok"
+    assert asked == [3, 4]
+    read = {"root": "notes", "path": "guide/keys.md"}
+    for args, reason in [
+        ({"start_line": float("nan")}, "start_line: start_line must be 1 to 2147483648, not nan"),
+        ({"end_line": True}, "end_line: end_line must be a number, not bool"),
+        ({"start_line": 10**30}, "start_line: start_line must be 1 to 2147483648"),
+    ]:
+        line = ask("read", read | args)
+        assert line.startswith(f"read: {reason}") and "\n" not in line, (args, line)
+    assert ask("read", read | {"start_line": 2, "end_line": 3.0}) == "ok"
+    for timeout, reason in [
+        (float("nan"), "timeout_s must be 1 to 3600, not nan"),
+        (1e309, "timeout_s must be 1 to 3600, not inf"),
+        (False, "timeout_s must be a number, not bool"),
+    ]:
+        assert ask("refresh", {"timeout_s": timeout}) == f"refresh: timeout_s: {reason}"
+    assert ask("refresh", {"timeout_s": "60"}) == "ok" and asked[-1] == 60.0

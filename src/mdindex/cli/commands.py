@@ -31,10 +31,10 @@ from mdindex.index.indexer import Hooks, Indexer
 from mdindex.index.lock import WriterLock
 from mdindex.index.planning import DocWork, public
 from mdindex.index.runtime import make_indexer, make_models
-from mdindex.index.search import Query, parse_where
+from mdindex.index.search import MAX_K, Query, parse_where
 from mdindex.index.summary import Summary
 from mdindex.index.verify import verify
-from mdindex.outside import shown
+from mdindex.outside import integer, shown
 from mdindex.versions.catalog import Catalog, reader_settings
 from mdindex.versions.rollout import Rollout
 
@@ -140,7 +140,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     try:
         query = Query(
             text=args.query,
-            k=args.k,
+            k=integer(args.k, "k", 1, MAX_K),
             mode=args.mode or settings.search_mode,
             roots=tuple(args.filter_roots or ()),
             path=args.filter_path or "",

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from typing import Any
 
 from mdindex import __version__
 from mdindex.config import Settings, load_settings
+from mdindex.outside import number
 
 
 def _common(parser: argparse.ArgumentParser, roots: bool | None) -> None:
@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("search", "the chunks that best answer a query")
     _common(p, roots=None)
     p.add_argument("query", metavar="QUERY")
-    p.add_argument("-k", type=int, default=5, help="number of hits (default 5)")
+    # checked where the query is made (mdindex.outside), as /search's and MCP's k
+    p.add_argument("-k", default="5", help="number of hits, 1 to 100 (default 5)")
     p.add_argument(
         "--mode",
         choices=["dense", "sparse", "hybrid"],
@@ -226,12 +227,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _seconds(text: str) -> float:
-    value = float(text)
     from mdindex.daemon.http import MAX_WAIT_S  # the HTTP server: not for every command
 
-    if not math.isfinite(value) or not 0 <= value <= MAX_WAIT_S:
-        raise argparse.ArgumentTypeError(f"{text!r} is not 0 to {MAX_WAIT_S:.0f} seconds")
-    return value
+    try:
+        return number(text, "seconds", 0, MAX_WAIT_S)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def settings_from(args: argparse.Namespace) -> Settings:

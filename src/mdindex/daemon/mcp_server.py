@@ -23,19 +23,34 @@ import json
 import logging
 import urllib.parse
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
+
+from pydantic import BeforeValidator
 
 from mdindex.config import Settings
 from mdindex.daemon.links import live_state, related
 from mdindex.documents.files import Failure, FileRef, PathFilter, printable, stat_file
 from mdindex.documents.reading import decode, read_bytes, text_digest
 from mdindex.errors import MdindexError
-from mdindex.index.search import Query
+from mdindex.index.search import MAX_K, Query
+from mdindex.outside import integer, number
 
 log = logging.getLogger(__name__)
 
 MAX_READ_BYTES = 2_000_000  # a read returns at most this much of a file
 MAX_READ_LINES = 2_000
+
+
+def _whole(what: str, lo: int, hi: int) -> BeforeValidator:
+    """A tool's number argument through the one checked conversion
+    (mdindex.outside), before the SDK's own lax one takes true as 1."""
+    return BeforeValidator(lambda v: v if v is None else integer(v, what, lo, hi))
+
+
+HitCount = Annotated[int, _whole("k", 1, MAX_K)]
+StartLine = Annotated[int | None, _whole("start_line", 1, 2**31)]
+EndLine = Annotated[int | None, _whole("end_line", 1, 2**31)]
+Seconds = Annotated[float, BeforeValidator(lambda v: number(v, "timeout_s", 1, 3600))]
 INSTRUCTIONS = (
     "Search the user's markdown notes and docs, kept in sync with the files. "
     "Call search first; open around a hit with read(root, path, start_line, end_line) "
@@ -206,7 +221,8 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
                 cause = exc.__cause__
                 if isinstance(cause, ValidationError):
                     problems = [
-                        f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+                        f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: "
+                        + e["msg"].removeprefix("Value error, ")
                         for e in cause.errors()[:3]
                     ]
                     raise ToolError(f"{name}: {'; '.join(problems)}"[:500]) from None
@@ -234,7 +250,7 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
     )
     def search(
         query: str,
-        k: int = 5,
+        k: HitCount = 5,
         root: list[str] | None = None,
         path: str = "",
         where: list[str] | None = None,
@@ -268,7 +284,7 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
         ),
     )
     def read(
-        root: str, path: str, start_line: int | None = None, end_line: int | None = None
+        root: str, path: str, start_line: StartLine = None, end_line: EndLine = None
     ) -> dict[str, Any]:
         """root: a root label. path: relative to the root. start_line, end_line:
         1-based, inclusive (default: the whole file, at most 2,000 lines)."""
@@ -306,15 +322,9 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
                 '(for a note just written). Example: {"timeout_s": 60}'
             ),
         )
-        def refresh(timeout_s: float = 120.0) -> dict[str, Any]:
+        def refresh(timeout_s: Seconds = 120.0) -> dict[str, Any]:
             """timeout_s: how long to wait, 1 to 3600 seconds."""
-
-            def run() -> dict[str, Any]:
-                if not 1 <= timeout_s <= 3600:
-                    raise ValueError("timeout_s must be 1 to 3600")
-                return backend.refresh(timeout_s)
-
-            return checked(run)  # type: ignore[no-any-return]
+            return checked(lambda: backend.refresh(timeout_s))  # type: ignore[no-any-return]
 
     @server.resource(
         "mdindex://{root}/{+path}",

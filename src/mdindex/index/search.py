@@ -28,6 +28,7 @@ from mdindex.documents.links import normal_tag
 from mdindex.embedding.embedder import Embedder
 from mdindex.embedding.sparse import SparseEncoder
 from mdindex.index.planning import public
+from mdindex.outside import integer
 from mdindex.sinks import Store
 from mdindex.sinks.base import Hit, SearchFilter, StoreQuery
 
@@ -133,16 +134,9 @@ class Query:
         text = params.get("q", params.get("query", ""))
         if not isinstance(text, str):
             raise ValueError("the query must be a string")
-        k = params.get("k", 5)
-        if isinstance(k, bool) or not isinstance(k, int | str):
-            raise ValueError("k must be an integer")
-        try:
-            k = int(k)
-        except ValueError:
-            raise ValueError(f"k must be an integer, not {str(k)[:20]!r}") from None
         return cls(
             text=text,
-            k=k,
+            k=integer(params.get("k", 5), "k", 1, MAX_K),
             mode=_string(params.get("mode") or default_mode, "mode"),
             roots=tuple(_strings(params.get("root"), "root")),
             path=_string(params.get("path") or "", "path"),
