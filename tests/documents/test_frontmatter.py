@@ -27,6 +27,11 @@ def test_frontmatter_mapping_and_body_offset() -> None:
         ("---\n- a\n- b\n---\nbody\n", "not a mapping"),
         ("---\ntitle: [unclosed\n---\nbody\n", "malformed YAML"),
         ("---\na: &x [1]\nb: *x\n---\nbody\n", "anchors or aliases"),
+        # ValueError from int() past 4,300 digits, in YAML's reader and in str():
+        # the note was not indexed at all ("internal error while parsing")
+        ("---\nlang: " + "1" * 5000 + "\n---\nbody\n", "number too long"),
+        ("---\nn: 0x" + "f" * 5000 + "\n---\nbody\n", "number too long"),
+        ("---\nn: !!set\n  ? 0x" + "f" * 5000 + "\n---\nbody\n", "number too long"),
     ],
 )
 def test_bad_frontmatter_is_reported_and_kept_as_body(text: str, reason: str) -> None:

@@ -204,5 +204,7 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any], int, list[str]]:
         meta, problems = payload_meta(_load_yaml_mapping(source))
     except _FrontmatterProblem as exc:
         return {}, 0, [f"frontmatter {exc}; treated as body text"]
+    except ValueError:  # int() past 4,300 digits, in YAML's reader or in str()/repr()
+        return {}, 0, ["frontmatter holds a number too long to read; treated as body text"]
     body_start = min(close.end() + 1, len(text))
     return meta, body_start, problems
