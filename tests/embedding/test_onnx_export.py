@@ -141,3 +141,29 @@ def test_a_cache_folder_others_can_write_is_refused_in_one_line(tmp_path: Path) 
             onnx_export.find_export(info, cache)
         folder.chmod(0o700)
     assert onnx_export.find_export(info, cache) is None
+
+
+def test_an_export_others_can_write_is_refused_in_one_line(
+    measured: tuple[Path, ModelEmbedder], tmp_path: Path
+) -> None:
+    """Found by a hostile review: only the cache and its onnx/ and calibration/
+    folders were checked, so a model's own folder, model.onnx or meta.json
+    open to others (who could write a new file and its SHA-256 beside it) was
+    used without a word."""
+    from mdindex.errors import ConfigError
+
+    cache, first = measured
+    mine = tmp_path / "cache"
+    shutil.copytree(cache, mine)
+    found = onnx_export.find_export(first.info, mine)
+    assert found is not None
+    for path, mode in (
+        (found.path.parent, 0o700),
+        (found.path, 0o600),
+        (found.path.parent / "meta.json", 0o600),
+    ):
+        path.chmod(mode | 0o022)
+        with pytest.raises(ConfigError, match=r"writable by others.*chmod go-w"):
+            onnx_export.find_export(first.info, mine)
+        path.chmod(mode)
+    assert onnx_export.find_export(first.info, mine) is not None

@@ -90,10 +90,12 @@ def _identity(path: Path) -> list[int]:
     return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def check_private(folder: Path) -> None:
+def check_private(folder: Path, *inside: Path) -> None:
     """Refuse a cache folder another user could write, as ssh refuses a key file:
-    what is cached there (the export, the measurement) decides the vectors."""
-    for path in (folder, *[p for p in (folder / "onnx", folder / "calibration") if p.exists()]):
+    what is cached there (the export, the measurement) decides the vectors.
+    ``inside``: the folder and files of one export, checked as well (whoever
+    can write model.onnx or meta.json can write a new file and its SHA-256)."""
+    for path in (folder, folder / "onnx", folder / "calibration", *inside):
         try:
             st = path.stat()
         except OSError:
@@ -116,8 +118,8 @@ def _export_dir(info: ModelInfo, cache_dir: Path) -> Path:
 
 def find_export(info: ModelInfo, cache_dir: Path) -> Export | None:
     """The cached export of this model, or None (none yet, or not exportable)."""
-    check_private(cache_dir)
     folder = _export_dir(info, cache_dir)
+    check_private(cache_dir, folder, folder / "meta.json", folder / "model.onnx")
     meta = read_json(folder / "meta.json")
     if not meta.get("exportable"):
         return None
