@@ -279,7 +279,7 @@ class Settings(BaseSettings):
         if not isinstance(value, str):
             return value
         code = value.strip().lower()
-        if code != "auto" and not re.fullmatch(r"[a-z]{2}", code):
+        if code != "auto" and not _iso_639_1(code):
             raise ValueError(
                 f"language must be auto or a two-letter ISO 639-1 code (en, de, zh), "
                 f"not {value[:40]!r}"
@@ -293,7 +293,7 @@ class Settings(BaseSettings):
             return None
         codes = [v.strip().lower() for v in value]
         for code in codes:
-            if code != "*" and not re.fullmatch(r"[a-z]{2}", code):
+            if code != "*" and not _iso_639_1(code):
                 raise ValueError(
                     f"model_languages holds two-letter ISO 639-1 codes or *, not {code[:40]!r}"
                 )
@@ -442,6 +442,14 @@ def read_toml(path: Path) -> dict[str, Any]:
     if isinstance(data.get("mdindex"), dict) and len(data) == 1:
         data = data["mdindex"]
     return data
+
+
+def _iso_639_1(code: str) -> bool:
+    """A language's two-letter code, as the detector knows them ("cn" and "jp",
+    country codes, once left Chinese notes unsegmented)."""
+    from lingua import IsoCode639_1  # imported only for a language named
+
+    return bool(re.fullmatch(r"[a-z]{2}", code)) and hasattr(IsoCode639_1, code.upper())
 
 
 def _check_env() -> None:
