@@ -231,6 +231,34 @@ def test_the_vault_resolves_as_obsidian_would(state: State) -> None:
     assert graph.unresolved_count(state.db) == 2  # Not Written Yet, and ../../etc/passwd
 
 
+def test_a_folder_named_index_and_the_root_folder_resolve_when_their_notes_come(
+    tmp_path: Path,
+) -> None:
+    """Found by the generated graphs: [f](a/index/) was keyed as a/'s link, so a
+    note added at a/index/README.md never resolved it; [f](./) at the root was
+    never resolved again. A state recorded with the old keys is keyed again
+    when opened."""
+    state = State(tmp_path / "state.db")
+    put(state, "note.md", "[f](a/index/) [r](./) [p](a/index.html)\n")
+    assert targets(state, "note.md") == [None, None, None]
+    put(state, "a/index/README.md", "# I\n")
+    put(state, "README.md", "# Home\n")
+    put(state, "a/README.md", "# A\n")
+    assert targets(state, "note.md") == ["a/index/README.md", "README.md", "a/README.md"]
+    # as an older mdindex recorded it: keyed as the parent folder, unresolved
+    with state.transaction() as db:
+        db.execute("UPDATE links SET key='p:a', to_path=NULL WHERE target='a/index'")
+        db.execute("DELETE FROM meta WHERE k='graph_keys'")
+    state.close()
+    state = State(tmp_path / "state.db")
+    assert targets(state, "note.md") == ["a/index/README.md", "README.md", "a/README.md"]
+    with state.transaction() as db:
+        graph.remove(db, "docs", "a/index/README.md")
+    put(state, "a/index.md", "# I\n")  # both links to a/index, answered by another note
+    assert targets(state, "note.md") == ["a/index.md", "README.md", "a/index.md"]
+    state.close()
+
+
 # -- hostile link graphs, generated -------------------------------------------
 # Notes whose names collide (index, README, case, the same stem in many
 # folders) linking each other every way, added and removed in any order: each
@@ -242,17 +270,17 @@ from hypothesis import strategies as st  # noqa: E402
 from tests.regressions import found, kept, load  # noqa: E402
 
 GRAPH_EXAMPLES = Path(__file__).with_name("examples") / "graphs"
-# Left out, known to fail (reported in issue 34's note, not fixed yet): a folder
-# named index ("a/index/"), whose link key is its parent's, and a markdown
-# link to the root folder ("./"), whose empty target is never resolved again.
-_folders = st.sampled_from(["", "a/", "A/", "a/b/", "b/"])
+# A folder named index ("a/index/": its links were keyed as its parent's) and
+# a markdown link to a note's own folder ("./": at the root, an empty target,
+# never resolved again) found two bugs; both are among the inputs.
+_folders = st.sampled_from(["", "a/", "A/", "a/b/", "b/", "a/index/"])
 _stems = st.sampled_from(["index", "README", "note", "Note", "_index", "x.y"])
 _paths = st.builds(lambda f, s: f"{f}{s}.md", _folders, _stems)
 _targets = st.one_of(
     _stems.map(lambda s: f"[[{s}]]"),
     _paths.map(lambda p: f"[[{p[:-3]}]]"),
     _paths.map(lambda p: f"[l]({p})"),
-    _folders.filter(bool).map(lambda f: f"[f]({f})"),
+    _folders.map(lambda f: f"[f]({f or './'})"),
     _stems.map(lambda s: f"![[{s}.png]]"),
 )
 

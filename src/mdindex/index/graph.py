@@ -74,6 +74,36 @@ _PAGE_SUFFIXES = (".html", ".htm")
 _FILE_SUFFIX = re.compile(r"\.[a-z][a-z0-9]{0,7}$")
 
 
+# Which key_of the recorded links were keyed by; a state keyed by another is
+# keyed again when opened (2: a link to a/index is keyed as that folder's).
+KEYS_VERSION = "2"
+
+
+def rekey(db: sqlite3.Connection) -> int:
+    """Key again, and resolve again, the markdown links whose key ``key_of``
+    now gives differently; how many."""
+    rows = db.execute(
+        "SELECT root, path, n, kind, target, key FROM links WHERE kind IN (?, ?)", (LINK, IMAGE)
+    ).fetchall()
+    changed = [
+        (root, path, n, kind, target)
+        for root, path, n, kind, target, key in rows
+        if key_of(kind, target) != key
+    ]
+    db.executemany(
+        "UPDATE links SET key=? WHERE root=? AND path=? AND n=?",
+        [(key_of(kind, target), root, path, n) for root, path, n, kind, target in changed],
+    )
+    for root, kind, target in {(r, k, t) for r, _, _, k, t in changed}:
+        to, asset = _answer(db, root, "", kind, target)
+        db.execute(
+            "UPDATE links SET to_path=?, asset=? WHERE root=? AND kind=? AND target=? "
+            "AND problem = ''",
+            (to, int(asset), root, kind, target),
+        )
+    return len(changed)
+
+
 def put(db: sqlite3.Connection, root: str, path: str, graph: Graph) -> None:
     """Record one document's graph (in the caller's transaction), replacing
     what was recorded for it, and resolve its links and those that may name it."""
@@ -156,14 +186,16 @@ def _reresolve(db: sqlite3.Connection, root: str, names: list[str]) -> None:
 def _targets(db: sqlite3.Connection, root: str, key: str) -> Iterator[tuple[str, str]]:
     """Each distinct (kind, target) of the resolvable links with this key: a skip
     from one to the next along the index, so a thousand links to one target
-    cost one step, not a thousand rows."""
+    cost one step, not a thousand rows. An empty target is a wiki link's own
+    note ([[#Heading]]), or a markdown link's root folder ([](./) at the root:
+    its README.md may come later)."""
     after = ("", "")
     while True:
         row = db.execute(
             "SELECT kind, target FROM links WHERE root=? AND key=? "
-            "AND (kind, target) > (?, ?) AND kind != ? AND problem = '' AND target != '' "
-            "ORDER BY kind, target LIMIT 1",
-            (root, key, *after, EXTERNAL),
+            "AND (kind, target) > (?, ?) AND kind != ? AND problem = '' "
+            "AND (target != '' OR kind = ?) ORDER BY kind, target LIMIT 1",
+            (root, key, *after, EXTERNAL, LINK),
         ).fetchone()
         if row is None:
             return
@@ -206,11 +238,16 @@ def key_of(kind: str, target: str) -> str:
     if kind in (WIKI, EMBED):
         return "w:" + _strip_suffix(target.strip("/")).lower().rpartition("/")[2]
     base = target.rstrip("/").lower()
+    page = base.endswith(_PAGE_SUFFIXES)
     for suffix in _PAGE_SUFFIXES:
         base = base.removesuffix(suffix)
     base = _strip_suffix(base)
     folder, stem = posixpath.split(base)
-    return "p:" + (folder if stem in INDEX_STEMS else base)
+    # a built page's index.html is its folder's page (a.md, a/README.md); but
+    # a/index and a/index/ may be the folder a/index (a/index/README.md), whose
+    # documents answer to p:a/index, as a/index.md does: keyed "p:a", a note
+    # added there never resolved them
+    return "p:" + (folder if page and stem in INDEX_STEMS else base)
 
 
 def is_asset(kind: str, target: str) -> bool:
@@ -373,8 +410,8 @@ def misresolved(db: sqlite3.Connection) -> set[tuple[str, str]]:
     now gives (verify): each distinct target resolved once."""
     rows = db.execute(
         "SELECT root, kind, target, path, to_path, asset FROM links "
-        "WHERE kind != ? AND problem = '' AND target != ''",
-        (EXTERNAL,),
+        "WHERE kind != ? AND problem = '' AND (target != '' OR kind = ?)",
+        (EXTERNAL, LINK),
     )
     answers: dict[tuple[str, str, str], tuple[str | None, bool]] = {}
     out = set()

@@ -124,6 +124,7 @@ class State:
             graph.clear(db)
             db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
             self.fresh = True
+        _rekey(db)
         return db
 
     def _discard(self) -> None:
@@ -391,3 +392,20 @@ class State:
                 )
                 n += 1
         return n
+
+
+def _rekey(db: sqlite3.Connection) -> None:
+    """Links keyed by an older ``graph.key_of`` keyed again, once; a state
+    another holds busy is keyed at a later open."""
+    row = db.execute("SELECT v FROM meta WHERE k='graph_keys'").fetchone()
+    if row is not None and row[0] == graph.KEYS_VERSION:
+        return
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        graph.rekey(db)
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('graph_keys', ?)", (graph.KEYS_VERSION,))
+        db.execute("COMMIT")
+    except sqlite3.OperationalError as exc:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        log.debug("state busy; its links are keyed again later: %s", exc)
