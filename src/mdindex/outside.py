@@ -64,7 +64,7 @@ def shown(value: Any) -> Any:
             f"\\u{ord(c):04x}" if unicodedata.category(c) in _UNSHOWN else c for c in value
         )
     if isinstance(value, dict):
-        return {k: shown(v) for k, v in value.items()}
+        return {shown(k): shown(v) for k, v in value.items()}  # keys too: a language's code
     if isinstance(value, list):
         return [shown(v) for v in value]
     return value
