@@ -255,8 +255,9 @@ def test_language_is_auto_or_a_code_and_part_of_the_index(monkeypatch) -> None:
     # notes got no segmentation (2 BM25 terms for a sentence, 12 as "zh"), and
     # `--lang cn` was then refused as no language
     for bad in ("german", "d", "zh-Hans", "1x", "cn", "jp", "xx"):
-        with pytest.raises(ConfigError, match="language must be auto or a two-letter"):
+        with pytest.raises(ConfigError, match="language must be auto or a two-letter") as exc:
             load_settings({"language": bad})
+        assert str(exc.value).count(repr(bad)) == 1, exc.value  # named once, not "(got ...)" too
 
 
 def test_settings_recorded_only_when_set_keep_older_versions_and_reset_when_absent(

@@ -488,5 +488,6 @@ def describe_validation_error(exc: ValidationError) -> str:
     if not err["loc"] and re.match(r"^[a-z_]+: ", msg):
         return msg  # a check across fields that names its own key
     got = err.get("input")
-    shown = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
+    quoted = isinstance(got, str) and repr(got[:40].strip().lower()) in msg.lower()
+    shown = "" if isinstance(got, dict) or got is None or quoted else f" (got {got!r})"
     return f"{key}: {msg}{shown}"
