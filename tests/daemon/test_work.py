@@ -203,6 +203,7 @@ def test_a_daemon_fed_hostile_answers_stays_up_and_catches_up(
                 wait_for(lambda: d.daemon.phase == "degraded", 30, f"degraded by {name}")
                 reason = d.daemon.health.reason
                 assert reason.startswith("embedding server: ") and server.url in reason, reason
+                assert "embedding server: embedding server" not in reason, reason
                 assert "\n" not in reason and d.thread.is_alive()
                 server.answer = None
                 wait_for(lambda i=i: f"new{i}.md" in docs_of(d), 30, f"caught up after {name}")
@@ -278,6 +279,7 @@ def test_an_embedding_server_killed_and_restarted_under_a_running_daemon(
         wait_for(lambda: d.daemon.phase == "degraded", 60, "degraded by the dead server")
         reason = d.daemon.health.reason
         assert reason.startswith("embedding server: ") and url.rsplit("/", 1)[0] in reason, reason
+        assert "embedding server: embedding server" not in reason, reason
         assert "\n" not in reason and d.thread.is_alive()
         assert "new.md" not in docs_of(d)
         port = urllib.parse.urlsplit(url).port or 0

