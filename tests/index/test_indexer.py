@@ -51,6 +51,17 @@ def test_backfill_twice_embeds_and_writes_nothing(docs_tree, make_settings, tiny
     assert stored_points(s) == before
 
 
+def test_apply_on_a_watchers_paths_says_how_long_it_took(docs_tree, make_settings, tiny) -> None:
+    """The daemon logs apply()'s summary: it read "1 chunks embedded ... in 0.00s"."""
+    s = make_settings(docs_tree)
+    run_backfill(s, tiny)
+    note = docs_tree / "otters.md"
+    note.write_text("# Otters\n\nOtters hold hands while they sleep.\n")
+    with build_indexer(s, tiny) as indexer:
+        summary = indexer.apply(indexer.changes([str(note)], ()))
+    assert summary.chunks_embedded == 1 and summary.seconds > 0, summary.as_dict()
+
+
 def test_rename_reuses_vectors(docs_tree, make_settings, tiny) -> None:
     s = make_settings(docs_tree)
     run_backfill(s, tiny)

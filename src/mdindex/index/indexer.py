@@ -224,6 +224,7 @@ class Indexer(IndexView):
         ``guarded`` (a watcher's paths), deletions the guard refuses are not
         made, the changed files still are, and ``summary.refused`` says why.
         """
+        started = time.monotonic()
         summary = summary if summary is not None else Summary(dry_run=dry_run)
         if guarded:  # a watcher's paths
             changes = self._guarded(changes, False, True)
@@ -265,6 +266,8 @@ class Indexer(IndexView):
                 summary.embedding = self.embedder.describe()
                 self.state.put(LAST_RUN_EMBEDDING, json.dumps(summary.embedding))
             self._finish(changes, summary)
+        # the daemon's line said "in 0.00s" after embedding (sync() sets its own total)
+        summary.seconds = time.monotonic() - started
         return summary
 
     def _account(self, changes: Changes, summary: Summary) -> None:
