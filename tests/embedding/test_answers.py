@@ -88,6 +88,28 @@ def test_duplicate_indices_are_refused(served: Any) -> None:
         server.answer = None
 
 
+def test_batches_of_different_sizes_are_refused_naming_the_server() -> None:
+    """Found by a hostile review: each answer was of one size, but two batches of
+    one run were not, and numpy's ValueError from joining them escaped (backfill:
+    "internal error", the server unnamed)."""
+    with hostile_server() as server:
+        embedder = RemoteEmbedder(server.url, MODEL, key="", retry_budget_s=0.5, batch=2)
+        embedder.load()
+        size = embedder.dimension
+
+        def answer(texts: list[str]) -> bytes:
+            d = size if texts[0] == "lava" else size + 1
+            rows = [{"index": i, "embedding": [0.5] * d} for i in range(len(texts))]
+            return json.dumps({"data": rows}).encode()
+
+        server.answer = answer
+        try:
+            with pytest.raises(EmbeddingError, match=r"embedding server http://127\.0\.0\.1"):
+                embedder.embed(["lava", "chess", "otter", "river"])
+        finally:
+            embedder.close()
+
+
 def test_rows_in_any_order_come_back_in_the_texts_order(served: Any) -> None:
     server, _ = served
     texts = ["lava", "chess", "otter"]
