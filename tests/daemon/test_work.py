@@ -292,3 +292,45 @@ def test_an_embedding_server_killed_and_restarted_under_a_running_daemon(
         d.stop()
         embedder.close()
     assert d.exit_code in (None, 0)
+
+
+def test_a_root_made_unreadable_and_readable_again_under_a_running_daemon(
+    tmp_path: Path, root: Path
+) -> None:
+    """A root folder chmod 000 while the daemon runs (in a child without root's
+    power to read anything, so this holds in CI too): the note written just
+    before stayed failed, and the daemon "watching", even once the folder was
+    readable again, as nothing named the note again. Now it is degraded, naming
+    the reader's failure in one line, rescans with the backoff, and indexes the
+    note once the folder reads."""
+    from tests.faults.helpers import unprivileged
+
+    def body() -> dict[str, Any]:
+        work.STORE_RETRY_S = 0.2  # the child's own module: the parent's is untouched
+        s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+        d = Running(s, TinyEmbedder()).start()
+        out: dict[str, Any] = {}
+        try:
+            wait_for(lambda: len(docs_of(d)) == 3, 30, "the first reconcile")
+            (root / "new.md").write_text("# New\n\nWritten as the folder was locked.\n")
+            root.chmod(0)
+            wait_for(lambda: d.daemon.phase == "degraded", 30, "degraded by the reader")
+            out["reason"] = d.daemon.health.reason
+            out["alive"] = d.thread.is_alive()
+            out["during"] = sorted(docs_of(d))
+            root.chmod(0o755)
+            wait_for(lambda: "new.md" in docs_of(d), 30, "new.md once the folder reads")
+            wait_for(lambda: d.daemon.phase == "watching", 30, "healthy again")
+            out["after"] = sorted(docs_of(d))
+        finally:
+            root.chmod(0o755)
+            d.stop()
+        out["exit_code"] = d.exit_code
+        return out
+
+    out = unprivileged(body)
+    assert out["reason"].startswith("reader: notes:") and "\n" not in out["reason"], out
+    assert "Permission denied" in out["reason"] or "permission denied" in out["reason"], out
+    assert out["alive"] and "new.md" not in out["during"]
+    assert out["after"] == ["a.md", "b.md", "new.md", "sub/c.md"]
+    assert out["exit_code"] in (None, 0)

@@ -176,7 +176,9 @@ def test_watch_on_hostile_corpus(tmp_path: Path) -> None:
             60,
             "later file indexed",
         )
-        assert d.thread.is_alive() and d.daemon.api.health()[0]
+        healthy, reason = d.daemon.api.health()
+        # as an ordinary user, the mode-000 file and folder are the reader's failures
+        assert d.thread.is_alive() and (healthy or reason.startswith("reader: ")), reason
         assert set(VALID) <= {p["doc_path"] for p in d.points().values()}
     finally:
         d.stop()

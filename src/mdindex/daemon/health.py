@@ -56,6 +56,7 @@ class Health:
         self.failures = 0  # failures in a row, for the backoff
         self.refused = ""  # deletions the guard refused, until a reconcile is not refused
         self.unwatched = ""  # why some folders are rescanned instead of watched
+        self.unreadable = ""  # files the system refused to read, until a rescan reads them
         self.totals = Summary()
         self.gauges = Gauges()
 
@@ -64,7 +65,9 @@ class Health:
         """Why the daemon is degraded ("" when it is not)."""
         if self.unhealthy:
             return self.unhealthy
-        return f"deletions refused: {self.refused}" if self.refused else self.unwatched
+        if self.refused:
+            return f"deletions refused: {self.refused}"
+        return self.unwatched or self.unreadable
 
     def phase(self, ready: bool) -> str:
         if not ready:

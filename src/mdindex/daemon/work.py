@@ -15,6 +15,7 @@ from mdindex.daemon.mailbox import Request
 from mdindex.daemon.watcher import Batch
 from mdindex.errors import MdindexError, PruneRefused, StoreError, StoreMismatch
 from mdindex.index.summary import Summary
+from mdindex.outside import shown
 
 if TYPE_CHECKING:
     from mdindex.daemon.service import Daemon
@@ -29,6 +30,16 @@ DIR_RESCAN_DELAY_S = 2.0
 SETTLE_AFTER_S = 5.0
 # The longest wait between tries while the store, the embedder or the state fails.
 MAX_RETRY_S = 120.0
+# Failures of the system's to read a file or folder (a permission, a disk), as
+# mdindex.documents words them: they may pass with no event for the file (a
+# chmod of its folder), so a rescan tries them again, with the same backoff.
+UNREADABLE = (
+    "cannot stat:",
+    "cannot list folder:",
+    "permission denied",
+    "cannot open:",
+    "read failed:",
+)
 
 
 class Work:
@@ -44,6 +55,7 @@ class Work:
         self.files_seen = 0
         self.next_unwatched_scan = 0.0
         self.watch_limit = coverage.limit()  # as it was when the watches were added
+        self.unreadable_tries = 0  # rescans in a row that found files unreadable
 
     def backoff(self) -> float:
         """How long to wait after the latest of the failures in a row: doubled
@@ -151,6 +163,8 @@ class Work:
             summary.refused
         )  # a whole reconcile says whether it still holds
         self.account(summary)
+        self.daemon.health.unreadable = ""  # a whole scan says which still are
+        self.note_unreadable(summary)
         log.info("%s: %s", why, summary.line())
         self.check_coverage(whole=True)
         self.after_sync(summary)
@@ -217,6 +231,7 @@ class Work:
         if summary.refused:
             self.daemon.health.refused = summary.refused
         self.account(summary)
+        self.note_unreadable(summary)
         if summary.files_changed or summary.files_deleted or summary.files_failed:
             log.info("%s", summary.line())
         return summary
@@ -284,6 +299,22 @@ class Work:
         self.daemon.health.account(summary)
         self.update_gauges()
         self.daemon.health.status("watching")
+
+    def note_unreadable(self, summary: Summary) -> None:
+        """Files or folders the system refused to read: degraded, naming the
+        first, and a rescan after the backoff (until one reads them all)."""
+        refused = [e for e in summary.errors if e["reason"].startswith(UNREADABLE)]
+        if not refused:
+            if not self.daemon.health.unreadable:
+                self.unreadable_tries = 0
+            return
+        first = refused[0]
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        where = shown(f"{first['root']}:{first['path']}: {first['reason']}")
+        self.daemon.health.unreadable = f"reader: {where}{more}"
+        self.unreadable_tries += 1
+        wait = min(STORE_RETRY_S * 2 ** min(self.unreadable_tries - 1, 16), MAX_RETRY_S)
+        self.next_rescan = min(self.next_rescan, time.monotonic() + wait)
 
     def update_gauges(self) -> None:
         """What the API's threads read, refreshed on the main thread."""
