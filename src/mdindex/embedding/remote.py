@@ -213,7 +213,7 @@ class RemoteEmbedder:
             parts = [self._embed_batch(b, kind) for b in batches]
         else:
             parts = list(self._workers().map(self._embed_batch, batches, [kind] * len(batches)))
-        out = self._joined(parts)
+        out = _joined(self.where, parts)
         if not np.isfinite(out).all():
             raise EmbeddingError(f"embedding server {self.where} returned non-finite values")
         # in float64: a finite float32 of 1e20 squares past float32's range
@@ -238,22 +238,12 @@ class RemoteEmbedder:
                     len(texts),
                     self.batch,
                 )
-                return self._joined(
-                    [self._embed_batch(texts[:half], kind), self._embed_batch(texts[half:], kind)]
+                return _joined(
+                    self.where,
+                    [self._embed_batch(texts[:half], kind), self._embed_batch(texts[half:], kind)],
                 )
             raise self._lasting(exc) from exc
         return parse_vectors(self.where, data, len(texts))
-
-    def _joined(self, parts: list[NDArray[np.float32]]) -> NDArray[np.float32]:
-        """Batches' vectors as one array; each answer is of one size, but two
-        answers of different sizes made numpy's ValueError escape, unnamed."""
-        import numpy as np
-
-        if len({p.shape[1] for p in parts}) > 1:
-            raise EmbeddingError(
-                f"embedding server {self.where} answered vectors of different sizes in one run"
-            )
-        return np.concatenate(parts).astype(np.float32, copy=False)
 
     def _body(self, texts: list[str], kind: str) -> bytes:
         payload = {"model": self.model_name, "input": texts, "encoding_format": "float"}
@@ -440,3 +430,13 @@ def _too_large(exc: ServerRefused) -> bool:
         # not "maximum context length" or "too long": those are about one text
         for word in ("too many", "too large", "at most", "batch size")
     )
+
+
+def _joined(where: str, parts: list[NDArray[np.float32]]) -> NDArray[np.float32]:
+    """Batches' vectors as one array; each answer is of one size, but two
+    answers of different sizes made numpy's ValueError escape, unnamed."""
+    import numpy as np
+
+    if len({p.shape[1] for p in parts}) > 1:
+        raise EmbeddingError(f"embedding server {where} answered vectors of different sizes")
+    return np.concatenate(parts).astype(np.float32, copy=False)
