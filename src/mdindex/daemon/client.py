@@ -292,7 +292,6 @@ class IndexClient:
     def search_here(self, query: Query) -> list[dict[str, Any]]:
         """Search without a daemon: the live version's model and store, opened here."""
         from mdindex.index.runtime import make_models, make_store, version_of
-        from mdindex.index.search import search
 
         live = self.live_settings()
         fp = version_of(live)
@@ -302,14 +301,7 @@ class IndexClient:
         store = make_store(live)
         try:
             store.open()
-            return search(
-                models.embedder,
-                models.planner.sparse,
-                store,
-                query,
-                models.planner.query_prompt,
-                models.planner.model_languages,
-            )
+            return models.search(store, query)
         except ValueError as exc:
             raise ConfigError(f"search: {exc}") from None
         finally:

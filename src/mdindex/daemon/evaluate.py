@@ -428,7 +428,6 @@ def compare(
 def _open_version(settings: Settings, catalog: Any, fp: str) -> tuple[Ask, Callable[[], None]]:
     """Search a kept version here: its own model and store."""
     from mdindex.index.runtime import make_models, make_store
-    from mdindex.index.search import search
 
     vs = catalog.settings_for(settings, fp)
     models = make_models(vs, queries_only=True)
@@ -439,13 +438,6 @@ def _open_version(settings: Settings, catalog: Any, fp: str) -> tuple[Ask, Calla
         raise ConfigError(f"eval: version {fp}: {exc}") from None
 
     def ask(query: Query) -> list[dict[str, Any]]:
-        return search(
-            models.embedder,
-            models.planner.sparse,
-            store,
-            query,
-            models.planner.query_prompt,
-            models.planner.model_languages,
-        )
+        return models.search(store, query)
 
     return ask, store.close

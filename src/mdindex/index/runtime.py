@@ -18,6 +18,7 @@ from mdindex.embedding.tokens import TokenCounter
 from mdindex.index.groups import GROUP_CHARS
 from mdindex.index.indexer import Hooks, Indexer
 from mdindex.index.planning import Planner
+from mdindex.index.search import Query, search
 from mdindex.index.state import State
 from mdindex.sinks import Store
 
@@ -119,6 +120,18 @@ class Models:
     embedder: Embedder
     chunker: Chunker
     planner: Planner
+
+    def search(self, store: Store, query: Query) -> list[dict[str, Any]]:
+        """``query`` asked of ``store`` with these models: the version's query
+        prompt and the languages its model reads."""
+        return search(
+            self.embedder,
+            self.planner.sparse,
+            store,
+            query,
+            self.planner.query_prompt,
+            self.planner.model_languages,
+        )
 
 
 def make_embedder(settings: Settings, info: ModelInfo, queries_only: bool = False) -> Embedder:
