@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mdindex.daemon.service import Daemon
+from mdindex.daemon.timings import Timings
 from mdindex.index.indexer import Hooks
 from tests.conftest import (
     TinyEmbedder,
@@ -28,12 +29,15 @@ QUIET_MS = 150
 class Running:
     """A daemon on a thread, stopped the way SIGTERM would stop it."""
 
-    def __init__(self, settings: Any, embedder: Any, **options: Any) -> None:
+    def __init__(
+        self, settings: Any, embedder: Any, timings: Timings | None = None, **options: Any
+    ) -> None:
         self.settings = settings
         self.embedder = embedder
         self.options = options  # for every Indexer the daemon makes
         self.indexed: list[str] = []
-        self.daemon = Daemon(settings, indexer_factory=self._factory)
+        # the product's timers unless the test gives short ones
+        self.daemon = Daemon(settings, indexer_factory=self._factory, timings=timings)
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.exit_code: int | None = None
 

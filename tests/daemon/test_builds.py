@@ -15,7 +15,8 @@ import pytest
 
 from mdindex.config import Settings
 from mdindex.daemon.builds import Builds
-from mdindex.errors import ConfigError
+from mdindex.daemon.timings import Timings
+from mdindex.errors import ConfigError, EmbeddingError
 from mdindex.index.indexer import Hooks
 from mdindex.index.runtime import version_of
 from mdindex.versions.catalog import Catalog, Progress
@@ -43,9 +44,12 @@ def daemon(tmp_path: Path, root: Path) -> Iterator[Running]:
         d.stop()
 
 
-def builds_serving(old: Settings, new: Settings, embedder: TinyEmbedder) -> Builds:
-    """Builds as a daemon started with ``new`` holds them, ``old`` being live."""
-    builds = Builds(rollout_for(new, embedder), Hooks(), rescan_interval_s=600)
+def builds_serving(
+    old: Settings, new: Settings, embedder: TinyEmbedder, timings: Timings | None = None
+) -> Builds:
+    """Builds as a daemon started with ``new`` holds them, ``old`` being live
+    (with the product's timers unless ``timings``)."""
+    builds = Builds(rollout_for(new, embedder), Hooks(), 600, timings or Timings())
     builds.serve(builds.indexer(version_of(old)), version_of(old))
     return builds
 
@@ -144,6 +148,33 @@ def test_a_build_that_would_empty_the_index_waits(tmp_path: Path, root: Path) ->
         builds.close()
 
 
+class Refusing(TinyEmbedder):
+    """An embedding server that is down."""
+
+    def embed(self, texts: Any, token_ids: Any = None) -> Any:
+        raise EmbeddingError("embedding server: connection refused")
+
+
+def test_a_build_the_embedder_refused_goes_on_after_the_daemons_retry_wait(
+    tmp_path: Path, root: Path
+) -> None:
+    """Issue 35: a test set the work loop's retry wait while the build read a
+    second constant of its own and still waited 5 s; both read ``Timings``."""
+    old = settings_for(tmp_path, [str(root)])
+    run_rollout(old, TinyEmbedder())
+    new = settings_for(tmp_path, [str(root)], strategy="token")
+    builds = builds_serving(old, new, Refusing(), Timings(store_retry_s=0.25))
+    try:
+        builds.plan()
+        started = time.monotonic()
+        assert builds.step(on_embedded=lambda n: None) is False
+        assert "connection refused" in builds.blocked
+        assert started + 0.25 <= builds.retry_at <= time.monotonic() + 0.25
+        assert builds.serving == version_of(old) and builds.build is not None
+    finally:
+        builds.close()
+
+
 def test_versions_in_use_are_not_dropped_and_use_rolls_back(tmp_path: Path, root: Path) -> None:
     old = settings_for(tmp_path, [str(root)])
     run_rollout(old, TinyEmbedder())
@@ -172,16 +203,11 @@ def test_versions_in_use_are_not_dropped_and_use_rolls_back(tmp_path: Path, root
         builds.close()
 
 
-def test_a_version_switched_away_from_is_closed_after_a_while(
-    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from mdindex.daemon import builds as module
-
-    monkeypatch.setattr(module, "RETIRE_AFTER_S", 0.2)
+def test_a_version_switched_away_from_is_closed_after_a_while(tmp_path: Path, root: Path) -> None:
     old = settings_for(tmp_path, [str(root)], keep_versions=0)
     run_rollout(old, TinyEmbedder())
     new = settings_for(tmp_path, [str(root)], strategy="token", keep_versions=0)
-    builds = builds_serving(old, new, TinyEmbedder())
+    builds = builds_serving(old, new, TinyEmbedder(), Timings(retire_after_s=0.2))
     try:
         builds.plan()
         assert builds.step(on_embedded=lambda n: None)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from mdindex.daemon import coverage
+from mdindex.daemon.timings import Timings
 from tests.conftest import TinyEmbedder, settings_for
 from tests.daemon.running import QUIET_MS, Running, converges, wait_for
 
@@ -62,8 +63,9 @@ def test_the_kernel_says_which_folders_are_watched(tmp_path: Path) -> None:
 
 
 def test_the_reason_names_the_limit_and_the_fix() -> None:
-    line = coverage.reason(3, 8192)
+    line = coverage.reason(3, 8192, 30.0)
     assert "3 folder(s) not watched" in line and "now 8192" in line
+    assert "rescanned every 30s" in line
     assert "sysctl fs.inotify.max_user_watches=" in line and "\n" not in line
 
 
@@ -127,14 +129,14 @@ def test_folders_past_the_watch_limit_are_rescanned(
     refused), the daemon says so in one line and in status, keeps the folders
     it cannot watch right by rescanning them (at once for `status --wait`), and
     watches them all once the limit is raised."""
-    monkeypatch.setattr(coverage, "RESCAN_S", 1.0)
+    timings = Timings(unwatched_rescan_s=1.0)
     root = tmp_path / "notes"
     for i in range(20):
         (root / f"f{i:02}").mkdir(parents=True)
         (root / f"f{i:02}" / "n.md").write_text(f"# Note {i}\n\nFolder {i}.\n")
     s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
     with watch_limit(spare, monkeypatch) as lift:
-        d = Running(s, TinyEmbedder()).start()
+        d = Running(s, TinyEmbedder(), timings=timings).start()
         try:
             converges(d, tmp_path, root)
             status = d.daemon.status()
@@ -148,7 +150,7 @@ def test_folders_past_the_watch_limit_are_rescanned(
             (last / "n.md").write_text("# Changed\n\nEdited where no watch is.\n")
             started = time.monotonic()
             assert d.daemon.status(wait=30)["caught_up"]
-            assert time.monotonic() - started < coverage.RESCAN_S * 5
+            assert time.monotonic() - started < timings.unwatched_rescan_s * 5
             assert any("no watch" in p["text"] for p in d.points().values())
             # and the periodic rescan without one
             (last / "new.md").write_text("# New\n\nA note in an unwatched folder.\n")

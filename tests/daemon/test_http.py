@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from mdindex.daemon.http import MAX_CONNECTIONS, REQUEST_TIMEOUT_S
+from mdindex.daemon.http import MAX_CONNECTIONS
+from mdindex.daemon.timings import Timings
 from mdindex.index.lock import socket_path, token_path
 from tests.conftest import TinyEmbedder, settings_for
 from tests.daemon.running import QUIET_MS, Running, converges, tcp_port, token_of
@@ -94,26 +95,36 @@ def test_token_and_socket_are_private(daemon: Running) -> None:
     assert not socket_path(s.state_dir, s.collection).exists()
 
 
-def test_idle_connections_time_out_and_give_way(daemon: Running) -> None:
+def test_idle_connections_time_out_and_give_way(tmp_path: Path, root: Path) -> None:
     """A client that opens connections and sends nothing cannot stall the API:
     past the bound the oldest of them gives way, and each is closed once the
-    request timeout passes."""
-    port = tcp_port(daemon)
-    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONNECTIONS + 4)]
+    request timeout passes (4 s here, to wait out less than the product's 10)."""
+    timings = Timings(request_timeout_s=4.0)
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS, http_port=0)
+    d = Running(s, TinyEmbedder(), timings=timings).start()
     try:
-        time.sleep(0.5)
-        started = time.monotonic()
-        assert request(port, "/healthz")[0] == 200
-        assert time.monotonic() - started < 1
-        # the oldest gave way at once; the others are closed at the request timeout
-        held[0].settimeout(2)
-        assert held[0].recv(1) == b""
-        held[-1].settimeout(REQUEST_TIMEOUT_S + 10)
-        assert held[-1].recv(1) == b""
-        assert time.monotonic() - started <= REQUEST_TIMEOUT_S + 5
+        converges(d, tmp_path, root)
+        port = tcp_port(d)
+        opened = time.monotonic()
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONNECTIONS + 4)]
+        try:
+            time.sleep(0.5)
+            started = time.monotonic()
+            assert request(port, "/healthz")[0] == 200
+            assert time.monotonic() - started < 1
+            # the oldest gave way at once (before any timeout); the others are
+            # closed at the request timeout
+            held[0].settimeout(2)
+            assert held[0].recv(1) == b""
+            assert time.monotonic() - opened < timings.request_timeout_s
+            held[-1].settimeout(timings.request_timeout_s + 10)
+            assert held[-1].recv(1) == b""
+            assert time.monotonic() - started <= timings.request_timeout_s + 5
+        finally:
+            for sock in held:
+                sock.close()
     finally:
-        for sock in held:
-            sock.close()
+        d.stop()
 
 
 def test_slow_clients_cannot_lock_anyone_out(daemon: Running) -> None:
@@ -146,7 +157,7 @@ def test_slow_clients_cannot_lock_anyone_out(daemon: Running) -> None:
             assert time.monotonic() - started < 1.0
             time.sleep(0.5)
         # however slowly they go on, they are closed once a whole request is late
-        slow[0].settimeout(REQUEST_TIMEOUT_S + 5)
+        slow[0].settimeout(daemon.daemon.timings.request_timeout_s + 5)
         with contextlib.suppress(ConnectionResetError):
             assert slow[0].recv(1) == b""
     finally:

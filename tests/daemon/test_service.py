@@ -92,7 +92,7 @@ def test_file_operations_converge(daemon: Running, root: Path, tmp_path: Path) -
     # editor debris is ignored
     for name in (".#a.md", "a.md~", ".a.md.swp", "4913"):
         (root / name).write_text("# Debris\n")
-    time.sleep(QUIET_MS / 1000 * 3)
+    assert d.daemon.status(wait=30)["caught_up"]  # every event before it handled
     assert all(p["doc_path"] not in (".#a.md", "a.md~") for p in d.points().values())
 
 
@@ -352,7 +352,7 @@ def test_a_missing_root_does_not_hold_the_others(tmp_path: Path, root: Path) -> 
         (root / "new.md").write_text("# New\n\nStill indexed beside a missing root.\n")
         wait_for(lambda: "new.md" in {p["doc_path"] for p in d.points().values()}, 10, "new")
         d.daemon.watcher.overflowed.set()  # a rescan indexes the rest and keeps x.md
-        time.sleep(1.0)
+        d.daemon.status(wait=30)  # the barrier: the rescan ran
         docs = {(p["root"], p["doc_path"]) for p in d.points().values()}
         assert ("later", "x.md") in docs and ("notes", "new.md") in docs
     finally:

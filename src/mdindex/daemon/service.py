@@ -26,6 +26,7 @@ from mdindex.daemon.health import PASSING, Health
 from mdindex.daemon.http import Metrics
 from mdindex.daemon.mailbox import Mailbox
 from mdindex.daemon.notify import Notifier
+from mdindex.daemon.timings import Timings
 from mdindex.daemon.watcher import Debouncer, Watcher
 from mdindex.daemon.work import Work
 from mdindex.documents.files import FileRef
@@ -42,7 +43,6 @@ from mdindex.versions.rollout import IndexerFactory, Rollout
 
 log = logging.getLogger(__name__)
 
-WATCHER_STOP_S = 3.0  # of systemd's TimeoutStopSec=15s; the store closes after it
 # Settings a reload cannot change: where the index is and what is watched.
 RESTART_ONLY = ("roots", "collection", "state_dir", "qdrant_url", "qdrant_path", "store")
 
@@ -53,8 +53,10 @@ class Daemon:
         settings: Settings,
         indexer_factory: IndexerFactory | None = None,
         reload: Callable[[], Settings] | None = None,
+        timings: Timings | None = None,
     ) -> None:
         self.settings = settings
+        self.timings = timings or Timings()  # the product's; tests give short ones
         self.reload_settings = reload  # SIGHUP: the settings read again
         self.reload_requested = False
         self.should_exit = False
@@ -126,7 +128,7 @@ class Daemon:
             stop_requested=self.stop_requested,
             on_indexed=self.indexed,
         )
-        self.builds = Builds(self.rollout, hooks, self.settings.rescan_interval_s)
+        self.builds = Builds(self.rollout, hooks, self.settings.rescan_interval_s, self.timings)
         # The socket first: a client started with the daemon waits for it to
         # answer instead of finding nothing (searches wait for the model).
         self.lock.update(**self.endpoints.start(self, self.api))
@@ -190,7 +192,7 @@ class Daemon:
 
     def shutdown(self) -> None:
         self.notify.stopping()
-        self.watcher.stop(timeout=WATCHER_STOP_S)
+        self.watcher.stop(timeout=self.timings.watcher_stop_s)
         self.endpoints.stop()
         if hasattr(self, "builds"):
             self.builds.close()

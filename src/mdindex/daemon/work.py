@@ -10,7 +10,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from mdindex.daemon import coverage
-from mdindex.daemon.builds import STORE_RETRY_S
 from mdindex.daemon.mailbox import Request
 from mdindex.daemon.watcher import Batch
 from mdindex.errors import MdindexError, PruneRefused, StoreError, StoreMismatch
@@ -22,14 +21,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# watchdog can lose track of a folder that is moved and recreated quickly (its
-# inotify path map gets confused); a fast-path rescan shortly after any folder
-# event catches whatever it missed.
-DIR_RESCAN_DELAY_S = 2.0
-# Store housekeeping waits for this long a lull after the last write.
-SETTLE_AFTER_S = 5.0
-# The longest wait between tries while the store, the embedder or the state fails.
-MAX_RETRY_S = 120.0
 # Failures of the system's to read a file or folder (a permission, a disk), as
 # mdindex.documents words them: they may pass with no event for the file (a
 # chmod of its folder), so a rescan tries them again, with the same backoff.
@@ -58,18 +49,18 @@ class Work:
         self.unreadable_tries = 0  # rescans in a row that found files unreadable
 
     def backoff(self) -> float:
-        """How long to wait after the latest of the failures in a row: doubled
-        each time, up to ``MAX_RETRY_S``."""
-        return float(
-            min(STORE_RETRY_S * 2 ** min(self.daemon.health.failures - 1, 16), MAX_RETRY_S)
-        )
+        """How long to wait after the latest of the failures in a row."""
+        return self.daemon.timings.backoff(self.daemon.health.failures)
 
     def rescan_due(self) -> bool:
         return time.monotonic() >= self.next_rescan
 
     def settle_time(self) -> bool:
         """Housekeeping is due and things have been quiet long enough."""
-        return self.settle_due and time.monotonic() - self.last_work >= SETTLE_AFTER_S
+        return (
+            self.settle_due
+            and time.monotonic() - self.last_work >= self.daemon.timings.settle_after_s
+        )
 
     def serve_requests(self) -> None:
         """One reconcile answers every reconcile request queued before it started:
@@ -206,7 +197,9 @@ class Work:
         indexer = self.daemon.builds.live
         assert indexer is not None
         if batch.dirs and events:
-            self.next_rescan = min(self.next_rescan, time.monotonic() + DIR_RESCAN_DELAY_S)
+            self.next_rescan = min(
+                self.next_rescan, time.monotonic() + self.daemon.timings.dir_rescan_delay_s
+            )
         if self.daemon.check_roots():
             # the paths may name the old folder's files: the rescan decides
             for path in batch.files + batch.dirs:
@@ -240,7 +233,7 @@ class Work:
 
     def check_coverage(self, whole: bool) -> None:
         """The folders the last look at the files listed, against the watches the
-        kernel holds: those not watched are rescanned (every ``coverage.RESCAN_S``
+        kernel holds: those not watched are rescanned (every ``Timings.unwatched_rescan_s``
         and for each `status --wait`), and status says why."""
         indexer = self.daemon.builds.live
         watched = coverage.watched_inodes()
@@ -252,7 +245,9 @@ class Work:
         missing = coverage.uncovered(indexer.scanned_folders(), watched, roots)
         before = watcher.unwatched
         watcher.unwatched = coverage.topmost(missing if whole else [*before, *missing])
-        reason = coverage.reason(len(watcher.unwatched), coverage.limit())
+        reason = coverage.reason(
+            len(watcher.unwatched), coverage.limit(), self.daemon.timings.unwatched_rescan_s
+        )
         if watcher.unwatched and watcher.unwatched != before:
             log.error("%s", reason)
         elif before and not watcher.unwatched:
@@ -265,7 +260,7 @@ class Work:
     def rescan_unwatched(self) -> None:
         """The folders that cannot be watched, looked at again; a limit raised
         since watches them (the observer starts again and adds its watches)."""
-        self.next_unwatched_scan = time.monotonic() + coverage.RESCAN_S
+        self.next_unwatched_scan = time.monotonic() + self.daemon.timings.unwatched_rescan_s
         if coverage.limit() != self.watch_limit:
             log.info("the inotify watch limit changed; watching the roots again")
             self.watch_limit = coverage.limit()
@@ -313,7 +308,7 @@ class Work:
         where = shown(f"{first['root']}:{first['path']}: {first['reason']}")
         self.daemon.health.unreadable = f"reader: {where}{more}"
         self.unreadable_tries += 1
-        wait = min(STORE_RETRY_S * 2 ** min(self.unreadable_tries - 1, 16), MAX_RETRY_S)
+        wait = self.daemon.timings.backoff(self.unreadable_tries)
         self.next_rescan = min(self.next_rescan, time.monotonic() + wait)
 
     def update_gauges(self) -> None:
