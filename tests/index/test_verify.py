@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -111,4 +112,68 @@ def test_repair_that_finds_most_vectors_disagreeing_suspects_the_embedder(
     with build_indexer(s, ChangedEmbedder()) as indexer:
         report = verify(indexer, repair=True, force=True)
         assert report.repaired and report.embedder_suspect
+        assert verify(indexer).in_sync
+
+
+def damaged_vault(tmp_path: Path, tiny: TinyEmbedder) -> tuple[Any, dict[str, str]]:
+    """tests/vault indexed, then its store damaged in each way verify reports:
+    a point deleted, one with another payload, one moved to another document,
+    a duplicate of a chunk, and a point of a document with no file."""
+    from mdindex.index.runtime import make_store
+    from mdindex.sinks import Point
+
+    vault = tmp_path / "vault"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "vault", vault)
+    s = settings_for(tmp_path, [vault])
+    run_backfill(s, tiny)
+    store = make_store(s)
+    store.open()
+    try:
+        rows = sorted(store.scroll(payload=True, with_vectors=True))
+        by_doc: dict[str, list[Any]] = {}
+        for row in rows:
+            by_doc.setdefault(row[1]["doc_path"], []).append(row)
+        a, b = sorted(by_doc, key=lambda d: (-len(by_doc[d]), d))[:2]  # a has 3 points or more
+        (gone, _, _), (edited, payload, vector), (moved, mpayload, mvector) = by_doc[a][:3]
+        dup = str(uuid.UUID(int=1))
+        orphan = str(uuid.UUID(int=2))
+        store.delete([gone])
+        store.upsert(
+            [
+                Point(edited, vector, {**payload, "heading": "changed"}),
+                Point(moved, mvector, {**mpayload, "doc_path": b}),
+                Point(dup, vector, payload),
+                Point(orphan, vector, {**payload, "doc_path": "no/such/file.md"}),
+            ]
+        )
+    finally:
+        store.close()
+    ids = {"gone": gone, "edited": edited, "moved": moved, "dup": dup, "orphan": orphan}
+    return s, ids
+
+
+def test_verify_in_groups_reports_what_the_whole_store_comparison_did(
+    tmp_path: Path, tiny: TinyEmbedder
+) -> None:
+    """verify holds one group of documents at a time (issue 37): one document a
+    group or all in one, the report is the same, and says what each damage is."""
+    s, ids = damaged_vault(tmp_path, tiny)
+    with build_indexer(s, tiny) as indexer:
+        indexer.groups.docs = 10**6  # every document in one group, as before streaming
+        whole = verify(indexer).as_dict()
+        indexer.groups.docs = 1
+        streamed = verify(indexer).as_dict()
+    assert streamed == whole
+    assert [e["id"] for e in whole["missing"]] == [ids["gone"]]
+    stale = {e["id"]: e["reason"] for e in whole["stale"]}
+    assert stale == {
+        ids["edited"]: "payload differs",
+        ids["moved"]: "payload differs",
+        ids["orphan"]: "no such chunk in the files",
+    }
+    assert [e["id"] for e in whole["duplicates"]] == [ids["dup"]]
+    assert whole["vectors_checked"] > 0 and whole["vectors_disagreeing"] == 0
+    with build_indexer(s, tiny) as indexer:
+        indexer.groups.docs = 1
+        assert verify(indexer, repair=True).repaired
         assert verify(indexer).in_sync

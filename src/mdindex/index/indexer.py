@@ -21,7 +21,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -295,21 +295,27 @@ class Indexer(IndexView):
         return True
 
     def plan_all(self, summary: Summary) -> tuple[list[DocWork], set[Key]]:
-        """Every document under the roots, planned from its text, and the known
-        documents below folders that could not be listed (for verify). Failures
-        land in ``summary``; nothing is written."""
+        """Every document's plan at once (``plan_groups``)."""
+        groups, kept = self.plan_groups(summary)
+        return [w for group in groups for w in group], kept
+
+    def plan_groups(self, summary: Summary) -> tuple[Iterator[list[DocWork]], set[Key]]:
+        """Every document under the roots planned from its text, a group at a time
+        (verify holds one at once), and the known documents below folders that
+        could not be listed. Failures land in ``summary``; nothing is written."""
         seen = self.detector.tree()
         for failure in seen.failures:
             summary.fail(failure)
-        works = []
-        for loaded in self.groups.read(seen.present.values(), lambda ref: "", summary, None):
-            for work in self.groups.plan(loaded, summary):
-                # every document's plan is kept at once here, so not its token ids:
-                # about 5 KB a point, 3 GB at 550,000 points (bench/scale.py)
-                work.points = [dataclasses.replace(p, token_ids=None) for p in work.points]
-                works.append(work)
         kept = {k for k in self.state.known_docs() if under_failed_folder(k, seen.unlisted)}
-        return works, kept
+
+        def groups() -> Iterator[list[DocWork]]:
+            for loaded in self.groups.read(seen.present.values(), lambda ref: "", summary, None):
+                works = self.groups.plan(loaded, summary)
+                for work in works:  # without token ids: 5 KB a point (bench/scale.py)
+                    work.points = [dataclasses.replace(p, token_ids=None) for p in work.points]
+                yield works
+
+        return groups(), kept
 
     # -- what verify and the Ray driver write through ----------------------
 

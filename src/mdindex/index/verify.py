@@ -1,16 +1,22 @@
 """`mdindex verify [--repair]`: compare the store with what the files say it should hold.
 
-Every file is planned again from its text; the store's points are compared by
-ID, payload and vector key, and a random sample of vectors is re-embedded to
-check that each comes from its text. Repair writes what is missing or stale
-and deletes the rest, through the sync core.
+Every file is planned again from its text, a group of documents at a time
+(``Indexer.plan_groups``), and the store's points of that group, scrolled with
+a filter on their documents, are compared by ID, payload and vector key; one
+more scroll of every point's (root, path) finds the points of documents with
+no file. So verify holds one group, whatever the tree's size (bench/scale.py:
+peak RSS against files). A random sample of vectors is re-embedded to check
+that each comes from its text. Repair writes what is missing or stale and
+deletes the rest, through the sync core; it keeps every document's plan, as
+the state is started over from all of them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
-import random
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,57 +85,203 @@ def _entry(pid: str, p: Planned) -> dict[str, Any]:
     }
 
 
-def expected_points(
-    indexer: Indexer, report: VerifyReport
-) -> tuple[dict[str, Planned], dict[Key, DocWork], set[Key]]:
-    """What the store should hold for the current files, and the documents that
-    failed (or lie below a folder that could not be listed)."""
-    summary = Summary()
-    works, kept = indexer.plan_all(summary)
-    expected = {p.id: p for w in works for p in w.points}
-    report.errors = summary.errors
-    failed = {f.key for f in summary.failures} | kept
-    return expected, {w.ref.key: w for w in works}, failed
+def _stored_entry(pid: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": pid,
+        "root": str(payload.get("root")),
+        "doc_path": str(payload.get("doc_path")),
+        "chunk_index": payload.get("chunk_index"),
+    }
+
+
+class Check:
+    """One verify pass: what the groups of documents found, gathered until the end."""
+
+    def __init__(self, indexer: Indexer, keep_plans: bool) -> None:
+        self.indexer = indexer
+        self.report = VerifyReport()
+        self.stale: list[dict[str, Any]] = []  # by payload or vector key
+        self.sparse_stale: list[dict[str, Any]] = []
+        self.graph: list[dict[str, Any]] = []
+        self.docs: set[Key] = set()  # every document with a file, planned
+        self.missing: dict[str, str] = {}  # expected IDs not found: their vector keys
+        self.recorded = indexer.graph_digests()
+        # The vector sample: the VERIFY_SAMPLE keys of lowest salted hash, a
+        # new random sample each run (repeated verifies cover a large index)
+        # drawn in bounded memory; one point per key, as a key names one text.
+        self.salt = os.urandom(16)
+        self.sample: dict[str, tuple[bytes, str, Planned]] = {}
+        self.plans: list[DocWork] | None = [] if keep_plans else None
+
+    def group(self, works: list[DocWork]) -> None:
+        """Compare one group of documents with their stored points."""
+        expected = {p.id: p for w in works for p in w.points}
+        docs = [w.ref.key for w in works]
+        self.docs.update(docs)
+        stored = dict(self.indexer.stored_payloads(docs)) if docs else {}
+        # A point that is not expected but repeats an expected chunk of the same
+        # document (e.g. written under other settings) is a duplicate; else stale.
+        chunk_keys = {
+            (p.payload["root"], p.payload["doc_path"], p.payload["content_hash"])
+            for p in expected.values()
+        }
+        flagged = set()
+        for pid, payload in stored.items():
+            entry = _stored_entry(pid, payload)
+            if pid in expected:
+                want = expected[pid].payload
+                got = {k: v for k, v in payload.items() if k != "indexed_at"}
+                if payload.get("vector_key") != expected[pid].vector_key:
+                    self.stale.append({**entry, "reason": "vector key differs"})
+                    flagged.add(pid)
+                elif not same_payload(got, want):
+                    self.stale.append({**entry, "reason": "payload differs"})
+                    flagged.add(pid)
+            elif (entry["root"], entry["doc_path"], payload.get("content_hash")) in chunk_keys:
+                self.report.duplicates.append(entry)
+            else:
+                self.stale.append({**entry, "reason": "no such chunk in the files"})
+        for pid, p in expected.items():
+            if pid not in stored:
+                self.report.missing.append(_entry(pid, p))
+                self.missing[pid] = p.vector_key
+        agree = {pid: p for pid, p in expected.items() if pid in stored and pid not in flagged}
+        self._draw(agree)
+        self._check_sparse(agree)
+        self._check_graph(works)
+        if self.plans is not None:
+            self.plans.extend(works)
+
+    def _draw(self, agree: dict[str, Planned]) -> None:
+        for pid, p in agree.items():
+            key = p.vector_key
+            held = self.sample.get(key)
+            if held is not None:
+                if pid > held[1]:  # the same point whichever group came first
+                    self.sample[key] = (held[0], pid, p)
+                continue
+            rank = hashlib.blake2b(self.salt + key.encode(), digest_size=8).digest()
+            self.sample[key] = (rank, pid, p)
+        if len(self.sample) > VERIFY_SAMPLE:
+            kept = sorted(self.sample.items(), key=lambda kv: kv[1][0])[:VERIFY_SAMPLE]
+            self.sample = dict(kept)
+
+    def _check_sparse(self, agree: dict[str, Planned]) -> None:
+        """Every stored sparse vector against the one its text gives: computing them
+        is cheap (mdindex.embedding.sparse), so all are checked, not a sample."""
+        if not self.indexer.has_sparse:
+            return
+        ids = sorted(pid for pid, p in agree.items() if p.sparse is not None)
+        for i in range(0, len(ids), 512):
+            batch = ids[i : i + 512]
+            have = self.indexer.stored_sparse(batch)
+            for pid in batch:
+                want, got = agree[pid].sparse, have.get(pid)
+                if got is None or want is None or not _same_sparse(got, want):
+                    reason = "sparse vector missing" if got is None else "sparse vector differs"
+                    self.sparse_stale.append({**_entry(pid, agree[pid]), "reason": reason})
+
+    def _check_graph(self, works: list[DocWork]) -> None:
+        """Each document's recorded links, tags and headings (``index.graph``)
+        against what its file says now, by digest."""
+        for work in works:
+            if work.graph is None:
+                continue
+            key = work.ref.key
+            have = self.recorded.get(key)
+            if have != work.graph.digest():
+                why = "links and tags not recorded" if have is None else "links or tags differ"
+                self.graph.append({"root": key[0], "doc_path": key[1], "reason": why})
+
+    def finish(self, failed: set[Key]) -> VerifyReport:
+        """The points of documents with no file, the vector sample, and the report."""
+        known = self.docs | failed
+        for pid, payload in self.indexer.stored_payloads(keys=["root", "doc_path", "chunk_index"]):
+            entry = _stored_entry(pid, payload)
+            if (entry["root"], entry["doc_path"]) not in known:
+                self.stale.append({**entry, "reason": "no such chunk in the files"})
+        self._misplaced()
+        report = self.report
+        report.stale = sorted(self.stale, key=lambda e: e["id"])
+        report.duplicates.sort(key=lambda e: e["id"])
+        vector_stale = self._check_vectors()
+        flagged = {e["id"] for e in vector_stale}
+        report.stale += vector_stale
+        report.stale += sorted(
+            (e for e in self.sparse_stale if e["id"] not in flagged), key=lambda e: e["id"]
+        )
+        graph = sorted(self.graph, key=lambda e: (e["root"], e["doc_path"]))
+        for key in sorted(self.recorded.keys() - self.docs - failed):
+            graph.append({"root": key[0], "doc_path": key[1], "reason": "recorded for no file"})
+        flagged_docs = {(e["root"], e["doc_path"]) for e in graph}
+        for key in sorted(self.indexer.misresolved_links() - flagged_docs):
+            graph.append(
+                {"root": key[0], "doc_path": key[1], "reason": "a link resolves elsewhere now"}
+            )
+        report.graph = graph
+        return report
+
+    def _misplaced(self) -> None:
+        """An expected point stored under another document's payload was found
+        in that document's place: stale, with its payload differing, not missing."""
+        moved = set()
+        for group in (self.stale, self.report.duplicates):
+            for i, e in enumerate(group):
+                if e["id"] in self.missing:
+                    moved.add(e["id"])
+                    group[i] = {**e, "reason": "payload differs"}
+        if not moved:
+            return
+        self.stale += [e for e in self.report.duplicates if e["id"] in moved]
+        self.report.duplicates = [e for e in self.report.duplicates if e["id"] not in moved]
+        self.report.missing = [e for e in self.report.missing if e["id"] not in moved]
+        keys = dict(self.indexer.stored_vectors(sorted(moved)))
+        for e in self.stale:
+            if e["id"] in moved and keys.get(e["id"], ("",))[0] != self.missing[e["id"]]:
+                e["reason"] = "vector key differs"
+
+    def _check_vectors(self) -> list[dict[str, Any]]:
+        """Embed the sampled points and compare with their stored vectors: a key
+        only says which text a vector should come from, and indexes written
+        before vector keys were checked can hold a vector of other text."""
+        sample = [(key, pid, p) for key, (_, pid, p) in self.sample.items()]
+        if not sample:
+            return []
+        have = self.indexer.stored_vectors([pid for _, pid, _ in sample])
+        import numpy as np
+
+        fresh = np.asarray(self.indexer.embed([p for _, _, p in sample]), dtype=np.float32)
+        out = []
+        for (key, pid, p), new in zip(sample, fresh, strict=True):
+            if pid not in have:
+                continue
+            old = np.asarray(have[pid][1], dtype=np.float32)
+            cosine = float(old @ new) / (float(np.linalg.norm(old) * np.linalg.norm(new)) or 1.0)
+            self.report.vectors_checked += 1
+            if cosine < VECTOR_MATCH_COSINE:
+                self.report.vectors_disagreeing += 1
+                out.append(
+                    {
+                        **_entry(pid, p),
+                        "reason": f"vector does not match its text (cosine {cosine:.3f})",
+                        "vector_key": key,
+                    }
+                )
+        return out
 
 
 def verify(indexer: Indexer, *, repair: bool = False, force: bool = False) -> VerifyReport:
     """Compare the store with the files; with ``repair``, fix what differs, under
     the same guard on deletions as backfill (``force`` overrides it)."""
-    report = VerifyReport()
     indexer.open_store()
-    expected, works, failed = expected_points(indexer, report)
-    stored = dict(indexer.stored_payloads())
-    # A point that is not expected but repeats an expected chunk of the same
-    # document (e.g. written under other settings) is a duplicate; else stale.
-    chunk_keys = {
-        (p.payload["root"], p.payload["doc_path"], p.payload["content_hash"])
-        for p in expected.values()
-    }
-    for pid, payload in sorted(stored.items()):
-        key = (str(payload.get("root")), str(payload.get("doc_path")))
-        entry = {
-            "id": pid,
-            "root": key[0],
-            "doc_path": key[1],
-            "chunk_index": payload.get("chunk_index"),
-        }
-        if pid in expected:
-            want = expected[pid].payload
-            got = {k: v for k, v in payload.items() if k != "indexed_at"}
-            if payload.get("vector_key") != expected[pid].vector_key:
-                report.stale.append({**entry, "reason": "vector key differs"})
-            elif not same_payload(got, want):
-                report.stale.append({**entry, "reason": "payload differs"})
-        elif key in failed:
-            continue  # unreadable for now; its points stay until it is readable or gone
-        elif (key[0], key[1], payload.get("content_hash")) in chunk_keys:
-            report.duplicates.append(entry)
-        else:
-            report.stale.append({**entry, "reason": "no such chunk in the files"})
-    _check_vectors(indexer, report, expected, stored)
-    _check_sparse(indexer, report, expected, stored)
-    report.missing = [_entry(pid, p) for pid, p in expected.items() if pid not in stored]
-    report.graph = _check_graph(indexer, works, failed)
+    summary = Summary()
+    groups, kept = indexer.plan_groups(summary)
+    check = Check(indexer, keep_plans=repair)
+    for group in groups:
+        check.group(group)
+    failed = {f.key for f in summary.failures} | kept
+    report = check.finish(failed)
+    report.errors = summary.errors
     if repair and report.embedder_suspect and not force:
         raise RepairRefused(
             f"verify: {report.vectors_disagreeing} of {report.vectors_checked} sampled vectors "
@@ -137,6 +289,9 @@ def verify(indexer: Indexer, *, repair: bool = False, force: bool = False) -> Ve
             "more likely changed than the index; nothing repaired. Check it, or pass --force"
         )
     if repair and not report.in_sync:
+        plans = check.plans or []
+        expected = {p.id: p for w in plans for p in w.points}
+        works = {w.ref.key: w for w in plans}
         # documents whose every point would go: the guard decides, as for a prune
         gone = {(e["root"], e["doc_path"]) for e in report.stale if e["id"] not in expected}
         gone -= works.keys()
@@ -145,28 +300,6 @@ def verify(indexer: Indexer, *, repair: bool = False, force: bool = False) -> Ve
             indexer.check_deletes(sorted(gone), present)
         _repair(indexer, report, expected, works)
     return report
-
-
-def _check_graph(
-    indexer: Indexer, works: dict[Key, DocWork], failed: set[Key]
-) -> list[dict[str, Any]]:
-    """Each document's recorded links, tags and headings (``index.graph``)
-    against what its file says now, by digest."""
-    recorded = indexer.graph_digests()
-    out = []
-    for key, work in sorted(works.items()):
-        if work.graph is None:
-            continue
-        have = recorded.get(key)
-        if have != work.graph.digest():
-            why = "links and tags not recorded" if have is None else "links or tags differ"
-            out.append({"root": key[0], "doc_path": key[1], "reason": why})
-    for key in sorted(recorded.keys() - works.keys() - failed):
-        out.append({"root": key[0], "doc_path": key[1], "reason": "recorded for no file"})
-    flagged = {(e["root"], e["doc_path"]) for e in out}
-    for key in sorted(indexer.misresolved_links() - flagged):
-        out.append({"root": key[0], "doc_path": key[1], "reason": "a link resolves elsewhere now"})
-    return out
 
 
 def same_payload(a: Any, b: Any) -> bool:
@@ -179,75 +312,6 @@ def same_payload(a: Any, b: Any) -> bool:
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(same_payload(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and bool(a == b)
-
-
-def _check_vectors(
-    indexer: Indexer,
-    report: VerifyReport,
-    expected: dict[str, Planned],
-    stored: dict[str, Any],
-) -> None:
-    """Embed a sample of the points whose keys agree and compare with their stored
-    vectors: a key only says which text a vector should come from, and indexes
-    written before vector keys were checked can hold a vector of other text."""
-    flagged = {e["id"] for e in report.stale}
-    agree = sorted(
-        (p.vector_key, pid) for pid, p in expected.items() if pid in stored and pid not in flagged
-    )
-    # One point per key, a new random sample each run, so that repeated
-    # verifies cover an index too large to re-embed in one.
-    by_key = dict(agree)
-    keys = sorted(by_key)
-    picked = keys if len(keys) <= VERIFY_SAMPLE else random.sample(keys, VERIFY_SAMPLE)
-    sample = [(key, by_key[key]) for key in picked]
-    if not sample:
-        return
-    have = indexer.stored_vectors([pid for _, pid in sample])
-    import numpy as np
-
-    fresh = np.asarray(indexer.embed([expected[pid] for _, pid in sample]), dtype=np.float32)
-    for (key, pid), new in zip(sample, fresh, strict=True):
-        if pid not in have:
-            continue
-        old = np.asarray(have[pid][1], dtype=np.float32)
-        cosine = float(old @ new) / (float(np.linalg.norm(old) * np.linalg.norm(new)) or 1.0)
-        report.vectors_checked += 1
-        if cosine < VECTOR_MATCH_COSINE:
-            report.vectors_disagreeing += 1
-            report.stale.append(
-                {
-                    **_entry(pid, expected[pid]),
-                    "reason": f"vector does not match its text (cosine {cosine:.3f})",
-                    "vector_key": key,
-                }
-            )
-
-
-def _check_sparse(
-    indexer: Indexer,
-    report: VerifyReport,
-    expected: dict[str, Planned],
-    stored: dict[str, Any],
-) -> None:
-    """Every stored sparse vector against the one its text gives: computing them
-    is cheap (mdindex.embedding.sparse), so all are checked, not a sample."""
-    if not indexer.has_sparse:
-        return
-    flagged = {e["id"] for e in report.stale}
-    ids = sorted(
-        pid
-        for pid, p in expected.items()
-        if pid in stored and pid not in flagged and p.sparse is not None
-    )
-    for i in range(0, len(ids), 512):
-        batch = ids[i : i + 512]
-        have = indexer.stored_sparse(batch)
-        for pid in batch:
-            want = expected[pid].sparse
-            got = have.get(pid)
-            if got is None or want is None or not _same_sparse(got, want):
-                reason = "sparse vector missing" if got is None else "sparse vector differs"
-                report.stale.append({**_entry(pid, expected[pid]), "reason": reason})
 
 
 def _same_sparse(a: Sparse, b: Sparse) -> bool:

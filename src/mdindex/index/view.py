@@ -187,9 +187,13 @@ class IndexView:
     def stored_sparse(self, ids: Sequence[str]) -> dict[str, Sparse]:
         return self.store.sparse_vectors(ids)
 
-    def stored_payloads(self) -> Iterator[tuple[str, dict[str, Any]]]:
+    def stored_payloads(
+        self, docs: Sequence[tuple[str, str]] | None = None, keys: Sequence[str] | bool = True
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The stored points' payloads (the ``keys`` of them), of every document
+        or of ``docs`` alone, streamed from the store a page at a time."""
         self.store.open()
-        for pid, payload, _ in self.store.scroll(payload=True):
+        for pid, payload, _ in self.store.scroll(payload=keys, docs=docs):
             yield pid, payload
 
     def vector_donors(self) -> dict[str, str]:

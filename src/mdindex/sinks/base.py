@@ -64,6 +64,7 @@ class StoreQuery:
     fusion: str = "dbsf"  # or "rrf"
     candidates: int = 100
     rrf_k: int = 60  # reciprocal rank fusion's constant, the same on every engine
+    exact: bool = False  # scan every vector instead of the index (recall's baseline)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +116,15 @@ class Store(Protocol):
     def delete(self, ids: Sequence[str]) -> int: ...
 
     def scroll(
-        self, payload: Sequence[str] | bool = True, with_vectors: bool = False, page: int = 1024
-    ) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]: ...
+        self,
+        payload: Sequence[str] | bool = True,
+        with_vectors: bool = False,
+        page: int = 1024,
+        docs: Sequence[tuple[str, str]] | None = None,
+    ) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]:
+        """Every point, or those of ``docs`` ((root, path) each; a filtered
+        scroll, indexed on a server and on edge), a page at a time."""
+        ...
 
     def search(self, query: StoreQuery) -> list[Hit]: ...
 
@@ -168,8 +176,8 @@ class Scrolling:
         """Every record matching the engine's filter ``where`` (None: all), paged."""
         raise NotImplementedError
 
-    def _doc_filter(self, root: str, rel: str) -> Any:
-        """The engine's filter for the points of one document."""
+    def _docs_filter(self, docs: Sequence[tuple[str, str]]) -> Any:
+        """The engine's filter for the points of these documents."""
         raise NotImplementedError
 
     retrieve_batch = 512  # IDs per retrieve call
@@ -190,16 +198,21 @@ class Scrolling:
         return out
 
     def scroll(
-        self, payload: Sequence[str] | bool = True, with_vectors: bool = False, page: int = 1024
+        self,
+        payload: Sequence[str] | bool = True,
+        with_vectors: bool = False,
+        page: int = 1024,
+        docs: Sequence[tuple[str, str]] | None = None,
     ) -> Iterator[tuple[str, dict[str, Any], list[float] | None]]:
-        if not self.exists():
+        if not self.exists() or (docs is not None and not docs):
             return iter(())
-        return as_rows(self._records(None, payload, with_vectors, page))
+        where = self._docs_filter(docs) if docs is not None else None
+        return as_rows(self._records(where, payload, with_vectors, page))
 
     def doc_points(self, root: str, rel: str) -> dict[str, str]:
         if not self.exists():
             return {}
-        records = self._records(self._doc_filter(root, rel), ["vector_key"], False, 1024)
+        records = self._records(self._docs_filter([(root, rel)]), ["vector_key"], False, 1024)
         return {str(r.id): str((r.payload or {}).get("vector_key", "")) for r in records}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from mdindex.embedding.sparse import SPARSE_NAME
@@ -14,6 +15,7 @@ def request(query: StoreQuery, has_sparse: bool) -> dict[str, Any] | None:
     from qdrant_client import models as qm
 
     where = search_filter(query.filter)
+    params = qm.SearchParams(exact=True) if query.exact else None
     dense = list(query.dense) if query.dense is not None else None
     sparse = (
         qm.SparseVector(indices=query.sparse.indices, values=query.sparse.values)
@@ -28,7 +30,7 @@ def request(query: StoreQuery, has_sparse: bool) -> dict[str, Any] | None:
         )
         request: dict[str, Any] = {
             "prefetch": [
-                qm.Prefetch(query=dense, filter=where, limit=query.candidates),
+                qm.Prefetch(query=dense, filter=where, limit=query.candidates, params=params),
                 qm.Prefetch(query=sparse, using=SPARSE_NAME, filter=where, limit=query.candidates),
             ],
             "query": fusion,
@@ -37,6 +39,8 @@ def request(query: StoreQuery, has_sparse: bool) -> dict[str, Any] | None:
         request = {"query": sparse, "using": SPARSE_NAME, "query_filter": where}
     elif dense is not None:
         request = {"query": dense, "query_filter": where}
+        if params is not None:
+            request["search_params"] = params
     else:
         return None
     return request
@@ -72,11 +76,24 @@ def search_filter(spec: SearchFilter) -> Any:
 
 def doc_filter(root: str, rel: str) -> Any:
     """The engine's filter for the points of one document."""
+    return docs_filter([(root, rel)])
+
+
+def docs_filter(docs: Sequence[tuple[str, str]]) -> Any:
+    """The engine's filter for the points of these documents, (root, path) each:
+    one clause per root, on the two indexed keys."""
     from qdrant_client import models as qm
 
-    return qm.Filter(
-        must=[
-            qm.FieldCondition(key="root", match=qm.MatchValue(value=root)),
-            qm.FieldCondition(key="doc_path", match=qm.MatchValue(value=rel)),
-        ]
-    )
+    by_root: dict[str, list[str]] = {}
+    for root, rel in docs:
+        by_root.setdefault(root, []).append(rel)
+    clauses: list[Any] = [
+        qm.Filter(
+            must=[
+                qm.FieldCondition(key="root", match=qm.MatchValue(value=root)),
+                qm.FieldCondition(key="doc_path", match=qm.MatchAny(any=rels)),
+            ]
+        )
+        for root, rels in by_root.items()
+    ]
+    return clauses[0] if len(clauses) == 1 else qm.Filter(should=clauses)

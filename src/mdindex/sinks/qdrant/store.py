@@ -45,7 +45,7 @@ from mdindex.sinks.qdrant.collection import (
     point_alias,
     tune_local,
 )
-from mdindex.sinks.qdrant.query import doc_filter, request
+from mdindex.sinks.qdrant.query import docs_filter, request
 
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient
@@ -314,8 +314,8 @@ class QdrantStore(Scrolling):
         )
         return sparse_by_id(records)
 
-    def _doc_filter(self, root: str, rel: str) -> Any:
-        return doc_filter(root, rel)
+    def _docs_filter(self, docs: Sequence[tuple[str, str]]) -> Any:
+        return docs_filter(docs)
 
     def describe(self) -> dict[str, Any]:
         if self.local:
