@@ -166,6 +166,7 @@ INDEX_CHANGES = {
     "embedding_input_type": True,
     "query_prompt": "query: ",
     "document_prompt": "passage: ",
+    "quantization": "int8",  # what a search finds
 }
 # Settings that come with an index setting: a server's model needs its URL.
 SERVER = {"embedding_url": "http://127.0.0.1:9/v1", "embedding_model": "all-MiniLM-L6-v2"}
@@ -181,7 +182,7 @@ NOT_STORED = {
     "exclude", "file_time_budget_s", "follow_symlinks", "fusion", "http_host", "http_port",
     "include", "keep_versions", "log_format", "log_level", "max_file_bytes",
     "mcp_allow_refresh", "on_disk_payload", "on_disk_vectors", "precision", "qdrant_grpc",
-    "qdrant_path", "qdrant_timeout_s", "qdrant_url", "quantization", "queue_size",
+    "qdrant_path", "qdrant_timeout_s", "qdrant_url", "queue_size",
     "quiet_period_ms", "replication_factor", "rescan_interval_s", "retry_budget_s", "roots",
     "search_mode", "shard_number", "state_dir", "store", "upsert_batch_bytes",
     "upsert_batch_points", "write_consistency_factor", "write_ordering",
@@ -227,8 +228,8 @@ def test_point_ids_come_from_the_index_settings_alone(tmp_path: Path) -> None:
         skip = ("model", "sparse_vectors", "embedding_model", "embedding_input_type", "language")
         if key in skip:
             continue  # another model cannot load here; the others change no chunk
-        if key == "query_prompt":
-            assert ids(**{key: value}) == base  # it changes queries, not chunks
+        if key in ("query_prompt", "quantization"):
+            assert ids(**{key: value}) == base  # they change searches, not chunks
             continue
         assert ids(**{key: value}) != base, key
     assert ids(sparse_vectors=False) == base
@@ -278,3 +279,22 @@ def test_settings_recorded_only_when_set_keep_older_versions_and_reset_when_abse
     )
     before = catalog.settings_for(now, "a" * 12)
     assert (before.query_prompt, before.document_prompt) == ("", "")
+
+
+def test_quantization_is_an_edge_setting_and_a_new_version(tmp_path: Path) -> None:
+    """Issue 37: quantization and on_disk_vectors apply to qdrant-edge too (not
+    to qdrant-client's local mode); int8 is a version of its own, and the
+    default leaves every fingerprint as it was."""
+    from mdindex.config import index_params
+    from mdindex.index.runtime import make_store, version_of
+
+    state = {"state_dir": str(tmp_path / "state")}
+    plain = load_settings(state)
+    quantized = load_settings({**state, "quantization": "int8", "on_disk_vectors": True})
+    assert "quantization" not in index_params(plain)
+    assert index_params(quantized)["quantization"] == "int8"
+    assert version_of(quantized) != version_of(plain)
+    store = make_store(quantized)
+    assert (store.quantization, store.on_disk_vectors) == ("int8", True)  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="quantization applies to a Qdrant server or to store"):
+        load_settings({**state, "store": "client", "quantization": "int8"})

@@ -117,6 +117,7 @@ INDEX_KEYS = (
     "embedding_input_type",
     "query_prompt",
     "document_prompt",
+    "quantization",
 )
 SEMANTIC_KEYS = ("semantic_threshold", "min_sentences")  # they count for semantic only
 # The server's model decides the vectors where a server embeds: switching between
@@ -124,10 +125,9 @@ SEMANTIC_KEYS = ("semantic_threshold", "min_sentences")  # they count for semant
 # model are the same version.
 SERVER_KEYS = ("embedding_model", "embedding_input_type")  # they count where a server embeds
 # Recorded only when set, so that a version built before they existed keeps its
-# fingerprint. The query prompt changes no stored vector, but it is recorded
-# with the version all the same: a search of a version uses the prompt its
-# documents were embedded to meet (e5's "query: " beside "passage: ").
-WHEN_SET_KEYS = ("embedding_input_type", "query_prompt", "document_prompt")
+# fingerprint. The query prompt and quantization change no stored vector, but
+# what a search of the version finds (e5's "query: " meets "passage: ").
+WHEN_SET_KEYS = ("embedding_input_type", "query_prompt", "document_prompt", "quantization")
 
 
 def index_params(settings: Settings) -> dict[str, Any]:
@@ -137,13 +137,16 @@ def index_params(settings: Settings) -> dict[str, Any]:
         for key in INDEX_KEYS
         if (key not in SEMANTIC_KEYS or settings.strategy == "semantic")
         and (key not in SERVER_KEYS or settings.embedding_model)
-        and (key not in WHEN_SET_KEYS or getattr(settings, key))
+        and (
+            key not in WHEN_SET_KEYS or getattr(settings, key) != Settings.model_fields[key].default
+        )
     }
     params["noise_sections"] = sorted(params["noise_sections"])
     return params
 
 
-# Collection and write settings that only a server (or cluster) honours.
+# Collection and write settings that only a server (or cluster) honours; qdrant-edge EDGE_KEYS too.
+EDGE_KEYS = ("on_disk_vectors", "quantization")
 CLUSTER_KEYS = (
     "shard_number",
     "replication_factor",
@@ -335,8 +338,11 @@ class Settings(BaseSettings):
                 raise ValueError(f"{key}: holds a control character; give plain text")
         if not self.qdrant_url:
             for key in CLUSTER_KEYS:
-                if getattr(self, key) != type(self).model_fields[key].default:
-                    raise ValueError(f"{key} applies to a Qdrant server; set qdrant_url too")
+                if getattr(self, key) != type(self).model_fields[key].default and not (
+                    self.store == "edge" and key in EDGE_KEYS
+                ):
+                    edge = " or to store = 'edge'" if key in EDGE_KEYS else ""
+                    raise ValueError(f"{key} applies to a Qdrant server{edge}; set qdrant_url too")
         consistency, replicas = self.write_consistency_factor, self.replication_factor or 1
         if consistency is not None and consistency > replicas:
             raise ValueError(

@@ -92,6 +92,8 @@ def make_store(settings: Settings) -> Store:
             collection,
             path=settings.store_path / collection,
             index_min_points=settings.edge_index_min_points,
+            quantization=settings.quantization,
+            on_disk_vectors=settings.on_disk_vectors,
             **common,  # type: ignore[arg-type]
         )
     from mdindex.sinks.qdrant import QdrantStore

@@ -93,3 +93,21 @@ def test_a_missing_sparse_vector_is_a_layout_mismatch(tmp_path: Path) -> None:
     with pytest.raises(LayoutMismatch, match="no 'bm25' sparse vector"):
         check_existing(dense_only, tmp_path / "d", 8, sparse=True)
     assert issubclass(LayoutMismatch, StoreMismatch)
+
+
+def test_int8_quantization_and_vectors_on_disk_are_recorded_in_the_shard(tmp_path: Path) -> None:
+    """Issue 37: quantization on edge keeps int8 copies in RAM and the originals
+    on disk (``memory`` cold) for rescoring; without it neither is recorded."""
+    from mdindex.sinks.edge.shard import quantization_of
+
+    shard = create(tmp_path / "q", 8, True, 100, quantization="int8", on_disk_vectors=True)
+    shard.close()
+    config = read_config(tmp_path / "q")
+    assert config["quantization_config"] == {
+        "scalar": {"type": "int8", "quantile": 0.99, "memory": "pinned"}
+    }
+    assert config["vectors"][""]["memory"] == "cold"
+    assert quantization_of(config) == "int8"
+    plain = read_config(made(tmp_path / "p"))
+    assert "quantization_config" not in plain and "memory" not in plain["vectors"][""]
+    assert quantization_of(plain) == "none"

@@ -13,13 +13,22 @@ from mdindex.sinks.base import SearchFilter, StoreQuery
 # Queries against the HNSW index look at this many candidates; measured on
 # the corpus's real embeddings by bench/stores.py (recall >= 0.99 vs exact).
 HNSW_EF = 128
+OVERSAMPLING = 2.0
 
 
 def plan(query: StoreQuery, has_sparse: bool) -> tuple[Any, StoreQuery, tuple[Any, ...]]:
     """The ``QueryRequest`` for a search (None when there is nothing to ask), the
     query as the engine runs it, and the frontmatter clauses left for
     ``matches`` on its hits (the query then asks for more of them)."""
-    from qdrant_edge import Fusion, Prefetch, Query, QueryRequest, SearchParams, SparseVector
+    from qdrant_edge import (
+        Fusion,
+        Prefetch,
+        QuantizationSearchParams,
+        Query,
+        QueryRequest,
+        SearchParams,
+        SparseVector,
+    )
 
     # The bindings turn a Python bool into the integer 1 (MatchValue(True)
     # matches `1`, not `true`), so clauses that may hold a boolean are
@@ -31,7 +40,12 @@ def plan(query: StoreQuery, has_sparse: bool) -> tuple[Any, StoreQuery, tuple[An
         )
         query = replace(query, k=min(query.k * 10, 1000), filter=engine)
     where = search_filter(query.filter)
-    params = SearchParams(hnsw_ef=max(HNSW_EF, query.candidates, query.k))
+    # A shard with int8 copies searches them, then rescores the best
+    # OVERSAMPLING x limit with the original vectors; a shard without ignores it.
+    rescore = QuantizationSearchParams(rescore=True, oversampling=OVERSAMPLING)
+    params = SearchParams(
+        hnsw_ef=max(HNSW_EF, query.candidates, query.k), exact=query.exact, quantization=rescore
+    )
     dense = Query.Nearest(list(query.dense)) if query.dense is not None else None
     sparse = (
         Query.Nearest(SparseVector(query.sparse.indices, query.sparse.values), using=SPARSE_NAME)
@@ -85,14 +99,27 @@ def search_filter(spec: SearchFilter) -> Any:
 
 def doc_filter(root: str, rel: str) -> Any:
     """The engine's filter for the points of one document."""
-    from qdrant_edge import FieldCondition, Filter, MatchValue
+    return docs_filter([(root, rel)])
 
-    return Filter(
-        must=[
-            FieldCondition(key="root", match=MatchValue(root)),
-            FieldCondition(key="doc_path", match=MatchValue(rel)),
-        ]
-    )
+
+def docs_filter(docs: Sequence[tuple[str, str]]) -> Any:
+    """The engine's filter for the points of these documents, (root, path) each:
+    one clause per root, on the two indexed keys."""
+    from qdrant_edge import FieldCondition, Filter, MatchAny, MatchValue
+
+    by_root: dict[str, list[str]] = {}
+    for root, rel in docs:
+        by_root.setdefault(root, []).append(rel)
+    clauses: list[Any] = [
+        Filter(
+            must=[
+                FieldCondition(key="root", match=MatchValue(root)),
+                FieldCondition(key="doc_path", match=MatchAny(rels)),
+            ]
+        )
+        for root, rels in by_root.items()
+    ]
+    return clauses[0] if len(clauses) == 1 else Filter(should=clauses)
 
 
 def matches(payload: dict[str, Any], where: Sequence[tuple[str, tuple[Any, ...]]]) -> bool:

@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from qdrant_edge import EdgeShard
 
 CONFIG_FILE = "edge_config.json"
+# Scalar quantization maps the 0.99 quantile of the values to int8's range (as
+# on a server, sinks.qdrant.collection), so that outliers do not flatten the rest.
+QUANTILE = 0.99
 
 
 def load(path: Path) -> EdgeShard:
@@ -31,9 +34,19 @@ def load(path: Path) -> EdgeShard:
         raise
 
 
-def create(path: Path, dimension: int, sparse: bool, indexing_threshold_kb: int) -> EdgeShard:
+def create(
+    path: Path,
+    dimension: int,
+    sparse: bool,
+    indexing_threshold_kb: int,
+    quantization: str = "none",
+    on_disk_vectors: bool = False,
+) -> EdgeShard:
     """A new shard of ``dimension``-d cosine vectors, with the sparse vector when
-    ``sparse`` (IDF applied by the engine at query time, see embedding.sparse)."""
+    ``sparse`` (IDF applied by the engine at query time, see embedding.sparse).
+    ``quantization = "int8"``: the optimizer keeps an int8 copy of each vector
+    in RAM beside the original, which searches rescore with (``query.plan``);
+    ``on_disk_vectors``: the originals are read from disk as searches need them."""
     from qdrant_edge import (
         Distance,
         EdgeConfig,
@@ -41,18 +54,36 @@ def create(path: Path, dimension: int, sparse: bool, indexing_threshold_kb: int)
         EdgeShard,
         EdgeSparseVectorParams,
         EdgeVectorParams,
+        Memory,
         Modifier,
+        ScalarQuantizationConfig,
+        ScalarType,
     )
 
+    quantized = (
+        ScalarQuantizationConfig(type=ScalarType.Int8, quantile=QUANTILE, memory=Memory.Pinned)
+        if quantization == "int8"
+        else None
+    )
     config = EdgeConfig(
-        vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine),
+        vectors=EdgeVectorParams(
+            size=dimension,
+            distance=Distance.Cosine,
+            memory=Memory.Cold if on_disk_vectors else None,
+        ),
         sparse_vectors=(
             {SPARSE_NAME: EdgeSparseVectorParams(modifier=Modifier.Idf)} if sparse else None
         ),
+        quantization_config=quantized,
         optimizers=EdgeOptimizersConfig(indexing_threshold=indexing_threshold_kb),
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     return EdgeShard.create(str(path), config)
+
+
+def quantization_of(config: dict[str, Any]) -> str:
+    """ "int8" when the shard was created with scalar quantization, else "none"."""
+    return "int8" if config.get("quantization_config") else "none"
 
 
 def read_config(path: Path) -> dict[str, Any]:

@@ -32,8 +32,15 @@ from mdindex.sinks.base import (
     waiting_for_lock,
 )
 from mdindex.sinks.edge.optimize import optimize, wants_index
-from mdindex.sinks.edge.query import doc_filter, matches, plan
-from mdindex.sinks.edge.shard import CONFIG_FILE, check_existing, create, load, read_config
+from mdindex.sinks.edge.query import docs_filter, matches, plan
+from mdindex.sinks.edge.shard import (
+    CONFIG_FILE,
+    check_existing,
+    create,
+    load,
+    quantization_of,
+    read_config,
+)
 
 if TYPE_CHECKING:
     from qdrant_edge import EdgeShard
@@ -63,6 +70,8 @@ class EdgeStore(Scrolling):
         batch_bytes: int = 8_000_000,
         index_min_points: int = 50_000,
         indexing_threshold_kb: int = 10_000,
+        quantization: str = "none",
+        on_disk_vectors: bool = False,
     ) -> None:
         self.collection = collection
         self.path = path  # the shard's own folder
@@ -73,6 +82,8 @@ class EdgeStore(Scrolling):
         self.index_min_points = index_min_points
         # Segments with less vector data than this stay unindexed (Qdrant's default).
         self.indexing_threshold_kb = indexing_threshold_kb
+        self.quantization = quantization  # of a shard created here (``shard.create``)
+        self.on_disk_vectors = on_disk_vectors
         self._shard: EdgeShard | None = None
         self._retry = Retrier("qdrant-edge", str(path), retry_budget_s, _transient, path)
         self._searches_waiting = 0
@@ -133,7 +144,15 @@ class EdgeStore(Scrolling):
             return
         log.info("creating edge store %s (%d-d cosine)", self.path, dimension)
         self._shard = self._retry(
-            "create", lambda: create(self.path, dimension, sparse, self.indexing_threshold_kb)
+            "create",
+            lambda: create(
+                self.path,
+                dimension,
+                sparse,
+                self.indexing_threshold_kb,
+                self.quantization,
+                self.on_disk_vectors,
+            ),
         )
         self._sparse = sparse
         self._ensure_indexes()
@@ -260,8 +279,8 @@ class EdgeStore(Scrolling):
         )
         return sparse_by_id(records)
 
-    def _doc_filter(self, root: str, rel: str) -> Any:
-        return doc_filter(root, rel)
+    def _docs_filter(self, docs: Sequence[tuple[str, str]]) -> Any:
+        return docs_filter(docs)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"engine": "qdrant-edge"}
@@ -269,7 +288,11 @@ class EdgeStore(Scrolling):
             return out  # closed, or busy building its index
         try:
             info = self._shard.info()
-            out |= {"segments": info.segments_count, "indexed_points": info.indexed_vectors_count}
+            out |= {
+                "segments": info.segments_count,
+                "indexed_points": info.indexed_vectors_count,
+                "quantization": quantization_of(self._config()),
+            }
         except Exception as exc:  # status must answer even when the store cannot
             log.debug("edge info: %s", exc)
         finally:
