@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
@@ -24,9 +25,21 @@ from mdindex.versions.rollout import Rollout
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
-# One ONNX export and one backend measurement for the whole run (and for the
-# processes the tests start), not one per test's state folder.
-os.environ.setdefault("MDINDEX_CACHE_DIR", str(REPO / ".pytest_cache" / "mdindex-cache"))
+# pytest-xdist's worker ("gw0", "gw1", ...), or "main" in a run without it.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+# One ONNX export and one backend measurement per worker (and for the processes
+# its tests start), not one per test's state folder. Not one for all workers:
+# two workers exporting into one folder at once replace each other's
+# model.onnx under the other's meta.json, and nothing there locks.
+os.environ.setdefault("MDINDEX_CACHE_DIR", str(REPO / ".pytest_cache" / "mdindex-cache" / WORKER))
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+# Where `serial` tests take their turn (flocks: nothing is left held after a run).
+LOCKS = REPO / ".pytest_cache" / "mdindex-serial"
+if WORKERS > 1:
+    # Each worker has a core: torch's (and numpy's) thread pools at the machine's
+    # width, in every worker and the processes it starts, would fight over them.
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
 
 # CI replays the same examples every run, so a red build is reproducible;
 # local runs and the long fault mode keep exploring new ones.
@@ -34,9 +47,7 @@ hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
 
-# The embedded engine the suite runs on (MDINDEX_STORE, as for users); CI runs
-# the reliability tests on both.
-STORE = os.environ.get("MDINDEX_STORE", "edge")
+ENGINES = ["edge", "client"]
 CORPUS = Path(os.environ.get("MDINDEX_TEST_CORPUS", REPO.parent / "shared" / "corpus"))
 
 
@@ -85,6 +96,48 @@ class TinyEmbedder:
 
     def describe(self) -> dict[str, Any]:
         return {"name": "tiny", "reason": "a test's deterministic embedder"}
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The embedded engine a reliability test runs on, for it and the processes
+    it starts (MDINDEX_STORE, as for users): what a store holds after a crash, a
+    kill -9, a store fault or hostile input depends on the engine. The fault
+    suites take it with ``pytestmark = pytest.mark.usefixtures("engine")``."""
+    monkeypatch.setenv("MDINDEX_STORE", request.param)
+    return str(request.param)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that assert a time or a bound run one after another on one xdist
+    worker (``--dist loadgroup``), never beside each other. Under xdist the
+    slow tests go first, so no worker is left with a long one at the end."""
+    for item in items:
+        if item.get_closest_marker("serial"):
+            item.add_marker(pytest.mark.xdist_group("serial"))
+    if WORKERS > 1:
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture(autouse=True)
+def _alone_when_timed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Under xdist a `serial` test runs with no other test beside it, on a
+    machine as quiet as a run without xdist gave it: the other workers finish
+    the test they run and wait. Two flocks: a waiting `serial` test holds the
+    turnstile, so no new test slips into the room before it."""
+    if WORKERS < 2:
+        yield
+        return
+    alone = request.node.get_closest_marker("serial") is not None
+    LOCKS.mkdir(parents=True, exist_ok=True)
+    with open(LOCKS / "turnstile", "a") as turnstile, open(LOCKS / "room", "a") as room:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(room, fcntl.LOCK_UN)
 
 
 @pytest.fixture(autouse=True)

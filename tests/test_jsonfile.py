@@ -203,6 +203,7 @@ def test_generated_hostile_state_files(
         check_files(tmp_path_factory.mktemp("files"), **example)
 
 
+@pytest.mark.serial
 def test_unterminated_strings_are_measured_in_linear_time() -> None:
     """Every quote of an unterminated string started a new scan to the end of
     the text: 40 KB of '\\"' took 4 s, a 16 MB catalog would take days."""

@@ -87,6 +87,7 @@ def test_invariants_on_corpus(counter, strategy: str) -> None:
         check(doc, chunker.chunk(doc), counter, chunker)
 
 
+@pytest.mark.serial
 def test_huge_single_line_is_bounded(counter) -> None:
     text = "# Big\n\n" + ("lorem ipsum dolor " * 300_000) + "\n"  # ~5.4 MB on one line
     doc = parse_document(text, "big.md")

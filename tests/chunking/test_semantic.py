@@ -61,6 +61,7 @@ def test_semantic_with_the_real_model_splits_topics(counter, real_embedder) -> N
     assert any("Rust" in b and "Cats" not in b for b in bodies)
 
 
+@pytest.mark.serial
 def test_the_url_bomb_is_linear(counter) -> None:
     """The sentence splitter on the hostile review's URL shape at 1 MB (it took
     11 s at 16 KB): under 2 s of chunking, the embedder's time aside, or, on a

@@ -197,6 +197,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("shape", sorted(HOSTILE))
 def test_hostile_shapes_split_in_linear_time(shape: str) -> None:
     """Each at 400 KB (the URL one took 11 s at 16 KB with the old regex): under

@@ -220,6 +220,7 @@ def test_fit_on_real_markdown(
     assert lost == []
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize(
     "text",
     [

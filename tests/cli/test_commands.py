@@ -208,6 +208,7 @@ BOMBS = {
 }
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("strategy", ["heading", "token", "semantic"])
 def test_regex_bombs_through_mdindex_chunk(
     tmp_path: Path, strategy: str, capsys, monkeypatch

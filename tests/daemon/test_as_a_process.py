@@ -62,6 +62,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.serial
 def test_sigterm_mid_burst_then_restart_converges(tmp_path: Path) -> None:
     root = tmp_path / "docs"
     root.mkdir()

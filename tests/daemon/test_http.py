@@ -95,6 +95,7 @@ def test_token_and_socket_are_private(daemon: Running) -> None:
     assert not socket_path(s.state_dir, s.collection).exists()
 
 
+@pytest.mark.serial
 def test_idle_connections_time_out_and_give_way(tmp_path: Path, root: Path) -> None:
     """A client that opens connections and sends nothing cannot stall the API:
     past the bound the oldest of them gives way, and each is closed once the
@@ -127,6 +128,7 @@ def test_idle_connections_time_out_and_give_way(tmp_path: Path, root: Path) -> N
         d.stop()
 
 
+@pytest.mark.serial
 def test_slow_clients_cannot_lock_anyone_out(daemon: Running) -> None:
     """Issue 23, defect 7: 16 connections sending one header byte every 5 s made
     /healthz answer 503 for as long as they lasted: the timeout was per receive,

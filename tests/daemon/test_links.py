@@ -221,6 +221,7 @@ def _metric(daemon: DaemonClient, name: str) -> float:
     raise AssertionError(f"{name} not in the metrics")
 
 
+@pytest.mark.serial
 @pytest.mark.model
 def test_a_rename_in_a_running_daemon_moves_backlinks_and_embeds_nothing(
     tmp_path: Path, vault: Path

@@ -88,6 +88,7 @@ def test_the_main_loops_error_is_raised_to_the_asker() -> None:
     assert asker.done().error is refusal and asker.answer is None
 
 
+@pytest.mark.serial
 def test_a_request_not_answered_in_time_is_none() -> None:
     mailbox = Mailbox(stopping=never)
     started = time.monotonic()
@@ -105,6 +106,7 @@ def test_a_request_not_answered_in_time_is_none() -> None:
     assert asker.done().answer == {"ok": True}
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("timeout", [None, 30.0])
 def test_a_daemon_that_stops_refuses_what_waits(timeout: float | None) -> None:
     stopping = threading.Event()

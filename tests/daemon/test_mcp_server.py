@@ -85,6 +85,7 @@ def test_reads_are_confined_to_indexed_documents(tmp_path: Path, notes: Path) ->
         read_document(followed, "notes", "link.md")
 
 
+@pytest.mark.serial
 def test_a_file_swapped_after_the_check_is_never_read(
     tmp_path: Path, notes: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -250,6 +250,7 @@ def test_no_barrier_without_a_file_to_open_or_without_inotify(tmp_path: Path) ->
     assert watcher.barrier() is None  # stopped: no observer
 
 
+@pytest.mark.serial
 def test_the_barrier_opens_only_a_regular_file_and_never_waits(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)

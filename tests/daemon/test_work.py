@@ -166,6 +166,7 @@ HOSTILE_ANSWERS = {
 }
 
 
+@pytest.mark.usefixtures("engine")  # what reaches the store, on each engine
 def test_a_daemon_fed_hostile_answers_stays_up_and_catches_up(tmp_path: Path, root: Path) -> None:
     """Found by a hostile review: an answer of ``"index": Infinity`` ended
     `mdindex watch` with "internal error: OverflowError". Now each hostile
@@ -204,6 +205,7 @@ def test_a_daemon_fed_hostile_answers_stays_up_and_catches_up(tmp_path: Path, ro
     assert d.exit_code in (None, 0)
 
 
+@pytest.mark.usefixtures("engine")  # what reaches the store, on each engine
 def test_a_state_that_refuses_writes_is_degraded_until_it_takes_them(
     tmp_path: Path, root: Path
 ) -> None:

@@ -40,6 +40,7 @@ def test_bad_frontmatter_is_reported_and_kept_as_body(text: str, reason: str) ->
     assert len(warnings) == 1 and reason in warnings[0]
 
 
+@pytest.mark.serial
 def test_yaml_alias_bomb_is_refused_quickly() -> None:
     lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     for i in range(1, 10):

@@ -145,6 +145,7 @@ def test_a_chunks_links_are_the_targets_in_its_span() -> None:
     assert g.chunk_links(b, len(text)) == ["z.md", "x.md"]
 
 
+@pytest.mark.serial
 def test_100000_links_in_one_file_keep_10000_and_say_so() -> None:
     text = "# Many\n\n" + " ".join(f"[l{i}](p{i}.md)" for i in range(100_000)) + "\n"
     started = time.monotonic()
@@ -202,6 +203,7 @@ def test_too_many_or_too_long_tags_are_dropped_with_a_reason() -> None:
     ],
     ids=lambda t: repr(t[:12]),
 )
+@pytest.mark.serial
 def test_pathological_text_parses_in_linear_time(text: str) -> None:
     """Each of these is 200,000 to 1,000,000 characters: a pattern that rescans
     (backtracking, or a link check against every link before it) takes minutes."""

@@ -36,6 +36,8 @@ from tests.faults.helpers import (
     wait,
 )
 
+pytestmark = pytest.mark.usefixtures("engine")
+
 CRASHED = 86  # what crash_point() exits with
 
 
@@ -248,6 +250,7 @@ def test_lost_or_corrupt_state_repairs_without_embedding(tmp_path: Path, damage:
     assert tiny.texts_embedded == len({p["vector_key"] for p in want.values()} - held) == 3
 
 
+@pytest.mark.serial
 def test_daemon_stop_is_quick_even_mid_burst(tmp_path: Path) -> None:
     root = make_tree(tmp_path / "docs", docs=2)
     s = settings_for(tmp_path, [str(root)], quiet_period_ms=50)

@@ -19,6 +19,8 @@ from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_f
 from tests.daemon.running import Running, wait_for
 from tests.faults.helpers import unprivileged
 
+pytestmark = pytest.mark.usefixtures("engine")
+
 BAD_NAME = b"bad-\xff\xfe.md"
 
 # The regex bombs of the hostile review, at the sizes it reproduced them with:
@@ -105,6 +107,7 @@ def check_summary(errors: list[dict[str, str]], expected: dict[str, str]) -> Non
         assert "\n" not in reason and reason
 
 
+@pytest.mark.serial
 def test_backfill_on_hostile_corpus(tmp_path: Path) -> None:
     root = tmp_path / "hostile"
     expected = build(root, tmp_path / "outside")
@@ -363,6 +366,7 @@ def test_frontmatter_that_bricked_the_store_costs_nothing(tmp_path: Path, store:
     assert set(p["doc_path"] for p in stored_points(s).values()) == {"nan.md", "ok.md"}
 
 
+@pytest.mark.serial
 def test_a_huge_heading_costs_its_file_only(tmp_path: Path) -> None:
     """Found by the hostile review: a 200,000-character heading over 200 paragraphs
     (a 602 KB file) took 77 s with a 5 s budget and wrote a 462 MB store: the

@@ -27,7 +27,12 @@ from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_poin
 from tests.daemon.running import Running, tcp_port, wait_for
 from tests.faults.helpers import fresh_points, make_tree
 
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "MDINDEX_RETRY_BUDGET_S": "3"}
+pytestmark = pytest.mark.usefixtures("engine")
+
+
+def env() -> dict[str, str]:
+    """The CLI's environment, read when it starts: the engine is the test's."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "MDINDEX_RETRY_BUDGET_S": "3"}
 
 
 def _can_make_namespaces() -> bool:
@@ -100,7 +105,7 @@ def test_backfill_store_read_only(tmp_path: Path, real_embedder) -> None:
             str(s.state_dir),
             mode="ro",
         ),
-        env=ENV,
+        env=env(),
         capture_output=True,
         text=True,
         timeout=300,
@@ -150,7 +155,7 @@ def test_backfill_store_full_mid_run(tmp_path: Path, real_embedder) -> None:
         str(store),
     ]
     before = docs_committed(state_path(s))
-    proc = subprocess.Popen(cmd, env=ENV, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=env(), stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
         while docs_committed(state_path(s)) <= before:
@@ -193,8 +198,8 @@ def test_watch_store_read_only_then_writable(tmp_path: Path, real_embedder) -> N
     s = settings_for(tmp_path, [str(root)])
     run_backfill(s, real_embedder)
     store = s.store_path
-    env = {
-        **ENV,
+    watch_env = {
+        **env(),
         "MDINDEX_HTTP_PORT": "0",
         "MDINDEX_QUIET_PERIOD_MS": "100",
         "MDINDEX_LOG_LEVEL": "WARNING",
@@ -203,7 +208,7 @@ def test_watch_store_read_only_then_writable(tmp_path: Path, real_embedder) -> N
         in_namespace(
             store, "-m", "mdindex", "watch", str(root), "--state-dir", str(s.state_dir), mode="ro"
         ),
-        env=env,
+        env=watch_env,
     )
     try:
         base = ""
@@ -241,6 +246,7 @@ def test_watch_store_read_only_then_writable(tmp_path: Path, real_embedder) -> N
     assert stored_points(s) == fresh_points(tmp_path, root, vectors=False)
 
 
+@pytest.mark.serial
 def test_watch_with_unreachable_server_keeps_retrying(tmp_path: Path) -> None:
     root = make_tree(tmp_path / "docs", docs=2)
     s = settings_for(

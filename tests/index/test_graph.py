@@ -116,6 +116,7 @@ def test_an_edit_replaces_a_documents_links_and_tags(state: State) -> None:
     assert graph.backlinks(state.db, "docs", "b.md") == []
 
 
+@pytest.mark.serial
 def test_many_documents_of_one_name_resolve_in_linear_time(tmp_path: Path) -> None:
     """A hostile review: 1,000 folders whose README.md links ../README.md took
     148 s (every new README re-resolved every link to a README), and 400
@@ -132,6 +133,7 @@ def test_many_documents_of_one_name_resolve_in_linear_time(tmp_path: Path) -> No
     state.close()
 
 
+@pytest.mark.serial
 def test_notes_named_index_each_linking_index_resolve_in_linear_time(tmp_path: Path) -> None:
     """Found by a hostile review: N notes dN/index.md each holding [[index]] took
     2.5 s at 1,000, 11.5 s at 2,000 and 50 s at 4,000: each new note rewrote

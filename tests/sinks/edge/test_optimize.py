@@ -87,6 +87,7 @@ def test_optimize_builds_the_index_of_a_closed_shard(tmp_path: Path) -> None:
         store.close()
 
 
+@pytest.mark.serial
 def test_optimize_gives_way_at_once_and_leaves_the_shard_as_it_was(tmp_path: Path) -> None:
     store, vectors = filled(tmp_path, 500, 16, indexing_threshold_kb=1)
     store.close()
@@ -112,6 +113,7 @@ def test_a_build_that_fails_says_why(tmp_path: Path, caplog: pytest.LogCaptureFi
         store.close()
 
 
+@pytest.mark.serial
 def test_index_build_gives_way_and_loses_nothing(tmp_path: Path) -> None:
     # Large enough that building takes seconds on two cores.
     store, vectors = filled(tmp_path, 20_000, 384, index_min_points=1000)
