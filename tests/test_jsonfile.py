@@ -48,6 +48,7 @@ from mdindex.embedding import calibration, onnx_export  # noqa: E402
 from mdindex.embedding.model import resolve_model  # noqa: E402
 from mdindex.errors import ConfigError  # noqa: E402
 from mdindex.index import guard, lock  # noqa: E402
+from mdindex.index.runtime import fingerprint  # noqa: E402
 from mdindex.jsonfile import MAX_DEPTH, JsonRefused, parse_json  # noqa: E402
 from mdindex.versions.catalog import Catalog  # noqa: E402
 from tests.conftest import settings_for  # noqa: E402
@@ -61,11 +62,14 @@ CHOICE = {
     "tokens_per_s": {"onnx-fp32": 9000.0}, "load_s": {"onnx-fp32": 0.5},
     "gate": {"onnx-fp32": {"passed": True}},
 }  # fmt: skip
+# a catalog that loads (its fingerprint is its params'), so the changes made of
+# it reach every check behind the types
+FP = fingerprint({"model": "all-MiniLM-L6-v2"})
 CATALOG = {
     "alias": "mdindex",
-    "live": "0123456789ab",
-    "versions": {"0123456789ab": {"collection": "mdindex__0123456789ab", "status": "complete",
-                                  "params": {"model": "all-MiniLM-L6-v2"}}},
+    "live": FP,
+    "versions": {FP: {"collection": f"mdindex__{FP}", "status": "complete",
+                      "params": {"model": "all-MiniLM-L6-v2"}}},
 }  # fmt: skip
 
 numbers = st.one_of(
@@ -104,7 +108,10 @@ def files(draw: st.DrawFn, base: Any) -> bytes:
         return draw(st.sampled_from([b"[", b'{"a":', b'[{"k":'])) * draw(st.integers(60, 20000))
     if kind == "raw":
         return draw(st.binary(max_size=300))
-    return json.dumps(_mutated(draw, base), allow_nan=True).encode()
+    text = json.dumps(_mutated(draw, base), allow_nan=True)
+    if draw(st.booleans()):  # json writes inf as Infinity; 1e400 is how others write it
+        text = text.replace("Infinity", "1e400")
+    return text.encode()
 
 
 def check_files(
@@ -165,6 +172,25 @@ def test_the_bounded_reader_refuses_depth_nan_and_size() -> None:
     with pytest.raises(JsonRefused, match="more than 10 bytes"):
         parse_json(b"[1, 2, 3, 4, 5]", max_bytes=10)
     assert parse_json(r'["[[[[", "\"{{{{"]', max_depth=2) == ["[[[[", '"{{{{']
+
+
+def test_a_number_past_a_floats_range_is_refused_as_infinity_is() -> None:
+    """Found by a hostile review: json reads 1e400 as inf, and the bounded
+    reader, which refused Infinity, let it through as a number."""
+    for bad in (
+        "1e400",
+        "[-1e400]",
+        '{"a": 1.5e309}',
+        "[" + "9" * 400 + ".0]",
+        "1E+999",
+        "[" + "9" * 210 + "e99]",  # no exponent of three digits: found by its digits
+        "[0.1e00000310]",
+    ):
+        with pytest.raises(JsonRefused, match="past a float's range"):
+            parse_json(bad)
+    assert parse_json("[1e308, -1e308, 1e-400, 2.5]") == [1e308, -1e308, 0.0, 2.5]
+    assert parse_json("[0.00001e313, 1e0099]") == [1e308, 1e99]
+    assert parse_json("[1" + "0" * 400 + "]") == [10**400]  # a whole number stays one
 
 
 def test_found_examples_stay_fixed(tmp_path: Path) -> None:

