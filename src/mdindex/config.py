@@ -282,7 +282,7 @@ class Settings(BaseSettings):
         if not isinstance(value, str):
             return value
         code = value.strip().lower()
-        if code != "auto" and not _iso_639_1(code):
+        if code != "auto" and not iso_639_1(code):
             raise ValueError(
                 f"language must be auto or a two-letter ISO 639-1 code (en, de, zh), "
                 f"not {value[:40]!r}"
@@ -296,7 +296,7 @@ class Settings(BaseSettings):
             return None
         codes = [v.strip().lower() for v in value]
         for code in codes:
-            if code != "*" and not _iso_639_1(code):
+            if code != "*" and not iso_639_1(code):
                 raise ValueError(
                     f"model_languages holds two-letter ISO 639-1 codes or *, not {code[:40]!r}"
                 )
@@ -450,7 +450,7 @@ def read_toml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _iso_639_1(code: str) -> bool:
+def iso_639_1(code: str) -> bool:
     """A language's two-letter code, as the detector knows them ("cn" and "jp",
     country codes, once left Chinese notes unsegmented)."""
     from lingua import IsoCode639_1  # imported only for a language named

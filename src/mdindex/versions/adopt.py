@@ -16,7 +16,13 @@ from mdindex.config import Settings, index_params
 from mdindex.errors import ConfigError, StoreError
 from mdindex.index.consistency import store_identity
 from mdindex.index.planning import now_iso
-from mdindex.index.runtime import collection_of, make_store, state_path, version_of
+from mdindex.index.runtime import (
+    code_versions,
+    collection_of,
+    make_store,
+    state_path,
+    version_of,
+)
 from mdindex.index.state import State
 from mdindex.sinks import Store
 from mdindex.sinks.edge import EdgeStore
@@ -49,8 +55,9 @@ def adopt(s: Settings, catalog: Catalog) -> None:
         legacy.path.rename(target)
     else:
         _copy_legacy(legacy, adopted)
+    params = index_params(adopted)
     catalog.versions[fp] = Version(
-        physical, index_params(adopted), "complete", now_iso(), now_iso(), now_iso()
+        physical, params, "complete", now_iso(), now_iso(), now_iso(), code=code_versions(params)
     )
     catalog.live = fp
     if not isinstance(legacy, EdgeStore):

@@ -15,6 +15,11 @@ server, qdrant-client's local mode) the alias ``NAME`` is switched as well,
 in one ``update_collection_aliases`` call, before the catalog; qdrant-edge
 has no aliases, and the catalog alone names the live version.
 
+Each version records the code versions its fingerprint was made with (the
+chunker's, BM25's), and a version whose recorded settings do not give its
+fingerprint is refused: a hand-edited ``params.model`` would otherwise be
+used to search and write a version built by another model.
+
 A rollback (``mdindex versions use``) pins a version: it stays live, and is
 kept up to date, while the settings are those it was pinned over. Changing
 the settings again, or using the configured version, ends the pin.
@@ -26,12 +31,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from mdindex.config import WHEN_SET_KEYS, Settings, index_params
+from mdindex.config import WHEN_SET_KEYS, Settings, index_params, iso_639_1
 from mdindex.errors import ConfigError
 from mdindex.index.planning import now_iso
-from mdindex.index.runtime import physical_name, version_of
+from mdindex.index.runtime import code_versions, fingerprint, physical_name, version_of
 from mdindex.jsonfile import load_json, write_json
 
 Status = Literal["building", "complete", "dropping"]
@@ -48,6 +53,8 @@ class Version:
     points: int = 0
     documents: int = 0
     embedded: int = 0  # chunks embedded to build it; the rest came from other versions
+    # the code versions its fingerprint was made with (``runtime.code_versions``)
+    code: dict[str, Any] | None = None
 
     def summary(self) -> str:
         """Its settings in a few words, for `versions list`."""
@@ -97,6 +104,7 @@ class Catalog:
             raw = load_json(path)  # bounded: '[' * 100000 raised RecursionError (exit 3)
             checked = _CatalogFile.model_validate(raw)
             checked.check(settings.collection)
+            versions = {fp: _checked_version(fp, v) for fp, v in checked.versions.items()}
         except FileNotFoundError:
             return cls(path, settings.collection)
         except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
@@ -104,11 +112,6 @@ class Catalog:
                 f"versions: {path} is unreadable ({_first_line(exc)}); restore it, or remove "
                 "it to adopt the collections afresh"
             ) from None
-        versions = {
-            # params: the settings keys the version was recorded with, and only those
-            fp: Version(**(v.model_dump() | {"params": v.params.model_dump(exclude_unset=True)}))
-            for fp, v in checked.versions.items()
-        }
         return cls(
             path,
             settings.collection,
@@ -250,10 +253,27 @@ class _Params(_Strict):
     semantic_threshold: float | None = Field(default=None, ge=-1.0, le=1.0, strict=False)
     min_sentences: int | None = Field(default=None, ge=1)
     embedding_model: str | None = Field(default=None, max_length=4096)
-    language: str | None = Field(default=None, pattern=r"^(auto|[a-z]{2})$")
+    language: str | None = Field(default=None, max_length=4)
     embedding_input_type: bool | None = None
     query_prompt: str | None = Field(default=None, max_length=200)
     document_prompt: str | None = Field(default=None, max_length=200)
+
+    @field_validator("language")
+    @classmethod
+    def _language(cls, value: str | None) -> str | None:
+        # what the language setting takes: [a-z]{2} let "cn" through, a country
+        if value is not None and value != "auto" and not iso_639_1(value):
+            raise ValueError(f"language must be auto or an ISO 639-1 code, not {value!r}")
+        return value
+
+
+class _Code(_Strict):
+    """The code versions a fingerprint was made with (``runtime.code_versions``)."""
+
+    chunker: int = Field(ge=1, le=1_000_000)
+    sparse: dict[Annotated[str, Field(max_length=40)], float | int | str] | None = Field(
+        max_length=16
+    )
 
 
 class _Version(_Strict):
@@ -266,6 +286,7 @@ class _Version(_Strict):
     points: int = Field(default=0, ge=0)
     documents: int = Field(default=0, ge=0)
     embedded: int = Field(default=0, ge=0)
+    code: _Code | None = None  # None: a catalog from before versions recorded it
 
 
 class _Pin(_Strict):
@@ -296,6 +317,34 @@ class _CatalogFile(_Strict):
                 raise ValueError(f"{name} names {named}, which is no version")
         if self.adopted_from is not None and self.adopted_from != collection:
             raise ValueError(f"adopted_from {self.adopted_from[:80]!r} is not {collection!r}")
+
+
+# The code versions every release before the catalog recorded them made
+# fingerprints with: CHUNKER_VERSION 1 and 2, BM25 before and after the
+# per-language analysis (analysis 2). An old catalog's version is checked
+# against each in turn, and the one that gives its fingerprint is recorded.
+_BM25_1 = {"k": 1.2, "b": 0.75, "avg_len": 256.0, "tokenizer": "code"}
+_LEGACY_SPARSE = (_BM25_1 | {"analysis": 2}, _BM25_1)
+
+
+def _checked_version(fp: str, version: _Version) -> Version:
+    """A version as the catalog records it, once its settings and code versions
+    are found to give its fingerprint (a hand-edited ``params.model`` otherwise
+    named any model for a version another one built)."""
+    params = version.params.model_dump(exclude_unset=True)  # the keys recorded, and only those
+    if version.code is not None:
+        tried = [version.code.model_dump()]
+    else:  # written before versions recorded their code: an upgrade
+        sparse = _LEGACY_SPARSE if params.get("sparse_vectors") else (None,)
+        legacy = [{"chunker": c, "sparse": s} for c in (2, 1) for s in sparse]
+        tried = [code_versions(params), *legacy]
+    code = next((c for c in tried if fingerprint(params, c) == fp), None)
+    if code is None:
+        raise ValueError(
+            f"version {fp}'s recorded settings ({Version('', params).summary()[:200]}) "
+            "do not give its fingerprint: they are not what it was built with"
+        )
+    return Version(**(version.model_dump() | {"params": params, "code": code}))
 
 
 def _first_line(exc: BaseException) -> str:

@@ -41,6 +41,7 @@ from mdindex.index.indexer import Hooks, Indexer
 from mdindex.index.planning import now_iso
 from mdindex.index.runtime import (
     Models,
+    code_versions,
     collection_of,
     make_indexer,
     make_models,
@@ -176,11 +177,10 @@ class Rollout:
             return
         if self.live is not None:
             check_space(self.settings, self.store(self.live))
+        settings = self.settings_for(fp)
+        params = index_params(settings)
         self.catalog.versions[fp] = Version(
-            collection_of(self.settings_for(fp)),
-            index_params(self.settings_for(fp)),
-            "building",
-            now_iso(),
+            collection_of(settings), params, "building", now_iso(), code=code_versions(params)
         )
         self.catalog.commit()
         log.info("building version %s beside %s", fp, self.live or "nothing")
