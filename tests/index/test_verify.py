@@ -177,3 +177,54 @@ def test_verify_in_groups_reports_what_the_whole_store_comparison_did(
         indexer.groups.docs = 1
         assert verify(indexer, repair=True).repaired
         assert verify(indexer).in_sync
+
+
+@pytest.mark.parametrize("notes", [1, 3, 4])
+def test_repair_suspects_the_embedder_on_a_small_index_all_disagreeing(
+    tmp_path: Path, notes: int
+) -> None:
+    """Found by a hostile review: a suspicion needed 5 sampled vectors, so a
+    changed model rewrote an index of 3 notes (3 of 3 vectors wrong) without a
+    word. Every vector of a smaller sample disagreeing is suspect too."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    for i in range(notes):
+        (root / f"n{i}.md").write_text(f"# Note {i}\n\nWords about topic {i}.\n")
+    s = settings_for(tmp_path, [root])
+    run_backfill(s, TinyEmbedder())
+    before = stored_points(s, vectors=True)
+    assert len(before) == notes
+    with build_indexer(s, ChangedEmbedder()) as indexer:
+        report = verify(indexer)
+        assert (report.vectors_checked, report.vectors_disagreeing) == (notes, notes)
+        assert report.embedder_suspect
+        with pytest.raises(RepairRefused, match=rf"{notes} of {notes} sampled vectors disagree"):
+            verify(indexer, repair=True)
+    assert stored_points(s, vectors=True) == before  # nothing rewritten
+
+
+def test_a_small_index_with_one_vector_wrong_is_repaired(tmp_path: Path) -> None:
+    """Not every disagreement is the embedder's: 1 of 3 wrong is the index's."""
+    from mdindex.index.runtime import make_store
+    from mdindex.sinks import Point
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    for i in range(3):
+        (root / f"n{i}.md").write_text(f"# Note {i}\n\nWords about topic {i}.\n")
+    s = settings_for(tmp_path, [root])
+    tiny = TinyEmbedder()
+    run_backfill(s, tiny)
+    before = stored_points(s, vectors=True)
+    victim = sorted(before)[0]
+    store = make_store(s).open()
+    payload = {k: v for k, v in before[victim].items() if not k.startswith("_")}
+    store.upsert([Point(victim, tiny.vector("something else entirely").tolist(), payload)])
+    store.close()
+    with build_indexer(s, tiny) as indexer:
+        report = verify(indexer, repair=True)
+        assert report.repaired and not report.embedder_suspect
+        assert (report.vectors_checked, report.vectors_disagreeing) == (3, 1)
+    assert stored_points(s, vectors=True)[victim]["_vector"] == pytest.approx(
+        before[victim]["_vector"], abs=1e-6
+    )
