@@ -17,7 +17,14 @@ from mdindex.daemon.service import Daemon
 from mdindex.daemon.timings import Timings
 from mdindex.errors import ConfigError
 from mdindex.index.runtime import collection_of
-from tests.conftest import TinyEmbedder, build_indexer, settings_for
+from tests.conftest import (
+    TinyEmbedder,
+    build_indexer,
+    differences,
+    same_points,
+    settings_for,
+    stored_points,
+)
 from tests.daemon.running import QUIET_MS, Running, converges, fresh, wait_for
 from tests.daemon.test_mailbox import Asker, waiting
 
@@ -322,4 +329,62 @@ def test_a_root_made_unreadable_and_readable_again_under_a_running_daemon(
     assert "Permission denied" in out["reason"] or "permission denied" in out["reason"], out
     assert out["alive"] and "new.md" not in out["during"]
     assert out["after"] == ["a.md", "b.md", "new.md", "sub/c.md"]
+    assert out["exit_code"] in (None, 0)
+
+
+@pytest.mark.slow
+def test_a_store_made_unreadable_and_restored_under_a_running_daemon(
+    tmp_path: Path, root: Path
+) -> None:
+    """qdrant-edge's folder chmod 000 while the daemon runs (in a child without
+    root's power to read anything): every call to the store that looked at
+    the folder raised PermissionError past its retries, and the daemon said
+    "internal error (PermissionError)" with a traceback at each retry. Now a
+    change waits with the daemon up and degraded, the cause one line naming
+    the store, tried again with a doubling backoff; once the folder reads
+    again the change is indexed, and the store, opened afresh from disk too,
+    holds what a fresh build holds. (qdrant-client's local mode writes through
+    the sqlite files it holds open, so the same chmod fails none of its
+    writes: its refused writes are test_a_batch_the_store_refused_is_tried_again.)"""
+    from tests.faults.helpers import unprivileged
+
+    def body() -> dict[str, Any]:
+        s = settings_for(tmp_path, [str(root)], store="edge", quiet_period_ms=QUIET_MS)
+        d = Running(s, TinyEmbedder(), timings=Timings(store_retry_s=0.2)).start()
+        out: dict[str, Any] = {}
+        try:
+            converges(d, tmp_path, root)
+            documents = d.daemon.indexer.state.doc_count()  # type: ignore[union-attr]
+            s.store_path.chmod(0)
+            (root / "new.md").write_text("# New\n\nWritten as the store was locked away.\n")
+            (root / "b.md").unlink()
+            wait_for(lambda: d.daemon.phase == "degraded", 30, "degraded by the store")
+            out["reason"] = d.daemon.health.reason
+            wait_for(lambda: d.daemon.health.failures >= 3, 30, "tried again")
+            out["alive"] = d.thread.is_alive()
+            out["backoff"] = d.daemon.work.backoff()
+            out["documents_during"] = d.daemon.indexer.state.doc_count()  # type: ignore[union-attr]
+            out["documents_before"] = documents
+            s.store_path.chmod(0o755)
+            wait_for(lambda: "new.md" in docs_of(d), 60, "new.md once the store reads")
+            wait_for(lambda: d.daemon.phase == "watching", 30, "healthy again")
+            converges(d, tmp_path, root)  # payloads and vectors as a fresh build's
+            out["after"] = sorted(docs_of(d))
+        finally:
+            s.store_path.chmod(0o755)
+            d.stop()
+        out["exit_code"] = d.exit_code
+        # what reached the disk: the store opened afresh holds the same
+        stored, want = stored_points(s, vectors=True), fresh(tmp_path, root)
+        out["reopened_same"], out["reopened"] = same_points(stored, want), differences(stored, want)
+        return out
+
+    out = unprivileged(body)
+    assert out["reopened_same"], out["reopened"]
+    reason = out["reason"]
+    assert reason.startswith("store: ") and "\n" not in reason, out
+    assert "ermission denied" in reason, out
+    assert out["alive"] and out["backoff"] >= 0.8, out  # doubled at each failure in a row
+    assert out["documents_during"] == out["documents_before"], out  # nothing recorded as done
+    assert out["after"] == ["a.md", "new.md", "sub/c.md"], out
     assert out["exit_code"] in (None, 0)

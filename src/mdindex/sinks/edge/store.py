@@ -16,6 +16,7 @@ from uuid import UUID
 
 from mdindex.embedding.sparse import SPARSE_NAME, Sparse
 from mdindex.errors import StoreError
+from mdindex.retry import short
 from mdindex.sinks.base import (
     INDEXED_KEYS,
     MIN_FREE_BYTES,
@@ -104,7 +105,10 @@ class EdgeStore(Scrolling):
     # -- shard -----------------------------------------------------------
 
     def exists(self) -> bool:
-        return (self.path / CONFIG_FILE).is_file()
+        try:
+            return (self.path / CONFIG_FILE).is_file()
+        except OSError as exc:  # a folder this user may not enter: not "no collection"
+            raise StoreError(f"qdrant-edge cannot read {self.path}: {short(exc)}") from None
 
     def open(self) -> EdgeStore:
         # Creation waits for ensure_collection, which knows the vector size.
