@@ -323,3 +323,25 @@ def test_a_language_no_setting_takes_is_refused_in_the_catalog(
         catalog = dict(raw, live=fp, versions={fp: version})
         path.write_text(json.dumps(catalog))
         assert Catalog.load(s).versions[fp].params["language"] == language
+
+
+def test_a_version_with_quantization_loads_back(tmp_path: Path) -> None:
+    """quantization is an index setting recorded only when set, and the
+    catalog's check of a version's settings did not know it: a version built
+    with quantization = "int8" left a catalog no command could read (exit 2)."""
+    s, _, raw = built(tmp_path, store="edge", quantization="int8")
+    fp = version_of(s)
+    assert raw["versions"][fp]["params"]["quantization"] == "int8"
+    catalog = Catalog.load(s)
+    assert catalog.live == fp and catalog.versions[fp].params["quantization"] == "int8"
+    assert reader_settings(s).quantization == "int8"
+    assert version_of(reader_settings(s)) == fp
+
+
+def test_the_catalog_checks_every_index_setting() -> None:
+    """A new index setting needs its place in the catalog's check, or a version
+    recording it is unreadable (quantization was left out once)."""
+    from mdindex.config import INDEX_KEYS
+    from mdindex.versions.catalog import _Params
+
+    assert set(INDEX_KEYS) <= set(_Params.model_fields)

@@ -257,6 +257,7 @@ class _Params(_Strict):
     embedding_input_type: bool | None = None
     query_prompt: str | None = Field(default=None, max_length=200)
     document_prompt: str | None = Field(default=None, max_length=200)
+    quantization: Literal["none", "int8"] | None = None
 
     @field_validator("language")
     @classmethod
