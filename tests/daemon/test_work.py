@@ -4,6 +4,7 @@ refused (tried again later), and the store's housekeeping in quiet moments."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -387,4 +388,54 @@ def test_a_store_made_unreadable_and_restored_under_a_running_daemon(
     assert out["alive"] and out["backoff"] >= 0.8, out  # doubled at each failure in a row
     assert out["documents_during"] == out["documents_before"], out  # nothing recorded as done
     assert out["after"] == ["a.md", "new.md", "sub/c.md"], out
+    assert out["exit_code"] in (None, 0)
+
+
+@pytest.mark.slow
+def test_a_catalog_the_disk_refuses_leaves_the_daemon_degraded_not_down(
+    tmp_path: Path, root: Path
+) -> None:
+    """The state folder made read-only under a running daemon (its SQLite
+    state goes on through the files it holds open): the catalog's next write,
+    after a reconcile that changed the counts, raised PermissionError out of
+    the main loop and the daemon died. Now it is degraded, naming the catalog
+    in one line, tries again with the backoff, and records the counts once the
+    folder takes writes again."""
+    from mdindex.versions.catalog import catalog_path
+    from tests.faults.helpers import unprivileged
+
+    def body() -> dict[str, Any]:
+        s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+        d = Running(s, TinyEmbedder(), timings=Timings(store_retry_s=0.2)).start()
+        out: dict[str, Any] = {}
+        try:
+            converges(d, tmp_path, root)
+            wait_for(lambda: d.daemon.rollout.live is not None, 30, "the first version live")
+            fp = d.daemon.rollout.live
+            s.state_dir.chmod(0o555)
+            (root / "new.md").write_text("# New\n\nWritten as the state folder went read-only.\n")
+            wait_for(lambda: "new.md" in docs_of(d), 30, "new.md through the event")
+            d.daemon.api.reconcile(timeout=30)  # records the new counts in the catalog
+            wait_for(lambda: d.daemon.phase == "degraded", 30, "degraded by the catalog")
+            out["reason"] = d.daemon.health.reason
+            out["alive"] = d.thread.is_alive()
+            s.state_dir.chmod(0o755)
+
+            def recorded() -> int:
+                return int(json.loads(catalog_path(s).read_text())["versions"][fp]["documents"])
+
+            wait_for(lambda: recorded() == 4, 60, "the counts recorded by a rescan")
+            wait_for(lambda: d.daemon.phase == "watching", 60, "healthy again")
+            out["recorded"] = recorded()
+            out["alive_after"] = d.thread.is_alive()
+        finally:
+            s.state_dir.chmod(0o755)
+            d.stop()
+        out["exit_code"] = d.exit_code
+        return out
+
+    out = unprivileged(body)
+    assert out["reason"].startswith("state: versions: cannot write "), out
+    assert "\n" not in out["reason"] and "ermission denied" in out["reason"], out
+    assert out["alive"] and out["alive_after"] and out["recorded"] == 4, out
     assert out["exit_code"] in (None, 0)

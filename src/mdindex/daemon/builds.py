@@ -21,6 +21,7 @@ from mdindex.errors import (
     LockError,
     PruneRefused,
     SpaceRefused,
+    StateError,
     StoreError,
 )
 from mdindex.index.indexer import Hooks, Indexer
@@ -99,7 +100,7 @@ class Builds:
                 group_chars=DAEMON_GROUP_CHARS,
                 siblings=[self.live, *self.siblings],
             )
-        except (SpaceRefused, StoreError, LockError) as exc:
+        except (SpaceRefused, StoreError, StateError, LockError) as exc:
             log.error("version %s cannot be built now: %s", target, exc)
             self.blocked = str(exc)
             for sibling in self.siblings:
@@ -182,7 +183,7 @@ class Builds:
         self.retired = []
         try:
             self.rollout.retain()
-        except StoreError as exc:
+        except (StoreError, StateError) as exc:
             log.error("dropping old versions failed (tried again after the next switch): %s", exc)
         return True
 

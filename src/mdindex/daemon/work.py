@@ -5,6 +5,7 @@ what it publishes after each."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -12,9 +13,17 @@ from typing import TYPE_CHECKING, Any
 from mdindex.daemon import coverage
 from mdindex.daemon.mailbox import Request
 from mdindex.daemon.watcher import Batch
-from mdindex.errors import MdindexError, PruneRefused, StoreError, StoreMismatch
+from mdindex.errors import (
+    ConfigError,
+    MdindexError,
+    PruneRefused,
+    StateError,
+    StoreError,
+    StoreMismatch,
+)
 from mdindex.index.summary import Summary
 from mdindex.outside import shown
+from mdindex.versions.catalog import Catalog
 
 if TYPE_CHECKING:
     from mdindex.daemon.service import Daemon
@@ -184,8 +193,16 @@ class Work:
                 self.daemon.rollout.switch(serving, indexer)
             else:
                 self.daemon.rollout.record(serving, indexer)
-        except (PruneRefused, StoreError) as exc:
+        except PruneRefused as exc:
             log.error("version %s: %s", serving, exc)
+            return
+        except (StoreError, StateError) as exc:  # the alias or the catalog refused
+            self.daemon.health.store_failed(exc)
+            self.next_rescan = time.monotonic() + self.backoff()
+            # what is in memory may have moved ahead of the file (a switch it lacks)
+            rollout = self.daemon.rollout
+            with contextlib.suppress(ConfigError):
+                rollout.catalog = Catalog.load(rollout.settings)
             return
         self.daemon.builds.plan()
         self.update_gauges()

@@ -34,7 +34,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from mdindex.config import WHEN_SET_KEYS, Settings, index_params, iso_639_1
-from mdindex.errors import ConfigError
+from mdindex.errors import ConfigError, StateError
 from mdindex.index.planning import now_iso
 from mdindex.index.runtime import code_versions, fingerprint, physical_name, version_of
 from mdindex.jsonfile import load_json, write_json
@@ -123,7 +123,8 @@ class Catalog:
         )
 
     def commit(self) -> None:
-        """Write the catalog: one rename, so a crash leaves the old or the new one."""
+        """Write the catalog: one rename, so a crash leaves the old or the new one.
+        A write the disk refuses is a StateError (a daemon is degraded by it)."""
         data = {
             "alias": self.alias,
             "live": self.live,
@@ -132,7 +133,10 @@ class Catalog:
             "switching": self.switching,
             "adopted_from": self.adopted_from,
         }
-        write_json(self.path, data)
+        try:
+            write_json(self.path, data)
+        except OSError as exc:  # a read-only or full disk: PermissionError ended the daemon
+            raise StateError(f"versions: cannot write {self.path}: {exc.strerror or exc}") from None
 
     def pin(self, fp: str, settings: Settings) -> None:
         """Make ``fp`` what ``settings`` ask for while they are what they are now
