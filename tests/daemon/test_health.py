@@ -109,3 +109,30 @@ def test_publish_reads_the_live_version(
     with build_indexer(s, tiny) as indexer:
         health.publish(indexer, versions)
     assert sample(health, "mdindex_healthy") == 0
+
+
+def test_the_live_versions_row_counts_what_status_counts(tmp_path: Path) -> None:
+    """Suspected in a hostile review and held: after file events, `status` said
+    6 documents and its versions row (and `versions list` through the daemon)
+    the 3 of the last whole reconcile, for up to rescan_interval_s."""
+    from tests.conftest import settings_for
+    from tests.daemon.running import QUIET_MS, Running, wait_for
+
+    root = tmp_path / "notes"
+    root.mkdir()
+    for name in "abc":
+        (root / f"{name}.md").write_text(f"# {name}\n\nText {name}.\n")
+    s = settings_for(tmp_path, [root], quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        wait_for(lambda: d.daemon.rollout.live is not None, 30, "the first version live")
+        for i in range(4):
+            (root / f"more{i}.md").write_text(f"# More {i}\n\nMore text {i}.\n")
+        (root / "a.md").unlink()
+        wait_for(lambda: d.daemon.api.status()["documents"] == 6, 30, "the events synced")
+        status = d.daemon.api.status()
+        (live,) = [v for v in status["versions"] if v["live"]]
+        assert (live["documents"], live["points"]) == (6, status["points"]), status
+        assert status["coverage"] == "6 of 6"
+    finally:
+        d.stop()

@@ -13,6 +13,7 @@ from mdindex.daemon.http import Metrics
 from mdindex.daemon.notify import Notifier
 from mdindex.errors import EmbeddingError, StateError, StoreError
 from mdindex.index.indexer import Indexer
+from mdindex.index.runtime import version_of
 from mdindex.index.summary import Summary
 from mdindex.outside import shown
 
@@ -41,6 +42,13 @@ class Gauges:
     @classmethod
     def of(cls, indexer: Indexer, versions: list[dict[str, Any]]) -> Gauges:
         documents, points = indexer.counts()
+        # its own row counts as it does now: the catalog's counts are those of the
+        # last whole reconcile (status said 6 documents, its versions row 3)
+        fp = version_of(indexer.settings)
+        versions = [
+            v | {"documents": documents, "points": points} if v.get("fingerprint") == fp else v
+            for v in versions
+        ]
         failed, last_sync = indexer.failures(), indexer.last_sync()
         links, langs = indexer.unresolved_links(), indexer.languages()
         return cls(documents, points, failed, last_sync, versions, links, langs)
