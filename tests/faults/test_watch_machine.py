@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -146,6 +147,7 @@ MACHINE_SETTINGS = settings(
 )
 
 
+@pytest.mark.usefixtures("engine")  # what the daemon leaves in the store, on each engine
 def test_watch_machine() -> None:
     """The machine's examples, then proof that they ran daemons and file operations."""
     runs.update(examples=0, steps=0)
