@@ -107,7 +107,9 @@ def test_int8_quantization_and_vectors_on_disk_are_recorded_in_the_shard(tmp_pat
         "scalar": {"type": "int8", "quantile": 0.99, "memory": "pinned"}
     }
     assert config["vectors"][""]["memory"] == "cold"
+    assert config["sparse_vectors"]["bm25"]["memory"] == "cold"
     assert quantization_of(config) == "int8"
     plain = read_config(made(tmp_path / "p"))
     assert "quantization_config" not in plain and "memory" not in plain["vectors"][""]
+    assert "memory" not in plain["sparse_vectors"]["bm25"]
     assert quantization_of(plain) == "none"

@@ -105,6 +105,8 @@ def test_a_search_through_the_index_finds_what_an_exact_scan_finds(
         hits = store.search(StoreQuery(10, dense=q.tolist(), filter=SearchFilter(roots=("docs",))))
         got = [h.payload["i"] for h in hits]
         assert got[0] == exact[0]
+        scanned = store.search(StoreQuery(10, dense=q.tolist(), exact=True))
+        assert [h.payload["i"] for h in scanned] == exact.tolist()  # the baseline
         found += len(set(got) & set(exact.tolist()))
         for h in hits:
             assert abs(h.score - float(vectors[h.payload["i"]] @ q)) < 1e-4

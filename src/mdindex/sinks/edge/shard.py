@@ -46,7 +46,9 @@ def create(
     ``sparse`` (IDF applied by the engine at query time, see embedding.sparse).
     ``quantization = "int8"``: the optimizer keeps an int8 copy of each vector
     in RAM beside the original, which searches rescore with (``query.plan``);
-    ``on_disk_vectors``: the originals are read from disk as searches need them."""
+    ``on_disk_vectors``: the originals, and the sparse vectors' inverted index
+    (in RAM by default: about 8 bytes a term of every chunk), are read from
+    disk as searches need them."""
     from qdrant_edge import (
         Distance,
         EdgeConfig,
@@ -72,7 +74,13 @@ def create(
             memory=Memory.Cold if on_disk_vectors else None,
         ),
         sparse_vectors=(
-            {SPARSE_NAME: EdgeSparseVectorParams(modifier=Modifier.Idf)} if sparse else None
+            {
+                SPARSE_NAME: EdgeSparseVectorParams(
+                    modifier=Modifier.Idf, memory=Memory.Cold if on_disk_vectors else None
+                )
+            }
+            if sparse
+            else None
         ),
         quantization_config=quantized,
         optimizers=EdgeOptimizersConfig(indexing_threshold=indexing_threshold_kb),
