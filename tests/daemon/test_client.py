@@ -40,6 +40,7 @@ def sparse(text: str) -> Query:
     return Query(text, k=1, mode="sparse")  # answered without loading a model
 
 
+@pytest.mark.slow
 def test_the_socket_answers_the_cli_without_any_setting(tmp_path: Path, root: Path) -> None:
     """No http_port: the CLI finds the daemon's socket through the lock file."""
     s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
@@ -97,6 +98,7 @@ def test_the_daemon_is_found_with_its_token(tmp_path: Path, root: Path, holder: 
     assert find_daemon(s) == DaemonClient("", "http://127.0.0.1:8123", "the-token")
 
 
+@pytest.mark.slow
 def test_what_a_daemon_refuses_is_told_apart(tmp_path: Path, root: Path) -> None:
     s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
     d = Running(s, TinyEmbedder()).start()
@@ -135,6 +137,7 @@ def test_without_a_daemon_the_store_is_opened_here(tmp_path: Path, root: Path) -
         IndexClient(rootless).status(wait=0.3)
 
 
+@pytest.mark.slow
 def test_a_client_follows_a_daemon_that_restarts(tmp_path: Path, root: Path) -> None:
     s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
     client = IndexClient(s)

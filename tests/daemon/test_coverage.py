@@ -121,6 +121,7 @@ def watch_limit(spare: int, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     yield lift
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 @pytest.mark.parametrize("spare", [0, 6])
 def test_folders_past_the_watch_limit_are_rescanned(

@@ -319,6 +319,7 @@ def test_scores_count_spans_that_overlap() -> None:
     assert scores["recall@1"] == 0 and scores["recall@3"] == 0.5 and scores["mrr@10"] == 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_questions_and_two_versions_through_a_running_daemon(tmp_path: Path, docs: Path) -> None:
     """The shipped questions, then a second version built beside the live one

@@ -57,6 +57,7 @@ def request(
         conn.close()
 
 
+@pytest.mark.slow
 def test_token_is_required_except_for_health_and_metrics(daemon: Running) -> None:
     port, token = tcp_port(daemon), token_of(daemon)
     for path in ("/search?q=recipe", "/status"):
@@ -71,6 +72,7 @@ def test_token_is_required_except_for_health_and_metrics(daemon: Running) -> Non
     assert hits[0]["doc_path"] == "a.md"
 
 
+@pytest.mark.slow
 def test_browser_requests_are_refused(daemon: Running) -> None:
     """DNS rebinding sends the attacker's Host; a cross-site request an Origin."""
     port, token = tcp_port(daemon), token_of(daemon)
@@ -86,6 +88,7 @@ def test_browser_requests_are_refused(daemon: Running) -> None:
         assert request(port, "/status", {**auth, "Host": host})[0] == 200
 
 
+@pytest.mark.slow
 def test_token_and_socket_are_private(daemon: Running) -> None:
     s = daemon.settings
     for path in (token_path(s.state_dir, s.collection), socket_path(s.state_dir, s.collection)):
@@ -95,6 +98,7 @@ def test_token_and_socket_are_private(daemon: Running) -> None:
     assert not socket_path(s.state_dir, s.collection).exists()
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 def test_idle_connections_time_out_and_give_way(tmp_path: Path, root: Path) -> None:
     """A client that opens connections and sends nothing cannot stall the API:
@@ -128,6 +132,7 @@ def test_idle_connections_time_out_and_give_way(tmp_path: Path, root: Path) -> N
         d.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 def test_slow_clients_cannot_lock_anyone_out(daemon: Running) -> None:
     """Issue 23, defect 7: 16 connections sending one header byte every 5 s made
@@ -169,6 +174,7 @@ def test_slow_clients_cannot_lock_anyone_out(daemon: Running) -> None:
             sock.close()
 
 
+@pytest.mark.slow
 def test_a_non_loopback_host_warns(tmp_path: Path, root: Path, caplog) -> None:
     s = settings_for(tmp_path, [str(root)], http_host="0.0.0.0", http_port=0)
     d = Running(s, TinyEmbedder()).start()
@@ -182,6 +188,7 @@ def test_a_non_loopback_host_warns(tmp_path: Path, root: Path, caplog) -> None:
         d.stop()
 
 
+@pytest.mark.slow
 def test_token_from_a_systemd_credential(tmp_path: Path, root: Path, monkeypatch) -> None:
     creds = tmp_path / "creds"
     creds.mkdir()
@@ -197,6 +204,7 @@ def test_token_from_a_systemd_credential(tmp_path: Path, root: Path, monkeypatch
         d.stop()
 
 
+@pytest.mark.slow
 def test_search_parameters_are_checked_and_filters_applied(daemon: Running, root: Path) -> None:
     port, token = tcp_port(daemon), token_of(daemon)
     auth = {"Authorization": f"Bearer {token}"}
@@ -226,6 +234,7 @@ def test_search_parameters_are_checked_and_filters_applied(daemon: Running, root
     assert request(port, "/healthz")[0] == 200  # and the daemon goes on
 
 
+@pytest.mark.slow
 def test_connections_cut_short_leave_no_traceback(
     daemon: Running, capfd: pytest.CaptureFixture[str]
 ) -> None:

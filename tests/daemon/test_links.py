@@ -63,6 +63,7 @@ def broken_rows(found: list[dict[str, Any]]) -> list[tuple[str, int, str, str]]:
     return rows
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_links_backlinks_tags_and_the_broken_report_of_a_vault(tmp_path: Path, vault: Path) -> None:
     state = ["--state-dir", str(tmp_path / "state")]
@@ -140,6 +141,7 @@ def test_links_backlinks_tags_and_the_broken_report_of_a_vault(tmp_path: Path, v
     assert as_json(cli("status", str(vault), "--json", *state))["unresolved_links"] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_verify_checks_the_graph_and_repair_restores_it(tmp_path: Path, vault: Path) -> None:
     state = ["--state-dir", str(tmp_path / "state")]
@@ -221,6 +223,7 @@ def _metric(daemon: DaemonClient, name: str) -> float:
     raise AssertionError(f"{name} not in the metrics")
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 @pytest.mark.model
 def test_a_rename_in_a_running_daemon_moves_backlinks_and_embeds_nothing(
@@ -268,6 +271,7 @@ def test_a_rename_in_a_running_daemon_moves_backlinks_and_embeds_nothing(
     assert code == 0
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_an_assistant_asks_for_related_notes_over_mcp(tmp_path: Path, vault: Path) -> None:
     from mcp import Client, StdioServerParameters
@@ -399,6 +403,7 @@ def test_every_local_link_of_the_corpus_is_resolved_or_reported(tmp_path: Path) 
     state.close()
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_related_over_mcp_is_capped_like_read(tmp_path: Path) -> None:
     """Found by a hostile review: `related` returned 8.3 MB (a note of

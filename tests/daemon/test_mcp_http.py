@@ -28,6 +28,7 @@ async def call(url: str, token: str | None, body: Any) -> Any:
         return await body(client)
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_an_assistant_searches_the_live_index_over_http(tmp_path: Path) -> None:
     root = tmp_path / "notes"

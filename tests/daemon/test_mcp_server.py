@@ -213,6 +213,7 @@ async def session(tmp_path: Path, notes: Path, body: Any) -> Any:
         return await body(client)
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_an_assistant_searches_reads_and_refreshes_over_stdio(tmp_path: Path, notes: Path):
     s = settings_for(tmp_path, [notes], base_url="https://docs.example")
@@ -305,6 +306,7 @@ def test_refresh_is_not_offered_when_settings_say_so(tmp_path: Path, notes: Path
     assert names == {"search", "read", "related", "status"}
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_a_long_session_follows_switches_drops_and_daemon_restarts(
     tmp_path: Path, notes: Path, real_embedder: Any

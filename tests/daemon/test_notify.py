@@ -128,6 +128,7 @@ def test_without_systemd_nothing_is_sent_and_nothing_fails(
     notify.stopping()
 
 
+@pytest.mark.slow
 def test_sd_notify_messages_in_order(
     tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

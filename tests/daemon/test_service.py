@@ -26,6 +26,8 @@ from tests.daemon.running import (
     wait_for,
 )
 
+pytestmark = pytest.mark.slow  # running daemons waiting out quiet periods
+
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:

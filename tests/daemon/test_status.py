@@ -14,7 +14,7 @@ from mdindex.daemon.status import offline_status
 from tests.conftest import TinyEmbedder, run_backfill, settings_for
 from tests.daemon.test_as_a_process import ENV, start, stop
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.slow]  # mdindex as a process
 
 
 def test_without_a_daemon_status_scans_and_reads_the_state(docs_tree: Path, tmp_path: Path) -> None:

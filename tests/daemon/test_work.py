@@ -29,6 +29,8 @@ from tests.conftest import (
 from tests.daemon.running import QUIET_MS, Running, converges, fresh, wait_for
 from tests.daemon.test_mailbox import Asker, waiting
 
+pytestmark = pytest.mark.slow  # running daemons waiting out retries
+
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:

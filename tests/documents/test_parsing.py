@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import time
+from typing import Any
+
+import pytest
 
 from mdindex.documents.parsing import document_url, github_slug, parse_document
 
@@ -44,6 +47,7 @@ def test_url_mapping() -> None:
     assert document_url("", "pretty", "a.md", "https://y.io/p") == "https://y.io/p"
 
 
+@pytest.mark.serial
 def test_ten_thousand_headings_parse_in_bounded_time() -> None:
     text = "".join(f"## Heading {i}\n\nline {i}\n\n" for i in range(10_000))
     t = time.perf_counter()
@@ -53,13 +57,22 @@ def test_ten_thousand_headings_parse_in_bounded_time() -> None:
     assert doc.headings[-1].anchor == "heading-9999"
 
 
+@pytest.mark.serial
 def test_duplicate_headings_are_linear() -> None:
     """Issue 23, defect 11: a 50 KB file of `# a` lines took 11.8 s to chunk (the
-    anchor de-duplication started from suffix 0 for every heading)."""
+    anchor de-duplication started from suffix 0 for every heading). Under 2 s,
+    or, on a machine slow enough to need more (2.4 s beside other work), under
+    4x as many headings that differ."""
     text = "# a\n" * 12_500 + "# a-3\n# a-1\n# a\n"
-    started = time.perf_counter()
-    doc = parse_document(text, "dupes.md")
-    assert time.perf_counter() - started < 2
+
+    def timed(t: str) -> tuple[Any, float]:
+        started = time.perf_counter()
+        return parse_document(t, "dupes.md"), time.perf_counter() - started
+
+    doc, seconds = timed(text)
+    if seconds >= 2:
+        _, usual = timed("".join(f"# a{i}\n" for i in range(12_503)))
+        assert seconds < 4 * usual, f"{seconds:.2f} s, distinct headings {usual:.2f} s"
     anchors = [h.anchor for h in doc.headings]
     # the anchors GitHub gives: the smallest free suffix, as before
     assert anchors[:4] == ["a", "a-1", "a-2", "a-3"]

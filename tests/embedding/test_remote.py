@@ -34,6 +34,8 @@ from tests.embedding.server import (
 )
 from tests.embedding.test_e5 import NOTES, QUESTIONS, embedded_texts, vault
 
+pytestmark = pytest.mark.slow  # real embedding servers
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "docs"
 QUERIES = [

@@ -36,7 +36,8 @@ from tests.faults.helpers import (
     wait,
 )
 
-pytestmark = pytest.mark.usefixtures("engine")
+# slow: forked children, kill -9, daemons
+pytestmark = [pytest.mark.usefixtures("engine"), pytest.mark.slow]
 
 CRASHED = 86  # what crash_point() exits with
 

@@ -49,7 +49,8 @@ from mdindex.versions.catalog import reader_settings
 from tests.conftest import TinyEmbedder, build_indexer, run_rollout, settings_for
 from tests.faults.helpers import LONG
 
-pytestmark = pytest.mark.usefixtures("engine")
+# slow: 40 generated corpora, each backfilled and changed
+pytestmark = [pytest.mark.usefixtures("engine"), pytest.mark.slow]
 
 EXAMPLES = Path(__file__).with_name("examples") / "generated"
 ANCHOR = b"# Anchor\n\nThe plain note about quokkas and their burrows.\n"

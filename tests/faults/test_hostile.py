@@ -107,6 +107,7 @@ def check_summary(errors: list[dict[str, str]], expected: dict[str, str]) -> Non
         assert "\n" not in reason and reason
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 def test_backfill_on_hostile_corpus(tmp_path: Path) -> None:
     root = tmp_path / "hostile"
@@ -152,6 +153,7 @@ def test_backfill_on_hostile_corpus(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_watch_on_hostile_corpus(tmp_path: Path) -> None:
     root = tmp_path / "hostile"
     expected = build(root, tmp_path / "outside")
@@ -229,6 +231,7 @@ def test_unlistable_folder_keeps_its_documents_in_backfill(tmp_path: Path) -> No
     assert again["errors"] == [] and again["points_upserted"] == 0
 
 
+@pytest.mark.slow
 def test_unlistable_folder_keeps_its_documents_in_watch(tmp_path: Path) -> None:
     root, sub = unlistable_tree(tmp_path)
     s = settings_for(tmp_path, [str(root)])
@@ -366,6 +369,7 @@ def test_frontmatter_that_bricked_the_store_costs_nothing(tmp_path: Path, store:
     assert set(p["doc_path"] for p in stored_points(s).values()) == {"nan.md", "ok.md"}
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 def test_a_huge_heading_costs_its_file_only(tmp_path: Path) -> None:
     """Found by the hostile review: a 200,000-character heading over 200 paragraphs

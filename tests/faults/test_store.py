@@ -27,7 +27,8 @@ from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_poin
 from tests.daemon.running import Running, tcp_port, wait_for
 from tests.faults.helpers import fresh_points, make_tree
 
-pytestmark = pytest.mark.usefixtures("engine")
+# slow: mdindex as a process in mount namespaces
+pytestmark = [pytest.mark.usefixtures("engine"), pytest.mark.slow]
 
 
 def env() -> dict[str, str]:

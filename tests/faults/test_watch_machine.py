@@ -32,6 +32,8 @@ from tests.conftest import TinyEmbedder, settings_for
 from tests.daemon.running import Running, converges
 from tests.faults.helpers import LONG
 
+pytestmark = pytest.mark.slow  # a Hypothesis state machine over a running watch
+
 EXAMPLES = DirectoryBasedExampleDatabase(str(Path(__file__).with_name("examples")))
 CI = bool(os.environ.get("CI")) and not LONG
 NAMES = ["a.md", "b.md", "c.md", "notes.md"]

@@ -27,6 +27,8 @@ from tests.conftest import (
 )
 from tests.faults.helpers import make_tree, mutate
 
+pytestmark = pytest.mark.slow  # a local Ray instance
+
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
 

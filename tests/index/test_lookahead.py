@@ -256,6 +256,7 @@ def _backfill(root: Path, state: Path, cache: Path, *extra: str) -> tuple[dict[s
     return json.loads(out.stdout), modules
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_small_runs_and_runs_that_embed_nothing_never_import_torch(
     tmp_path: Path, onnx_cache: Path, real_embedder: Any
@@ -311,6 +312,7 @@ def test_small_runs_and_runs_that_embed_nothing_never_import_torch(
     assert last["reason"].startswith("first to finish 1 text of ")
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_a_large_run_loads_the_fastest(tmp_path: Path, onnx_cache: Path) -> None:
     # torch loads 0.1 s slower: worth it past 900 tokens (0.1 / (1/4500 - 1/9000))
@@ -325,6 +327,7 @@ def test_a_large_run_loads_the_fastest(tmp_path: Path, onnx_cache: Path) -> None
     assert modules["torch"]
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_where_the_export_is_also_fastest_no_run_imports_torch(
     tmp_path: Path, onnx_cache: Path

@@ -324,6 +324,7 @@ def test_every_point_carries_its_documents_language(make_settings: Factory) -> N
     assert {p.payload["lang"] for p in plans} == {"de"}
 
 
+@pytest.mark.slow
 def test_prompts_go_before_what_the_real_model_embeds_and_before_each_query(
     tmp_path: Path,
 ) -> None:

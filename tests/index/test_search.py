@@ -212,6 +212,7 @@ def test_hybrid_finds_a_rare_identifier_that_dense_misses(tmp_path: Path, store:
         assert s.search_mode == "hybrid"
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_the_cli_searches_with_mode_and_filters(tmp_path: Path, two_roots: tuple[Path, Path]):
     import json

@@ -60,6 +60,7 @@ def test_repair_still_fixes_what_a_present_root_says(docs_tree: Path, make_setti
     assert "guide/b.md" not in {p["doc_path"] for p in stored_points(s).values()}
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_verify_repair_on_an_empty_root_exits_2_with_one_line(tmp_path: Path) -> None:
     root = tmp_path / "docs"

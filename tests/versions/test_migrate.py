@@ -72,6 +72,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_cli_migrate_with_the_real_model(tmp_path: Path, real_embedder: ModelEmbedder) -> None:
     docs = REPO / "examples" / "docs"
