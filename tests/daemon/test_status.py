@@ -109,3 +109,44 @@ def test_a_failed_file_named_with_an_escape_is_counted_once(tmp_path: Path) -> N
     run_backfill(s, TinyEmbedder())
     failed = offline_status(s)["failed"]
     assert [f["path"] for f in failed] == ["bad\\x1b[2J.md"], failed
+
+
+def test_status_wait_says_why_it_is_not_caught_up_and_sees_the_refusal_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Suspected in a hostile review and held: degraded by deletions the guard
+    refused, `status --wait` exited 4 at once with nothing on stderr, and went
+    on exiting 4 once the files were back, until the next whole rescan (10
+    minutes), as a flush cannot tell that a refusal ended. The refused
+    deletions are changes it cannot make, so it is not caught up (exit 4),
+    and one line says why; once the root holds its files again, it is."""
+    from mdindex.cli import main
+    from tests.daemon.running import QUIET_MS, Running, wait_for
+
+    root = tmp_path / "notes"
+    root.mkdir()
+    for name in "abc":
+        (root / f"{name}.md").write_text(f"# {name}\n\nText {name}.\n")
+    s = settings_for(tmp_path, [root], quiet_period_ms=QUIET_MS)
+    run_backfill(s, TinyEmbedder())
+    (root / "a.md").unlink()  # 2 of 3 gone while no daemon ran: the guard refuses
+    (root / "b.md").unlink()
+    d = Running(s, TinyEmbedder()).start()
+    state = ["--state-dir", str(s.state_dir)]
+    try:
+        wait_for(lambda: d.daemon.phase == "degraded", 30, "deletions refused")
+        (root / "fresh.md").write_text("# Fresh\n\nA fresh note about volcanoes.\n")
+        capsys.readouterr()
+        assert main(["status", "--wait", "--timeout", "30", "--json", *state]) == 4
+        out, err = capsys.readouterr()
+        assert json.loads(out)["caught_up"] is False
+        said = [line for line in err.splitlines() if "status --wait" in line]  # the CLI's
+        assert len(said) == 1 and "not caught up: deletions refused" in said[0], err
+        assert "fresh.md" in {p["doc_path"] for p in d.points().values()}
+        (root / "a.md").write_text("# a\n\nText a.\n")
+        (root / "b.md").write_text("# b\n\nText b.\n")
+        assert main(["status", "--wait", "--timeout", "30", "--json", *state]) == 0
+        out, _ = capsys.readouterr()
+        assert json.loads(out)["caught_up"] is True and d.daemon.phase == "watching"
+    finally:
+        d.stop()

@@ -441,3 +441,32 @@ def test_a_catalog_the_disk_refuses_leaves_the_daemon_degraded_not_down(
     assert "\n" not in out["reason"] and "ermission denied" in out["reason"], out
     assert out["alive"] and out["alive_after"] and out["recorded"] == 4, out
     assert out["exit_code"] in (None, 0)
+
+
+def test_files_back_end_a_refusal_without_waiting_for_the_rescan(
+    tmp_path: Path, root: Path
+) -> None:
+    """Suspected in a hostile review and held: degraded by deletions refused
+    at startup (2 of 3 files gone), the daemon stayed degraded once the files
+    were back, and status counted "4 of 2" files, until the next whole
+    rescan (rescan_interval_s, 10 minutes). A file event while deletions are
+    refused now brings a whole reconcile soon, which ends the refusal."""
+    from tests.conftest import run_backfill
+
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    run_backfill(s, TinyEmbedder())
+    a, b = (root / "a.md").read_text(), (root / "b.md").read_text()
+    (root / "a.md").unlink()
+    (root / "b.md").unlink()
+    d = Running(s, TinyEmbedder(), timings=Timings(dir_rescan_delay_s=0.5)).start()
+    try:
+        wait_for(lambda: d.daemon.phase == "degraded", 30, "deletions refused")
+        assert d.daemon.health.reason.startswith("deletions refused")
+        (root / "a.md").write_text(a)
+        (root / "b.md").write_text(b)
+        (root / "new.md").write_text("# New\n\nWritten once the files were back.\n")
+        wait_for(lambda: d.daemon.phase == "watching", 30, "the refusal ended")
+        wait_for(lambda: d.daemon.api.status()["coverage"] == "4 of 4", 30, "4 of 4")
+        converges(d, tmp_path, root)
+    finally:
+        d.stop()

@@ -279,6 +279,9 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     data = IndexClient(settings).status(args.timeout if args.wait else None)
     emit(args, data, _status_text(shown(data)))  # a root's or file's name, a reason
     if args.wait and not data["caught_up"]:
+        # degraded (deletions refused, a store down) or the timeout: say which
+        why = data.get("reason") or f"changes still waiting after {args.timeout:g} s"
+        log.error("status --wait: not caught up: %s", shown(why))
         return EXIT_PENDING
     return EXIT_OK
 

@@ -75,7 +75,10 @@ class DaemonApi:
         reconcile of the whole tree ("scan") decides."""
         deadline = time.monotonic() + wait
         barrier_wait = min(wait, self.daemon.timings.barrier_wait_s)
-        if self.daemon.ready.is_set() and self._barriers(barrier_wait):
+        # deletions refused: only a whole reconcile tells that the root is whole
+        # again (a flush left status --wait at exit 4 until the next rescan)
+        refused = bool(self.daemon.health.refused)
+        if self.daemon.ready.is_set() and not refused and self._barriers(barrier_wait):
             left = max(0.0, deadline - time.monotonic())
             return self.daemon.mailbox.ask("flush", left) or {}, "events"
         return self.reconcile(timeout=max(0.0, deadline - time.monotonic())), "scan"

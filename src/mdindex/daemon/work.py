@@ -213,7 +213,10 @@ class Work:
         paths came from file events (not from the folders rescanned unwatched)."""
         indexer = self.daemon.builds.live
         assert indexer is not None
-        if batch.dirs and events:
+        # new folders; or any file while deletions are refused: one back may end
+        # the refusal, which only a whole reconcile tells (and it counts the files
+        # seen again: status said "4 of 2" until the next rescan, 10 minutes on)
+        if (batch.dirs and events) or self.daemon.health.refused:
             self.next_rescan = min(
                 self.next_rescan, time.monotonic() + self.daemon.timings.dir_rescan_delay_s
             )
