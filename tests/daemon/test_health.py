@@ -4,6 +4,7 @@ Prometheus and `status` hear them."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -111,10 +112,13 @@ def test_publish_reads_the_live_version(
     assert sample(health, "mdindex_healthy") == 0
 
 
-def test_the_live_versions_row_counts_what_status_counts(tmp_path: Path) -> None:
+def test_the_live_versions_row_counts_what_status_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Suspected in a hostile review and held: after file events, `status` said
     6 documents and its versions row (and `versions list` through the daemon)
     the 3 of the last whole reconcile, for up to rescan_interval_s."""
+    from mdindex.cli import main
     from tests.conftest import settings_for
     from tests.daemon.running import QUIET_MS, Running, wait_for
 
@@ -134,5 +138,10 @@ def test_the_live_versions_row_counts_what_status_counts(tmp_path: Path) -> None
         (live,) = [v for v in status["versions"] if v["live"]]
         assert (live["documents"], live["points"]) == (6, status["points"]), status
         assert status["coverage"] == "6 of 6"
+        # `versions list` asks the daemon when one runs
+        capsys.readouterr()
+        assert main(["versions", "list", "--json", "--state-dir", str(s.state_dir)]) == 0
+        (listed,) = [v for v in json.loads(capsys.readouterr().out) if v["live"]]
+        assert listed["documents"] == 6
     finally:
         d.stop()

@@ -349,7 +349,9 @@ def cmd_versions(args: argparse.Namespace, settings: Settings) -> int:
     """List, use (catching the version up with the roots first, when set) or drop."""
     fps: list[str] = list(args.fingerprints)
     if args.action == "list":
-        rows = Rollout(settings).rows()
+        # a daemon's rows count what it holds now, the catalog's its last whole reconcile
+        daemon = find_daemon(settings, required=False)
+        rows = IndexClient(settings).status()["versions"] if daemon else Rollout(settings).rows()
         emit(args, rows, _versions_text(shown(rows)))  # a model path with ESC in its name
         return EXIT_OK
     daemon = find_daemon(settings, required=False)
