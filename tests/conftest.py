@@ -288,14 +288,61 @@ def docs_tree(tmp_path: Path) -> Path:
 def export() -> onnx_export.Export:
     """The run's ONNX export of the model (MDINDEX_CACHE_DIR), made here if no
     test made it yet."""
-    info = resolve_model(DEFAULT_MODEL)
-    shared = Path(os.environ["MDINDEX_CACHE_DIR"])
-    found = onnx_export.find_export(info, shared)
-    if found is None:
-        ModelEmbedder(info, device="cpu", backend="onnx", cache_dir=shared).load()
-        found = onnx_export.find_export(info, shared)
-    assert found is not None
-    return found
+    from tests.cli_helper import ensure_export
+
+    return ensure_export()
+
+
+@pytest.fixture(scope="session")
+def _built(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[Path, str], Path]:
+    """Folders indexed once this session (per xdist worker): (source, engine)
+    -> a folder holding its copy (named as the source, so its root label is
+    the same) and ``state``."""
+    return {}
+
+
+@pytest.fixture
+def indexed_copy(
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    _built: dict[tuple[Path, str], Path],
+) -> Callable[[Path], tuple[Path, Path]]:
+    """``indexed_copy(source)``: this test's own copy of ``source`` and of its
+    index (`mdindex backfill` with the default settings, made once a session),
+    as tmp_path/<name> and tmp_path/state: the state says what it would had
+    the backfill run there (the store's place, the root's folder and
+    identity), so a sync of the copy finds nothing to do."""
+    import json
+    import shutil
+
+    from mdindex.index.graph import ROOT_FOLDERS_KEY
+    from mdindex.index.guard import STATE_KEY, identity
+    from tests.cli_helper import mdindex
+
+    def copy(source: Path) -> tuple[Path, Path]:
+        key = (source, os.environ.get("MDINDEX_STORE", ""))  # the engine fixture's
+        if key not in _built:
+            base = tmp_path_factory.mktemp(f"built-{source.name}")
+            shutil.copytree(source, base / source.name)
+            done = mdindex("backfill", base / source.name, "--state-dir", base / "state")
+            assert done.returncode == 0, done.stderr
+            _built[key] = base
+        base = _built[key]
+        root, state = tmp_path / source.name, tmp_path / "state"
+        shutil.copytree(base / source.name, root)
+        shutil.copytree(base / "state", state, symlinks=True)
+        for path in state.glob("*.sqlite3"):  # one state a version
+            recorded = State(path)
+            try:
+                for name in ("store", ROOT_FOLDERS_KEY):  # absolute paths under base
+                    value = recorded.get(name) or ""
+                    recorded.put(name, value.replace(f"{base}/", f"{tmp_path}/"))
+                recorded.put(STATE_KEY, json.dumps({source.name: identity(root)}))
+            finally:
+                recorded.close()
+        return root, state
+
+    return copy
 
 
 @pytest.fixture

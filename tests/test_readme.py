@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_helper import environment
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 
@@ -45,11 +47,8 @@ def test_the_readme_stays_a_landing_page() -> None:
 def test_the_next_steps_run_as_written(tmp_path: Path) -> None:
     docs, state = tmp_path / "docs", tmp_path / "state"
     shutil.copytree(REPO / "examples" / "docs", docs)
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-    }
+    # as every spawn of the suite, on the ONNX export (tests/cli_helper.py)
+    env = environment({"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
 
     def here(line: str) -> str:
         line = line.replace("examples/questions.yaml", str(REPO / "examples" / "questions.yaml"))

@@ -3,35 +3,25 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.cli_helper import command, environment, in_process, mdindex
+
 pytestmark = pytest.mark.model
 
 
-def mdindex(
-    *args: str, env: dict[str, str] | None = None, timeout: int = 180
-) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "mdindex", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=timeout,
-    )
-
-
 @pytest.mark.slow
-def test_backfill_search_status_chunk_verify(docs_tree: Path, tmp_path: Path) -> None:
+def test_backfill_search_status_chunk_verify(
+    docs_tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the searches' processes are what is checked; the other commands' output, in process
     state = ["--state-dir", str(tmp_path / "state")]
-    r = mdindex("backfill", str(docs_tree), *state, "--json")
+    r = in_process(capsys, "backfill", str(docs_tree), *state, "--json")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     assert summary["files_changed"] == 3 and summary["errors"] == []
@@ -83,7 +73,7 @@ def test_backfill_search_status_chunk_verify(docs_tree: Path, tmp_path: Path) ->
         "text",
     } <= hits[0].keys()
 
-    r = mdindex("status", *state, "--json")
+    r = in_process(capsys, "status", *state, "--json")
     status = json.loads(r.stdout)
     assert status["documents"] == 3 and status["points"] == summary["points_upserted"]
     assert status["last_sync"]
@@ -91,33 +81,34 @@ def test_backfill_search_status_chunk_verify(docs_tree: Path, tmp_path: Path) ->
     assert status["embedding"]["name"] in ("torch-fp32", "torch-bf16", "onnx-fp32")
     assert status["embedding"]["reason"]
 
-    r = mdindex("chunk", str(docs_tree / "index.md"), "--root", str(docs_tree), "--json")
+    r = in_process(capsys, "chunk", str(docs_tree / "index.md"), "--root", str(docs_tree), "--json")
     chunks = json.loads(r.stdout)
     assert [c["section"] for c in chunks] == ["Welcome", "Install"]
     assert "indexed_at" not in chunks[0] and chunks[0]["doc_path"] == "index.md"
 
-    r = mdindex("verify", str(docs_tree), *state, "--json")
+    r = in_process(capsys, "verify", str(docs_tree), *state, "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["in_sync"] is True
 
     (docs_tree / "guide" / "b.md").write_text("# Beta\n\nChanged behind the index.\n")
-    r = mdindex("verify", str(docs_tree), *state, "--json")
+    r = in_process(capsys, "verify", str(docs_tree), *state, "--json")
     report = json.loads(r.stdout)
     assert r.returncode == 4 and report["missing"] and report["stale"]
 
 
 @pytest.mark.slow
-def test_exit_codes(docs_tree: Path, tmp_path: Path) -> None:
+def test_exit_codes(docs_tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = ["--state-dir", str(tmp_path / "state")]
-    r = mdindex("backfill", str(docs_tree), *state, env={"MDINDEX_BATCH_SIZE": "zero"})
+    r = in_process(capsys, "backfill", str(docs_tree), *state, env={"MDINDEX_BATCH_SIZE": "zero"})
     assert r.returncode == 2 and "batch_size" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
     (docs_tree / "bad.md").write_bytes(b"\xff\xfe")
-    r = mdindex("backfill", str(docs_tree), *state, "--json")
+    r = in_process(capsys, "backfill", str(docs_tree), *state, "--json")
     assert r.returncode == 1
     assert json.loads(r.stdout)["errors"][0]["path"] == "bad.md"
 
-    r = mdindex(
+    r = in_process(
+        capsys,
         "backfill",
         str(docs_tree),
         *state,
@@ -130,24 +121,26 @@ def test_exit_codes(docs_tree: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_root_that_is_no_folder_exits_2_before_anything(tmp_path: Path) -> None:
+def test_a_root_that_is_no_folder_exits_2_before_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A typo (or an unmounted disk) on a first run printed "0 files" and exit 0,
     and built an empty version; now one line names the root and nothing is made."""
     state = tmp_path / "state"
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "a.md").write_text("# A\n\nThe first note.\n")
-    r = mdindex("backfill", str(tmp_path / "dcos"), "--state-dir", str(state))
+    r = in_process(capsys, "backfill", str(tmp_path / "dcos"), "--state-dir", str(state))
     assert r.returncode == 2, r.stderr
     assert "root 'dcos'" in r.stderr and "is not a folder" in r.stderr
     assert not (state / "edge").exists()  # no version was begun
-    r = mdindex("backfill", f"docs={docs}", "--state-dir", str(state))
+    r = in_process(capsys, "backfill", f"docs={docs}", "--state-dir", str(state))
     assert r.returncode == 0, r.stderr
     # the same root later missing (an unmounted disk): refused, documents kept
     docs.rename(tmp_path / "docs.unmounted")
-    r = mdindex("backfill", f"docs={docs}", "--state-dir", str(state), "--json")
+    r = in_process(capsys, "backfill", f"docs={docs}", "--state-dir", str(state), "--json")
     assert r.returncode == 2 and "is not a folder" in r.stderr
-    r = mdindex("search", "first note", "--state-dir", str(state), "--json")
+    r = in_process(capsys, "search", "first note", "--state-dir", str(state), "--json")
     assert [h["doc_path"] for h in json.loads(r.stdout)][:1] == ["a.md"]
 
 
@@ -163,8 +156,11 @@ def test_quick_start_on_bundled_examples(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_credentials_in_a_server_url_never_show(docs_tree: Path, tmp_path: Path) -> None:
-    r = mdindex(
+def test_credentials_in_a_server_url_never_show(
+    docs_tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    r = in_process(
+        capsys,
         "backfill",
         str(docs_tree),
         "--state-dir",
@@ -187,12 +183,12 @@ def test_state_files_are_private(docs_tree: Path, tmp_path: Path) -> None:
         [
             "sh",
             "-c",
-            f'umask 022 && exec "$0" -m mdindex backfill {docs_tree} --state-dir {state}',
-            sys.executable,
+            'umask 022 && exec "$0" "$@"',
+            *command("backfill", docs_tree, "--state-dir", state),
         ],
         capture_output=True,
         text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        env=environment(),
         timeout=180,
     )
     assert r.returncode == 0, r.stderr

@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from mdindex.cli import main
 from mdindex.cli.main import setup_logging
 from mdindex.index.lock import WriterLock
+from tests.cli_helper import mdindex, spawn
 
 
 def error_lines(err: str) -> list[str]:
@@ -82,16 +82,6 @@ def test_an_unreachable_store_exits_3(
     assert err.splitlines()[-1] == line and "Traceback" not in err
 
 
-def _mdindex(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mdindex", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        timeout=180,
-    )
-
-
 @pytest.mark.slow
 @pytest.mark.model
 def test_whole_run_failures_have_their_own_exit_codes(docs_tree: Path, tmp_path: Path) -> None:
@@ -103,19 +93,19 @@ def test_whole_run_failures_have_their_own_exit_codes(docs_tree: Path, tmp_path:
     for weights in broken.rglob("*.safetensors"):
         weights.write_bytes(b"not a model")
     state = ["--state-dir", str(tmp_path / "state")]
-    r = _mdindex("backfill", str(docs_tree), *state, "--model", str(broken))
+    r = mdindex("backfill", str(docs_tree), *state, "--model", str(broken))
     assert r.returncode == 3, r.stderr
     assert "cannot load model" in r.stderr and "Traceback" not in r.stderr
     assert len([line for line in r.stderr.splitlines() if "error" in line]) == 1
 
-    r = _mdindex("backfill", str(docs_tree), "--state-dir", "/proc/x")
+    r = mdindex("backfill", str(docs_tree), "--state-dir", "/proc/x")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == [r.stderr.strip()]
     assert "/proc/x" in r.stderr
-    r = _mdindex("backfill", str(docs_tree), "--state-dir", "/proc/x", "--log-level", "DEBUG")
+    r = mdindex("backfill", str(docs_tree), "--state-dir", "/proc/x", "--log-level", "DEBUG")
     assert r.returncode == 2 and "Traceback" in r.stderr
 
-    r = _mdindex("backfill", f"a={docs_tree}", f"b={docs_tree / 'guide'}", *state)
+    r = mdindex("backfill", f"a={docs_tree}", f"b={docs_tree / 'guide'}", *state)
     assert r.returncode == 2 and "a=" in r.stderr and "b=" in r.stderr
 
 
@@ -125,12 +115,12 @@ def test_an_interrupt_exits_130_quietly(docs_tree: Path, tmp_path: Path) -> None
     """Ctrl-C during a run: the shell's code for it, and no traceback."""
     state = str(tmp_path / "state")
     args = ["backfill", str(docs_tree), "--state-dir", state, "--log-level", "INFO"]
-    with subprocess.Popen(
-        [sys.executable, "-m", "mdindex", *args],
+    with spawn(
+        *args,
+        backend=None,  # the settings' choice: it loads for seconds, time to interrupt it
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
         # A shell without job control starts background jobs with SIGINT ignored,
         # and a child keeps that (as nohup relies on): a CI job started with `&`
         # would make this test pass a signal the child never sees.

@@ -4,10 +4,8 @@ the CLI of other processes going through its socket."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,23 +13,21 @@ import pytest
 
 from mdindex.daemon.client import DaemonClient, find_daemon
 from mdindex.index.lock import lock_path, read_holder
+from tests.cli_helper import ONNX, mdindex, spawn
 from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_points
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]  # mdindex watch as a process
 
-ENV = {
-    **os.environ,
-    "HF_HUB_OFFLINE": "1",
-    "MDINDEX_QUIET_PERIOD_MS": "100",
-    "MDINDEX_LOG_LEVEL": "WARNING",
-}
+# on top of the ONNX export cli_helper gives every spawn
+ENV = {"MDINDEX_QUIET_PERIOD_MS": "100", "MDINDEX_LOG_LEVEL": "WARNING"}
 
 
-def start(root: Path, state: Path) -> tuple[subprocess.Popen[bytes], DaemonClient]:
-    """The daemon with no HTTP setting at all, and how other commands reach it."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mdindex", "watch", str(root), "--state-dir", str(state)], env=ENV
-    )
+def start(
+    root: Path, state: Path, backend: str | None = ONNX
+) -> tuple[subprocess.Popen[bytes], DaemonClient]:
+    """The daemon with no HTTP setting at all, and how other commands reach it
+    (``backend`` as cli_helper takes it)."""
+    proc = spawn("watch", root, "--state-dir", state, env=ENV, backend=backend)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert proc.poll() is None, "daemon exited during start-up"
@@ -45,6 +41,10 @@ def start(root: Path, state: Path) -> tuple[subprocess.Popen[bytes], DaemonClien
     raise AssertionError("daemon did not start")
 
 
+# `mdindex status --wait` as the client asks it: once every change made before is searchable
+CAUGHT_UP = "/status?wait=1&timeout=60"
+
+
 def stop(proc: subprocess.Popen[bytes]) -> tuple[int, float]:
     t = time.monotonic()
     proc.send_signal(signal.SIGTERM)
@@ -53,13 +53,7 @@ def stop(proc: subprocess.Popen[bytes]) -> tuple[int, float]:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mdindex", *args],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=300,
-    )
+    return mdindex(*args, env=ENV)
 
 
 @pytest.mark.serial
@@ -70,9 +64,9 @@ def test_sigterm_mid_burst_then_restart_converges(tmp_path: Path) -> None:
     state = tmp_path / "state"
     proc, daemon = start(root, state)
     deadline = time.monotonic() + 60
-    while daemon.ask("/status")["points"] < 1:
+    # the product's barrier (`status --wait`), not a poll
+    while daemon.ask(CAUGHT_UP, timeout=90)["points"] < 1:
         assert time.monotonic() < deadline
-        time.sleep(0.1)
     for i in range(200):
         (root / f"burst{i:03}.md").write_text(
             f"# Burst {i}\n\nNote {i} of a burst, about topic {i % 7}.\n\n## More\n\nDetail {i}.\n"
@@ -89,11 +83,10 @@ def test_sigterm_mid_burst_then_restart_converges(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 180
         while True:
-            status = daemon.ask("/status")
+            status = daemon.ask(CAUGHT_UP, timeout=90)
             if status["points"] == len(want) and status["queue_paths"] == 0:
                 break
             assert time.monotonic() < deadline, status
-            time.sleep(0.3)
         # while the daemon holds the store, the other commands go through it
         r = cli("status", "--state-dir", str(state), "--json")
         assert r.returncode == 0, r.stderr
@@ -123,17 +116,13 @@ def test_clients_started_with_the_daemon_wait_for_it(tmp_path: Path) -> None:
     state = tmp_path / "state"
     assert cli("backfill", str(root), "--state-dir", str(state)).returncode == 0
     (root / "beavers.md").write_text("# Beavers\n\nBeavers build dams from birch.\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mdindex", "watch", str(root), "--state-dir", str(state)], env=ENV
-    )
+    proc = spawn("watch", root, "--state-dir", state, env=ENV)
     try:
         common = ["--state-dir", str(state), "--json"]
 
         def run(*args: str) -> subprocess.Popen[str]:
-            command = [sys.executable, "-m", "mdindex", *args, *common]
-            return subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV
-            )
+            pipe = subprocess.PIPE
+            return spawn(*args, *common, stdout=pipe, stderr=pipe, text=True, env=ENV)
 
         # both at once, while the daemon starts and loads its model
         search = run("search", "sleeping otters", "-k", "1")

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,27 +19,16 @@ from hypothesis.control import current_build_context
 from mdindex.config import Settings
 from mdindex.daemon.evaluate import Gold, Question, load_questions, rank, score
 from mdindex.errors import ConfigError
+from tests.cli_helper import mdindex
 from tests.conftest import TinyEmbedder, run_backfill, settings_for
 from tests.daemon.test_as_a_process import start, stop
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ENV = {
-    **os.environ,
-    "HF_HUB_OFFLINE": "1",
     "MDINDEX_QUIET_PERIOD_MS": "100",
     "MDINDEX_LOG_LEVEL": "WARNING",
     "MDINDEX_KEEP_VERSIONS": "2",
 }
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mdindex", *args],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=600,
-    )
 
 
 @pytest.fixture
@@ -321,10 +309,18 @@ def test_scores_count_spans_that_overlap() -> None:
 
 @pytest.mark.slow
 @pytest.mark.model
-def test_questions_and_two_versions_through_a_running_daemon(tmp_path: Path, docs: Path) -> None:
+def test_questions_and_two_versions_through_a_running_daemon(
+    tmp_path: Path, indexed_copy: Any
+) -> None:
     """The shipped questions, then a second version built beside the live one
-    (keep_versions = 2), compared through the daemon; the bad file's exit."""
-    state = tmp_path / "state"
+    (keep_versions = 2), compared through the daemon; the bad file's exit.
+    (Processes, not main() here: an eval of every version at once after the
+    daemon starts finds the version it is switching to open in the daemon.)"""
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return mdindex(*args, env=ENV, timeout=600)
+
+    docs, state = indexed_copy(EXAMPLES / "docs")
     where = ["--state-dir", str(state)]
     first = cli("backfill", str(docs), *where)
     assert first.returncode == 0, first.stderr

@@ -10,9 +10,7 @@ import collections
 import http.client
 import json
 import os
-import shutil
 import sqlite3
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,8 +24,9 @@ from mdindex.documents.parsing import parse_document
 from mdindex.index import graph
 from mdindex.index.runtime import state_path
 from mdindex.index.state import DocRow, State
+from tests.cli_helper import in_process, mcp_server
 from tests.conftest import CORPUS, needs_corpus, settings_for
-from tests.daemon.test_as_a_process import cli, start, stop
+from tests.daemon.test_as_a_process import ENV, cli, start, stop
 
 VAULT = Path(__file__).resolve().parents[1] / "vault"
 
@@ -39,13 +38,6 @@ VAULT_BROKEN = [
     ("guides/setup.md", 7, "../../etc/passwd", "it points outside the root"),
     ("guides/setup.md", 8, "attachments/gone.png", "no file at attachments/gone.png"),
 ]
-
-
-@pytest.fixture
-def vault(tmp_path: Path) -> Path:
-    root = tmp_path / "vault"
-    shutil.copytree(VAULT, root)
-    return root
 
 
 def as_json(r: Any) -> Any:
@@ -65,7 +57,14 @@ def broken_rows(found: list[dict[str, Any]]) -> list[tuple[str, int, str, str]]:
 
 @pytest.mark.slow
 @pytest.mark.model
-def test_links_backlinks_tags_and_the_broken_report_of_a_vault(tmp_path: Path, vault: Path) -> None:
+def test_links_backlinks_tags_and_the_broken_report_of_a_vault(
+    tmp_path: Path, indexed_copy: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    vault, _ = indexed_copy(VAULT)
+
+    def cli(*args: str) -> Any:  # what the commands print: main() here, no spawn
+        return in_process(capsys, *args, env=ENV)
+
     state = ["--state-dir", str(tmp_path / "state")]
     assert cli("backfill", str(vault), *state).returncode == 0
     # no config and no --root: the file is found under the folder backfill indexed
@@ -143,7 +142,14 @@ def test_links_backlinks_tags_and_the_broken_report_of_a_vault(tmp_path: Path, v
 
 @pytest.mark.slow
 @pytest.mark.model
-def test_verify_checks_the_graph_and_repair_restores_it(tmp_path: Path, vault: Path) -> None:
+def test_verify_checks_the_graph_and_repair_restores_it(
+    tmp_path: Path, indexed_copy: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    vault, _ = indexed_copy(VAULT)
+
+    def cli(*args: str) -> Any:  # what the commands print: main() here, no spawn
+        return in_process(capsys, *args, env=ENV)
+
     state = ["--state-dir", str(tmp_path / "state")]
     assert cli("backfill", str(vault), *state).returncode == 0
     r = cli("verify", str(vault), "--json", *state)
@@ -227,9 +233,9 @@ def _metric(daemon: DaemonClient, name: str) -> float:
 @pytest.mark.serial
 @pytest.mark.model
 def test_a_rename_in_a_running_daemon_moves_backlinks_and_embeds_nothing(
-    tmp_path: Path, vault: Path
+    tmp_path: Path, indexed_copy: Any
 ) -> None:
-    state = tmp_path / "state"
+    vault, state = indexed_copy(VAULT)
     common = ["--state-dir", str(state)]
     proc, daemon = start(vault, state)
     try:
@@ -273,18 +279,14 @@ def test_a_rename_in_a_running_daemon_moves_backlinks_and_embeds_nothing(
 
 @pytest.mark.slow
 @pytest.mark.model
-def test_an_assistant_asks_for_related_notes_over_mcp(tmp_path: Path, vault: Path) -> None:
-    from mcp import Client, StdioServerParameters
+def test_an_assistant_asks_for_related_notes_over_mcp(tmp_path: Path, indexed_copy: Any) -> None:
+    from mcp import Client
 
-    state = tmp_path / "state"
+    vault, state = indexed_copy(VAULT)
     assert cli("backfill", str(vault), "--state-dir", str(state)).returncode == 0
 
     async def body() -> dict[str, Any]:
-        params = StdioServerParameters(
-            command=sys.executable,
-            args=["-m", "mdindex", "mcp", str(vault), "--state-dir", str(state)],
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        )
+        params = mcp_server(vault, "--state-dir", state)
         out: dict[str, Any] = {}
         async with Client(params) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
@@ -409,7 +411,7 @@ def test_related_over_mcp_is_capped_like_read(tmp_path: Path) -> None:
     """Found by a hostile review: `related` returned 8.3 MB (a note of
     thousands of long unresolved links); `read` is capped at 2 MB. Now every list is cut to
     fit, and ``truncated`` says how many of each were left out."""
-    from mcp import Client, StdioServerParameters
+    from mcp import Client
 
     from mdindex.daemon.mcp_server import MAX_READ_BYTES
 
@@ -421,11 +423,7 @@ def test_related_over_mcp_is_capped_like_read(tmp_path: Path) -> None:
     assert cli("backfill", str(notes), "--state-dir", str(state)).returncode == 0
 
     async def body() -> Any:
-        params = StdioServerParameters(
-            command=sys.executable,
-            args=["-m", "mdindex", "mcp", str(notes), "--state-dir", str(state)],
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        )
+        params = mcp_server(notes, "--state-dir", state)
         async with Client(params) as client:
             return await client.call_tool("related", {"root": "notes", "path": "hub.md"})
 

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import re
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +17,7 @@ import pytest
 from mdindex.config import load_settings
 from mdindex.daemon.mcp_server import MAX_READ_BYTES, locate_document, mark_stale, read_document
 from mdindex.documents.types import digest
+from tests.cli_helper import mcp_server
 from tests.conftest import TinyEmbedder, run_backfill, run_rollout, settings_for
 
 
@@ -202,13 +202,10 @@ def test_a_read_cut_inside_a_character_decodes(tmp_path: Path, notes: Path) -> N
 
 
 async def session(tmp_path: Path, notes: Path, body: Any) -> Any:
-    from mcp import Client, StdioServerParameters
+    from mcp import Client
 
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "mdindex", "mcp", str(notes), "--state-dir", str(tmp_path / "state")],
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "MDINDEX_BASE_URL": "https://docs.example"},
-    )
+    env = {"MDINDEX_BASE_URL": "https://docs.example"}
+    params = mcp_server(notes, "--state-dir", tmp_path / "state", env=env)
     async with Client(params) as client:
         return await body(client)
 

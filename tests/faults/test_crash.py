@@ -278,25 +278,15 @@ def test_daemon_stop_is_quick_even_mid_burst(tmp_path: Path) -> None:
 def test_real_process_crash_then_rerun_with_the_real_model(tmp_path: Path) -> None:
     """The crash point as a user would meet it: a real `mdindex backfill` process dies."""
     import json
-    import subprocess
-    import sys
+
+    from tests.cli_helper import mdindex
 
     root = make_tree(tmp_path / "docs", docs=6)
     state = ["--state-dir", str(tmp_path / "state")]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-
-    def mdindex(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "mdindex", *args],
-            capture_output=True,
-            text=True,
-            env={**env, **extra},
-            timeout=300,
-        )
-
     assert mdindex("backfill", str(root), *state).returncode == 0
     mutate(root)
-    crashed = mdindex("backfill", str(root), *state, MDINDEX_CRASH_POINT="after_upsert")
+    crash = {"MDINDEX_CRASH_POINT": "after_upsert"}
+    crashed = mdindex("backfill", str(root), *state, env=crash)
     assert crashed.returncode == CRASHED, crashed.stderr
     rerun = mdindex("backfill", str(root), *state, "--json")
     assert rerun.returncode == 0, rerun.stderr

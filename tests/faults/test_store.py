@@ -12,7 +12,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -23,17 +22,15 @@ import pytest
 from mdindex.daemon.client import find_daemon
 from mdindex.index.lock import lock_path, read_holder
 from mdindex.index.runtime import state_path
+from tests.cli_helper import command, environment
 from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_points
 from tests.daemon.running import Running, tcp_port, wait_for
 from tests.faults.helpers import fresh_points, make_tree
 
 # slow: mdindex as a process in mount namespaces
 pytestmark = [pytest.mark.usefixtures("engine"), pytest.mark.slow]
-
-
-def env() -> dict[str, str]:
-    """The CLI's environment, read when it starts: the engine is the test's."""
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "MDINDEX_RETRY_BUDGET_S": "3"}
+# read when each CLI starts (cli_helper): the engine is the test's
+RETRY = {"MDINDEX_RETRY_BUDGET_S": "3"}
 
 
 def _can_make_namespaces() -> bool:
@@ -49,9 +46,9 @@ namespaces = pytest.mark.skipif(
 
 
 def in_namespace(store: Path, *args: str, mode: str = "rw") -> list[str]:
-    """Run python with ``args`` in a private mount namespace where ``store`` is a bind mount."""
+    """`mdindex ARGS` in a private mount namespace where ``store`` is a bind mount."""
     script = f'mount --bind -o {mode} "{store}" "{store}" && exec "$0" "$@"'
-    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, sys.executable, *args]
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, *command(*args)]
 
 
 def remount(pid: int, store: Path, mode: str) -> None:
@@ -97,16 +94,9 @@ def test_backfill_store_read_only(tmp_path: Path, real_embedder) -> None:
     before = docs_committed(state_path(s))
     done = subprocess.run(
         in_namespace(
-            s.store_path,
-            "-m",
-            "mdindex",
-            "backfill",
-            str(root),
-            "--state-dir",
-            str(s.state_dir),
-            mode="ro",
+            s.store_path, "backfill", str(root), "--state-dir", str(s.state_dir), mode="ro"
         ),
-        env=env(),
+        env=environment(RETRY),
         capture_output=True,
         text=True,
         timeout=300,
@@ -145,18 +135,10 @@ def test_backfill_store_full_mid_run(tmp_path: Path, real_embedder) -> None:
         "sh",
         "-c",
         script,
-        sys.executable,
-        "-m",
-        "mdindex",
-        "backfill",
-        str(root),
-        "--state-dir",
-        str(s.state_dir),
-        "--qdrant-path",
-        str(store),
+        *command("backfill", root, "--state-dir", s.state_dir, "--qdrant-path", store),
     ]
     before = docs_committed(state_path(s))
-    proc = subprocess.Popen(cmd, env=env(), stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=environment(RETRY), stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
         while docs_committed(state_path(s)) <= before:
@@ -200,16 +182,14 @@ def test_watch_store_read_only_then_writable(tmp_path: Path, real_embedder) -> N
     run_backfill(s, real_embedder)
     store = s.store_path
     watch_env = {
-        **env(),
+        **RETRY,
         "MDINDEX_HTTP_PORT": "0",
         "MDINDEX_QUIET_PERIOD_MS": "100",
         "MDINDEX_LOG_LEVEL": "WARNING",
     }
     proc = subprocess.Popen(
-        in_namespace(
-            store, "-m", "mdindex", "watch", str(root), "--state-dir", str(s.state_dir), mode="ro"
-        ),
-        env=watch_env,
+        in_namespace(store, "watch", str(root), "--state-dir", str(s.state_dir), mode="ro"),
+        env=environment(watch_env),
     )
     try:
         base = ""

@@ -119,18 +119,15 @@ def test_a_worker_killed_mid_run_still_converges(tmp_path: Path) -> None:
 
 @pytest.mark.model
 def test_cli_ray_backfill_with_the_real_model(tmp_path: Path, real_embedder) -> None:
-    import subprocess
-
     import numpy as np
+
+    from tests.cli_helper import mdindex
 
     docs = REPO / "examples" / "docs"
     local = settings_for(tmp_path / "local", [docs])
     on_ray = settings_for(tmp_path / "ray", [docs])
     run_backfill(local, real_embedder)
-    cmd = [sys.executable, "-m", "mdindex", "backfill", str(docs), "--ray", "--json"]
-    cmd += ["--state-dir", str(on_ray.state_dir)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    done = mdindex("backfill", docs, "--ray", "--json", "--state-dir", on_ray.state_dir)
     assert done.returncode == 0, done.stderr
     assert '"chunks_embedded": 11' in done.stdout
     want = stored_points(local, vectors=True)

@@ -23,6 +23,7 @@ from mdindex.index.indexer import Hooks
 from mdindex.index.lookahead import tokens
 from mdindex.index.runtime import make_models
 from mdindex.index.summary import Summary
+from tests.cli_helper import mdindex
 from tests.conftest import (
     SLOW_TORCH,
     SPEED,
@@ -300,13 +301,9 @@ def test_small_runs_and_runs_that_embed_nothing_never_import_torch(
     assert summary["files_changed"] == 0 and not modules["torch"]
 
     # status, after: the last run's choice and why, without a daemon
-    out = subprocess.run(
-        [sys.executable, "-m", "mdindex", "status", str(root), "--state-dir", str(state), "--json"],
-        capture_output=True,
-        text=True,
-        env=os.environ | {"HF_HUB_OFFLINE": "1", "MDINDEX_CACHE_DIR": str(onnx_cache)},
-        check=True,
-    )
+    cache = {"MDINDEX_CACHE_DIR": str(onnx_cache)}
+    out = mdindex("status", root, "--state-dir", state, "--json", env=cache, backend=None)
+    assert out.returncode == 0, out.stderr
     last = json.loads(out.stdout)["embedding"]["last_run"]
     assert (last["name"], last["texts"]) == ("onnx-fp32", 1)
     assert last["reason"].startswith("first to finish 1 text of ")

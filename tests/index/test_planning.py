@@ -332,14 +332,12 @@ def test_prompts_go_before_what_the_real_model_embeds_and_before_each_query(
     vector is the model's of document_prompt + the embedded text, the chunk
     limit leaves the prompt room, and a search embeds query_prompt + query."""
     import json
-    import os
-    import subprocess
-    import sys
 
     import numpy as np
 
     from mdindex.embedding.embedder import ModelEmbedder
     from mdindex.embedding.model import resolve_model
+    from tests.cli_helper import mdindex
 
     docs = Path(__file__).resolve().parents[2] / "examples" / "docs"
     prompts = {"document_prompt": "passage: ", "query_prompt": "query: "}
@@ -369,13 +367,10 @@ def test_prompts_go_before_what_the_real_model_embeds_and_before_each_query(
     got = np.asarray([points[i]["_vector"] for i in ids], dtype=np.float32)
     assert (np.sum(want * got, axis=1)).min() > 1 - 1e-4
     question = "how are files split into chunks"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MDINDEX_QUERY_PROMPT": "query: "}
-    env |= {"MDINDEX_DOCUMENT_PROMPT": "passage: ", "MDINDEX_BACKEND": "torch"}
-    r = subprocess.run(
-        [sys.executable, "-m", "mdindex", "search", question, "--json", "--mode", "dense",
-         "--state-dir", str(tmp_path / "state"), "-k", "1"],
-        capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
+    env = {"MDINDEX_QUERY_PROMPT": "query: ", "MDINDEX_DOCUMENT_PROMPT": "passage: "}
+    r = mdindex("search", question, "--json", "--mode", "dense",
+                "--state-dir", str(tmp_path / "state"), "-k", "1",
+                env=env, backend="torch", timeout=600)  # fmt: skip
     assert r.returncode == 0, r.stderr
     (hit,) = json.loads(r.stdout)
     (vector,) = [

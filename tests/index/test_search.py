@@ -214,24 +214,19 @@ def test_hybrid_finds_a_rare_identifier_that_dense_misses(tmp_path: Path, store:
 
 @pytest.mark.slow
 @pytest.mark.model
-def test_the_cli_searches_with_mode_and_filters(tmp_path: Path, two_roots: tuple[Path, Path]):
+def test_the_cli_searches_with_mode_and_filters(
+    tmp_path: Path, two_roots: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+):
     import json
-    import os
     import subprocess
-    import sys
+
+    from tests.cli_helper import in_process
 
     docs, notes = two_roots
     state = ["--state-dir", str(tmp_path / "state")]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "mdindex", *args, *state],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-        )
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:  # its output: main() here
+        return in_process(capsys, *args, *state)
 
     assert cli("backfill", str(docs), str(notes)).returncode == 0
     done = cli(

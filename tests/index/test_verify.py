@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 
 from mdindex.errors import PruneRefused, RepairRefused
 from mdindex.index.verify import verify
+from tests.cli_helper import in_process
 from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for, stored_points
 
 
@@ -62,17 +62,17 @@ def test_repair_still_fixes_what_a_present_root_says(docs_tree: Path, make_setti
 
 @pytest.mark.slow
 @pytest.mark.model
-def test_verify_repair_on_an_empty_root_exits_2_with_one_line(tmp_path: Path) -> None:
+def test_verify_repair_on_an_empty_root_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "docs"
     root.mkdir()
     (root / "a.md").write_text("# A\n\nApples.\n")
     (root / "b.md").write_text("# B\n\nBananas.\n")
     state = ["--state-dir", str(tmp_path / "state")]
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        command = [sys.executable, "-m", "mdindex", *args, *state]
-        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:  # its output: main() here
+        return in_process(capsys, *args, *state)
 
     assert cli("backfill", str(root)).returncode == 0
     before = stored_points(settings_for(tmp_path, [root]))

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +13,7 @@ from mdindex.errors import ConfigError
 from mdindex.index.runtime import make_store
 from mdindex.sinks import Point
 from mdindex.versions.migrate import migrate
+from tests.cli_helper import in_process
 from tests.conftest import REPO, TinyEmbedder, run_backfill, settings_for, stored_points
 
 
@@ -62,19 +61,14 @@ def test_refusals(docs_tree: Path, tmp_path: Path) -> None:
         migrate(s, "qdrant.example:6333")
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mdindex", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
-        timeout=300,
-    )
-
-
 @pytest.mark.slow
 @pytest.mark.model
-def test_cli_migrate_with_the_real_model(tmp_path: Path, real_embedder: ModelEmbedder) -> None:
+def test_cli_migrate_with_the_real_model(
+    tmp_path: Path, real_embedder: ModelEmbedder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return in_process(capsys, *args, env=env)  # the commands' output: main() here
+
     docs = REPO / "examples" / "docs"
     state = str(tmp_path / "state")
     assert _cli("backfill", str(docs), "--state-dir", state, "--store", "client").returncode == 0
