@@ -337,7 +337,7 @@ def test_found_examples_stay_fixed(path: Path, engine: str) -> None:
     ],
     database=None,  # the found examples are replayed by the test above
 )
-@given(corpora)
+@given(corpus=corpora)  # by name: `engine` is pytest's
 def test_generated_hostile_corpora(corpus: Corpus, engine: str) -> None:
     try:
         check_corpus(corpus, engine)
