@@ -53,8 +53,8 @@ def main() -> None:
     corpus = corpus_dir(args.corpus)
 
     from mdindex.config import load_settings
-    from mdindex.index.runtime import make_indexer
     from mdindex.index.summary import Summary
+    from mdindex.runtime import make_indexer
 
     work = Path(tempfile.mkdtemp(prefix="mdindex-bench-"))
     settings = load_settings(

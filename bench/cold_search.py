@@ -140,8 +140,8 @@ def agreement(corpus: Path, work: Path, n: int) -> dict[str, Any]:
     """Top-10 of the cold process's ONNX query vectors, and of queries embedded in
     the documents' precision, against the daemon's torch path."""
     from mdindex.config import load_settings
-    from mdindex.index.runtime import make_models, make_store
     from mdindex.index.search import Query, search
+    from mdindex.runtime import make_models, make_store
 
     settings = load_settings(
         {"roots": [str(corpus)], "state_dir": str(work / "state"), "cache_dir": str(work / "cache")}

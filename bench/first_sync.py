@@ -44,7 +44,7 @@ t_cli = time.perf_counter() - t0
 from mdindex.config import load_settings
 from mdindex.index.summary import Summary
 from mdindex.index.lookahead import tokens
-from mdindex.index.runtime import make_indexer, make_store
+from mdindex.runtime import make_indexer, make_store
 settings = load_settings({"roots": [sys.argv[1]], "state_dir": sys.argv[2], "cache_dir": sys.argv[3]})
 with make_indexer(settings) as dry:
     t = time.perf_counter()

@@ -47,7 +47,7 @@ def chunk_texts(folder: Path, count: int) -> list[str]:
     """The first ``count`` heading chunks of 100 tokens or more, as embedded."""
     from mdindex.config import load_settings
     from mdindex.documents.parsing import parse_document
-    from mdindex.index.runtime import make_models
+    from mdindex.runtime import make_models
 
     models = make_models(load_settings({"roots": [str(folder)]}))
     out: list[str] = []

@@ -62,7 +62,7 @@ def setup_mdindex(
     work: Path, root: Path, model_path: str, precision: str = "auto", backend: str = "auto"
 ) -> Callable[[], int]:
     from mdindex.config import load_settings
-    from mdindex.index.runtime import make_indexer
+    from mdindex.runtime import make_indexer
 
     settings = load_settings(
         {

@@ -86,7 +86,7 @@ def main() -> None:
     ap.add_argument("--modes", default="dense,hybrid")
     args = ap.parse_args()
     from mdindex.config import load_settings
-    from mdindex.index.runtime import make_store
+    from mdindex.runtime import make_store
 
     mdindex = Mdindex()
     rows = []

@@ -29,7 +29,7 @@ from common import corpus_dir, offline, table, write_json
 
 
 def point_ids(settings: Any) -> set[str]:
-    from mdindex.index.runtime import make_store
+    from mdindex.runtime import make_store
 
     store = make_store(settings)
     store.open()
@@ -52,9 +52,9 @@ def main() -> None:
 
     import ray
 
+    from mdindex import distributed
     from mdindex.config import load_settings
-    from mdindex.index import distributed
-    from mdindex.index.runtime import make_indexer
+    from mdindex.runtime import make_indexer
 
     corpus = corpus_dir(args.corpus)
     work = Path(tempfile.mkdtemp(prefix="mdindex-ray-"))

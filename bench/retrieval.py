@@ -197,7 +197,7 @@ def index_with_cli(
 
 def count_points(work: Path, store: str) -> int:
     from mdindex.config import load_settings
-    from mdindex.index.runtime import make_store
+    from mdindex.runtime import make_store
 
     engine = make_store(load_settings({"state_dir": str(work), "store": store})).open()
     try:
@@ -211,7 +211,7 @@ class Mdindex:
 
     def __init__(self, settings: dict[str, Any] | None = None) -> None:
         from mdindex.config import load_settings
-        from mdindex.index.runtime import make_models
+        from mdindex.runtime import make_models
 
         self.settings = settings or {}  # e.g. the model, for every index it opens
         self.models = make_models(load_settings(self.settings))
@@ -231,8 +231,8 @@ class Mdindex:
     ) -> tuple[list[list[Hit]], list[float]]:
         from mdindex.config import load_settings
         from mdindex.index import search as searching
-        from mdindex.index.runtime import make_store
         from mdindex.index.search import Query, search
+        from mdindex.runtime import make_store
 
         # the rule that keeps hits of one section: "off" (every window), "section"
         # (the best window of each section, the rule before passages), "passagesN"
@@ -280,7 +280,7 @@ class Mdindex:
     def chunks(self, work: Path, corpus: Path, store_kind: str) -> list[tuple[Hit, str]]:
         """The stored chunks of an index, with their offsets (for BM25 alone)."""
         from mdindex.config import load_settings
-        from mdindex.index.runtime import make_store
+        from mdindex.runtime import make_store
 
         settings = load_settings(
             {**self.settings, "roots": [str(corpus)], "state_dir": str(work), "store": store_kind}

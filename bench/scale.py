@@ -45,11 +45,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, RESULTS, corpus_dir, cpu_name, table, write_json
 
 # The stand-in embedder, put in place of the model in every mdindex process the
-# bench starts (the one place the model is made: mdindex.index.runtime).
+# bench starts (the one place the model is made: mdindex.runtime).
 STAND_IN = """
 import hashlib, os, time, zlib
 import numpy as np
-import mdindex.index.runtime as runtime
+import mdindex.runtime as runtime
 
 class FixedCost:
     '''Vectors at the model's size, a fixed cost per batch of 64. SCALE_VECTORS=words
@@ -118,7 +118,7 @@ sys.exit(rc)
 RECALL = """
 import json, statistics, sys
 from mdindex.config import load_settings
-from mdindex.index.runtime import make_models, make_store
+from mdindex.runtime import make_models, make_store
 from mdindex.sinks.base import StoreQuery
 from mdindex.versions.catalog import reader_settings
 
@@ -295,7 +295,7 @@ class Daemon:
 
     def wait_watching(self, timeout: float = 1800) -> float:
         from mdindex.config import load_settings
-        from mdindex.daemon.client import find_daemon
+        from mdindex.query.client import find_daemon
 
         deadline = time.monotonic() + timeout
         settings = load_settings({"state_dir": str(self.env.state)})

@@ -71,8 +71,8 @@ def worker(store: str, work: Path, op: str, edits: int, queries: int) -> dict[st
     offline()
     from mdindex.config import load_settings
     from mdindex.index.indexer import Indexer
-    from mdindex.index.runtime import make_indexer, make_store
     from mdindex.index.verify import verify
+    from mdindex.runtime import make_indexer, make_store
     from mdindex.sinks.base import StoreQuery
 
     root = work / "docs"

@@ -116,10 +116,10 @@ def main() -> None:
     args = ap.parse_args()
     offline()
     from mdindex.config import load_settings
-    from mdindex.daemon.client import find_daemon
     from mdindex.embedding.calibration import cpu_identity
     from mdindex.errors import StoreUnavailable
-    from mdindex.index.runtime import state_path, version_of
+    from mdindex.query.client import find_daemon
+    from mdindex.runtime import state_path, version_of
     from mdindex.versions.catalog import Catalog
 
     corpus = corpus_dir(args.corpus)

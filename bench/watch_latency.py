@@ -67,8 +67,8 @@ def main() -> None:
     args = ap.parse_args()
     offline()
     from mdindex.config import load_settings
-    from mdindex.daemon.client import find_daemon
     from mdindex.index.lock import lock_path, read_holder
+    from mdindex.query.client import find_daemon
 
     work = Path(tempfile.mkdtemp(prefix="mdindex-watch-bench-"))
     root = work / "docs"

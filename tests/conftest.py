@@ -19,8 +19,8 @@ from mdindex.embedding.embedder import ModelEmbedder
 from mdindex.embedding.model import load_counter, resolve_model
 from mdindex.embedding.tokens import TokenCounter
 from mdindex.index.indexer import Indexer
-from mdindex.index.runtime import make_models, make_store, state_path
 from mdindex.index.state import State
+from mdindex.runtime import make_models, make_store, state_path
 from mdindex.versions.rollout import Rollout
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -195,7 +195,7 @@ def test_every_setting_is_placed_and_every_index_setting_makes_a_version(tmp_pat
     """One source of the settings that shape chunks (``config.INDEX_KEYS``): each
     makes another version, and no other setting does."""
     from mdindex.config import INDEX_KEYS, Settings
-    from mdindex.index.runtime import version_of
+    from mdindex.runtime import version_of
 
     assert set(INDEX_CHANGES) == set(INDEX_KEYS)
     assert set(Settings.model_fields) == set(INDEX_KEYS) | PAYLOAD_ONLY | NOT_STORED
@@ -214,7 +214,7 @@ def test_point_ids_come_from_the_index_settings_alone(tmp_path: Path) -> None:
     """The chunker and the point IDs are built from ``index_params``: every index
     setting that shapes chunks or their embedded text changes the IDs' fingerprint,
     and sparse vectors (beside the same chunks) do not."""
-    from mdindex.index.runtime import make_models
+    from mdindex.runtime import make_models
 
     state = {"state_dir": str(tmp_path / "state")}
 
@@ -286,7 +286,7 @@ def test_quantization_is_an_edge_setting_and_a_new_version(tmp_path: Path) -> No
     to qdrant-client's local mode); int8 is a version of its own, and the
     default leaves every fingerprint as it was."""
     from mdindex.config import index_params
-    from mdindex.index.runtime import make_store, version_of
+    from mdindex.runtime import make_store, version_of
 
     state = {"state_dir": str(tmp_path / "state")}
     plain = load_settings(state)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from mdindex.embedding.embedder import ModelEmbedder
-from mdindex.index.runtime import make_models
+from mdindex.runtime import make_models
 from tests.conftest import rollout_for, settings_for
 
 pytestmark = pytest.mark.model

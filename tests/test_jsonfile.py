@@ -48,8 +48,8 @@ from mdindex.embedding import calibration, onnx_export  # noqa: E402
 from mdindex.embedding.model import resolve_model  # noqa: E402
 from mdindex.errors import ConfigError  # noqa: E402
 from mdindex.index import guard, lock  # noqa: E402
-from mdindex.index.runtime import fingerprint  # noqa: E402
 from mdindex.jsonfile import MAX_DEPTH, JsonRefused, parse_json  # noqa: E402
+from mdindex.runtime import fingerprint  # noqa: E402
 from mdindex.versions.catalog import Catalog  # noqa: E402
 from tests.conftest import settings_for  # noqa: E402
 from tests.regressions import found, kept, load  # noqa: E402

@@ -201,7 +201,7 @@ def test_thai_and_chinese_notes_are_stored_within_both_bounds(make_settings: Any
     """Backfilled with the real model: a Thai paragraph written without spaces
     (one [UNK] token to all-MiniLM-L6-v2) and long Chinese paragraphs become
     points of at most max_chars characters and the model's token limit."""
-    from mdindex.index.runtime import make_indexer
+    from mdindex.runtime import make_indexer
     from tests.conftest import stored_points
 
     folder = make_settings().state_dir.parent / "notes"

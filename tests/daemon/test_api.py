@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from mdindex.daemon.client import find_daemon
 from mdindex.errors import ConfigError, StoreError, StoreUnavailable
 from mdindex.index.lock import lock_path, read_holder
+from mdindex.query.client import find_daemon
 from tests.conftest import TinyEmbedder, run_rollout, settings_for
 from tests.daemon.running import QUIET_MS, Running, tcp_port, wait_for
 

@@ -18,7 +18,7 @@ from mdindex.daemon.builds import Builds
 from mdindex.daemon.timings import Timings
 from mdindex.errors import ConfigError, EmbeddingError
 from mdindex.index.indexer import Hooks
-from mdindex.index.runtime import version_of
+from mdindex.runtime import version_of
 from mdindex.versions.catalog import Catalog, Progress
 from tests.conftest import TinyEmbedder, rollout_for, run_rollout, settings_for
 from tests.daemon.running import QUIET_MS, Running, converges, tcp_port, wait_for
@@ -235,7 +235,7 @@ def test_a_settings_change_is_built_beside_while_searches_go_on(tmp_path: Path) 
     it builds the new one (an event meanwhile reaches both), shows both in
     status with the build's progress, and switches without a restart; a client
     searching all along never gets an error or an empty answer."""
-    from mdindex.index.runtime import version_of
+    from mdindex.runtime import version_of
     from mdindex.versions.catalog import Catalog
     from tests.conftest import run_rollout
     from tests.faults.helpers import fresh_points, make_tree
@@ -307,7 +307,7 @@ def test_a_reload_with_other_settings_switches_without_a_restart(
 ) -> None:
     """SIGHUP (`systemctl reload`) reads the settings again; a new strategy is
     built beside and switched to, with the same daemon, model and endpoints."""
-    from mdindex.index.runtime import version_of
+    from mdindex.runtime import version_of
     from mdindex.versions.catalog import Catalog
     from tests.faults.helpers import fresh_points
 
@@ -338,7 +338,7 @@ def test_versions_use_and_drop_through_the_running_daemon(
     catches the old version up and switches to it while it answers; `drop`
     then removes the other one."""
     from mdindex.cli import main
-    from mdindex.index.runtime import version_of
+    from mdindex.runtime import version_of
     from mdindex.versions.catalog import Catalog
     from tests.faults.helpers import fresh_points
 

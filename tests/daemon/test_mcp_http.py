@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mdindex.index.runtime import make_models
+from mdindex.runtime import make_models
 from tests.conftest import settings_for
 from tests.daemon.running import QUIET_MS, Running, tcp_port, token_of
 from tests.daemon.test_http import request

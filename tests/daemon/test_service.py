@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from mdindex.index.runtime import collection_of
+from mdindex.runtime import collection_of
 from tests.conftest import (
     TinyEmbedder,
     settings_for,

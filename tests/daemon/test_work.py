@@ -17,7 +17,7 @@ from mdindex.config import Settings
 from mdindex.daemon.service import Daemon
 from mdindex.daemon.timings import Timings
 from mdindex.errors import ConfigError
-from mdindex.index.runtime import collection_of
+from mdindex.runtime import collection_of
 from tests.conftest import (
     TinyEmbedder,
     build_indexer,
@@ -221,7 +221,7 @@ def test_a_state_that_refuses_writes_is_degraded_until_it_takes_them(
 ) -> None:
     """The local state held by another writer (sqlite's lock): the daemon ended
     with StateError; now it is degraded, naming the state, and catches up."""
-    from mdindex.index.runtime import state_path
+    from mdindex.runtime import state_path
 
     s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
     d = Running(s, TinyEmbedder(), timings=Timings(store_retry_s=0.2)).start()

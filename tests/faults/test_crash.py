@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from mdindex.index.runtime import make_store, state_path, version_of
 from mdindex.index.writer import CRASH_ENV, CRASH_POINTS, ROLLOUT_CRASH_POINTS
+from mdindex.runtime import make_store, state_path, version_of
 from mdindex.versions.catalog import Catalog, reader_settings
 from tests.conftest import (
     CORPUS,

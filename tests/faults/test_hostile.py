@@ -14,7 +14,7 @@ from mdindex.config import Settings
 from mdindex.documents.parsing import parse_document
 from mdindex.documents.reading import decode, read_bytes
 from mdindex.index.indexer import Hooks
-from mdindex.index.runtime import make_models
+from mdindex.runtime import make_models
 from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for, stored_points
 from tests.daemon.running import Running, wait_for
 from tests.faults.helpers import unprivileged

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from mdindex.daemon.client import find_daemon
 from mdindex.index.lock import lock_path, read_holder
-from mdindex.index.runtime import state_path
+from mdindex.query.client import find_daemon
+from mdindex.runtime import state_path
 from tests.cli_helper import command, environment
 from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_points
 from tests.daemon.running import Running, tcp_port, wait_for

@@ -9,8 +9,8 @@ import uuid
 from pathlib import Path
 
 from mdindex.index.consistency import mismatch, rebuild_state, recover_inflight, store_identity
-from mdindex.index.runtime import make_store, state_path
 from mdindex.index.state import DocRow, PointRow, State
+from mdindex.runtime import make_store, state_path
 from mdindex.sinks import Point, Store
 from tests.conftest import Factory, TinyEmbedder, run_backfill, stored_points
 

@@ -16,8 +16,8 @@ from mdindex.documents.files import FileRef, PathFilter, scan
 from mdindex.documents.types import Chunk, Document
 from mdindex.index.groups import Groups, Loaded
 from mdindex.index.planning import Planner
-from mdindex.index.runtime import make_models
 from mdindex.index.summary import Summary
+from mdindex.runtime import make_models
 from tests.conftest import Factory, TinyEmbedder, build_indexer, run_backfill
 
 OLD = 1_600_000_000  # an mtime far from any scan: never racy

@@ -10,8 +10,8 @@ import pytest
 from mdindex.embedding.sparse import Sparse
 from mdindex.errors import LockError, PruneRefused, StoreMismatch, StoreUnavailable
 from mdindex.index.lock import WriterLock
-from mdindex.index.runtime import make_store
 from mdindex.index.verify import verify
+from mdindex.runtime import make_store
 from mdindex.sinks import Point
 from mdindex.sinks.base import StoreQuery
 from tests.conftest import (

@@ -21,8 +21,8 @@ from mdindex.config import Settings
 from mdindex.index import lookahead
 from mdindex.index.indexer import Hooks
 from mdindex.index.lookahead import tokens
-from mdindex.index.runtime import make_models
 from mdindex.index.summary import Summary
+from mdindex.runtime import make_models
 from tests.cli_helper import mdindex
 from tests.conftest import (
     SLOW_TORCH,

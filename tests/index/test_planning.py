@@ -20,8 +20,9 @@ from mdindex.embedding.model import ModelInfo
 from mdindex.embedding.sparse import SparseEncoder, sparse_text
 from mdindex.embedding.tokens import TokenCounter
 from mdindex.errors import ConfigError
-from mdindex.index.planning import FRAMEWORK_KEYS, DocWork, Planned, Planner, point_id, public
-from mdindex.index.runtime import make_models
+from mdindex.index.payload import FRAMEWORK_KEYS, public
+from mdindex.index.planning import DocWork, Planned, Planner, point_id
+from mdindex.runtime import make_models
 from tests.conftest import Factory, TinyEmbedder, run_backfill, settings_for, stored_points
 
 TEXT = (

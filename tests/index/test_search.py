@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
-from mdindex.daemon.status import offline_status
-from mdindex.index.runtime import make_models, make_store
 from mdindex.index.search import MAX_PASSAGES, Query, parse_where, passages, search
+from mdindex.query.status import offline_status
+from mdindex.runtime import make_models, make_store
 from mdindex.sinks.base import Hit, SearchFilter
 from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for, stored_points
 

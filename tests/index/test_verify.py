@@ -120,7 +120,7 @@ def damaged_vault(tmp_path: Path, tiny: TinyEmbedder) -> tuple[Any, dict[str, st
     """tests/vault indexed, then its store damaged in each way verify reports:
     a point deleted, one with another payload, one moved to another document,
     a duplicate of a chunk, and a point of a document with no file."""
-    from mdindex.index.runtime import make_store
+    from mdindex.runtime import make_store
     from mdindex.sinks import Point
 
     vault = tmp_path / "vault"
@@ -206,7 +206,7 @@ def test_repair_suspects_the_embedder_on_a_small_index_all_disagreeing(
 
 def test_a_small_index_with_one_vector_wrong_is_repaired(tmp_path: Path) -> None:
     """Not every disagreement is the embedder's: 1 of 3 wrong is the index's."""
-    from mdindex.index.runtime import make_store
+    from mdindex.runtime import make_store
     from mdindex.sinks import Point
 
     root = tmp_path / "docs"

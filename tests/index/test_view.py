@@ -9,10 +9,10 @@ from pathlib import Path
 from mdindex.config import Settings
 from mdindex.documents.types import digest
 from mdindex.embedding.sparse import Sparse
-from mdindex.index.runtime import make_models, make_store, state_path
 from mdindex.index.search import Query
 from mdindex.index.state import State
 from mdindex.index.view import IndexView
+from mdindex.runtime import make_models, make_store, state_path
 from tests.conftest import Factory, TinyEmbedder, run_backfill, stored_points
 
 OLD = 1_600_000_000  # mtimes the fast path trusts (far from any scan)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from mdindex.errors import StoreError
-from mdindex.index.runtime import make_store
+from mdindex.runtime import make_store
 from mdindex.sinks import Point
 from tests.conftest import TinyEmbedder, build_indexer, settings_for, stored_points
 

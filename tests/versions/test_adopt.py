@@ -12,8 +12,8 @@ import pytest
 from mdindex.config import Settings
 from mdindex.errors import ConfigError
 from mdindex.index.indexer import Indexer
-from mdindex.index.runtime import collection_of, make_models, make_store, state_path, version_of
 from mdindex.index.state import State
+from mdindex.runtime import collection_of, make_models, make_store, state_path, version_of
 from mdindex.sinks import Store
 from mdindex.versions.adopt import adopt, settle_alias
 from mdindex.versions.catalog import Catalog, reader_settings

@@ -13,7 +13,7 @@ from mdindex.chunking import CHUNKER_VERSION
 from mdindex.config import index_params
 from mdindex.embedding.sparse import SparseEncoder
 from mdindex.errors import ConfigError
-from mdindex.index.runtime import code_versions, fingerprint, physical_name, version_of
+from mdindex.runtime import code_versions, fingerprint, physical_name, version_of
 from mdindex.versions.catalog import Catalog, Version, reader_settings
 from tests.conftest import TinyEmbedder, run_rollout, settings_for
 

@@ -10,7 +10,7 @@ import pytest
 
 from mdindex.embedding.embedder import ModelEmbedder
 from mdindex.errors import ConfigError
-from mdindex.index.runtime import make_store
+from mdindex.runtime import make_store
 from mdindex.sinks import Point
 from mdindex.versions.migrate import migrate
 from tests.cli_helper import in_process

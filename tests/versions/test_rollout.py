@@ -15,7 +15,7 @@ from mdindex.cli import main
 from mdindex.config import Settings
 from mdindex.errors import ConfigError, PruneRefused, SpaceRefused
 from mdindex.index.indexer import Hooks
-from mdindex.index.runtime import make_store, state_path, version_of
+from mdindex.runtime import make_store, state_path, version_of
 from mdindex.versions import rollout as rollout_module
 from mdindex.versions.catalog import Catalog, reader_settings
 from tests.conftest import (
@@ -187,7 +187,7 @@ def test_a_version_built_by_older_code_keeps_its_name_its_vectors_and_its_rollba
     the BM25 analysis) changes every fingerprint; a version built before it is still
     found under the name it was built with: searched while the new one is built, its
     vectors reused, and a rollback reaches it."""
-    from mdindex.index import runtime
+    from mdindex import runtime
 
     a = make_settings(docs_tree, store=store, keep_versions=5)
     run_rollout(a, TinyEmbedder())

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mdindex.api import Index
 from mdindex.cli.parser import settings_from
 from mdindex.config import Root, Settings
-from mdindex.daemon.client import IndexClient, find_daemon
 from mdindex.documents.files import Failure, FileRef, stat_file
 from mdindex.documents.reading import load_document
 from mdindex.documents.types import Document
@@ -23,19 +23,17 @@ from mdindex.errors import (
     EXIT_PARTIAL,
     EXIT_PENDING,
     ConfigError,
-    LockError,
-    PruneRefused,
     StoreUnavailable,
 )
-from mdindex.index.indexer import Hooks, Indexer
 from mdindex.index.lock import WriterLock
-from mdindex.index.planning import DocWork, public
-from mdindex.index.runtime import make_indexer, make_models
+from mdindex.index.payload import public
+from mdindex.index.planning import DocWork
 from mdindex.index.search import MAX_K, Query, parse_where
-from mdindex.index.summary import Summary
 from mdindex.index.verify import verify
 from mdindex.outside import integer, shown
-from mdindex.versions.catalog import Catalog, reader_settings
+from mdindex.query.client import IndexClient, find_daemon
+from mdindex.runtime import make_indexer, make_models
+from mdindex.versions.catalog import reader_settings
 from mdindex.versions.rollout import Rollout
 
 log = logging.getLogger("mdindex")
@@ -57,68 +55,27 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     settings.require_roots()
     if args.ray_address and not args.ray:
         raise ConfigError("--ray-address: give --ray too")
-    client = IndexClient(settings)
-    if not args.ray and find_daemon(settings, required=False) is not None:
-        return _backfill_through_daemon(args, client, settings)
     bar = _progress(args)
-    hooks = Hooks(on_progress=(lambda n: bar.update(1)) if bar is not None else None)
-    run = None
-    if args.ray and not args.dry_run:
-        from mdindex.index import distributed
-
-        def run(indexer: Indexer, prune: bool, force: bool) -> Summary:
-            return distributed.backfill(indexer, args.ray_address, prune=prune, force=force)
-
     try:
-        with WriterLock(settings.state_dir, settings.collection, "backfill"):
-            summary = (
-                Rollout(settings)
-                .open()
-                .backfill(
-                    hooks=hooks,
-                    dry_run=args.dry_run,
-                    prune=not args.no_prune,
-                    force=args.force,
-                    run=run,
-                )
-            )
+        summary = Index.from_settings(settings).backfill(
+            progress=(lambda n: bar.update(1)) if bar is not None else None,
+            dry_run=args.dry_run,
+            prune=not args.no_prune,
+            force=args.force,
+            ray=(args.ray_address or True) if args.ray else False,
+        )
     finally:
         if bar is not None:
             bar.close()
+    if summary.daemon:
+        emit(args, summary.as_dict(), summary.line() + " (reconciled by the watch daemon)")
+        return EXIT_PARTIAL if summary.errors else EXIT_OK
     emit(args, summary.as_dict(), summary.line())
     for err in shown(summary.errors) if not args.json else []:
         print(f"  failed: {err['root']}:{err['path']}: {err['reason']}", file=sys.stderr)
     for note in shown(summary.warnings) if not args.json else []:
         print(f"  warning: {note['root']}:{note['path']}: {note['reason']}", file=sys.stderr)
     return EXIT_PARTIAL if summary.errors else EXIT_OK
-
-
-def _backfill_through_daemon(
-    args: argparse.Namespace, client: IndexClient, settings: Settings
-) -> int:
-    """The daemon holds the store: ask it to reconcile and report its summary."""
-    if args.dry_run or args.no_prune:
-        raise LockError(
-            "the watch daemon holds the store; --dry-run and --no-prune need it stopped"
-        )
-    rows = client.status().get("versions") or []
-    theirs = next((r["fingerprint"] for r in rows if r.get("target")), None)
-    wanted = Catalog.load(settings).target(settings)  # a rollback pin counts
-    if theirs is not None and theirs != wanted:
-        raise LockError(
-            f"the watch daemon holds the store and keeps version {theirs}; these settings ask "
-            f"for {wanted}: put them in its config and reload it "
-            "(systemctl reload mdindex, or kill -HUP its pid), or stop it first"
-        )
-    log.info("the watch daemon holds the store; asking it to reconcile")
-    data = client.reconcile(force=args.force)
-    if data is None:  # it stopped meanwhile: run here
-        raise LockError("the watch daemon stopped while asked to reconcile; run it again")
-    if data.get("refused"):
-        raise PruneRefused(f"{data['refused']} (the watch daemon indexed the rest)")
-    summary = Summary(**{k: data[k] for k in Summary.__dataclass_fields__ if k in data})
-    emit(args, data, summary.line() + " (reconciled by the watch daemon)")
-    return EXIT_PARTIAL if data.get("errors") else EXIT_OK
 
 
 def _progress(args: argparse.Namespace) -> Any:
@@ -152,7 +109,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         )
     except ValueError as exc:
         raise ConfigError(f"search: {exc}") from None
-    hits = IndexClient(settings).search(query)
+    hits = [hit.fields for hit in Index.from_settings(settings).search(query)]
     lines = []
     for hit in hits:  # every field escaped: a document's text must not drive the terminal
         where = shown(f"{hit.get('doc_path')}:{hit.get('line_start')}-{hit.get('line_end')}")
@@ -167,23 +124,17 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
-    from mdindex.daemon import evaluate
-
-    if (args.questions is None) == (args.headings is None):
-        raise ConfigError("eval: give a QUESTIONS file, or --headings for the heading self-check")
-    settings.require_roots()
-    if args.questions is not None:
-        questions = evaluate.load_questions(settings, args.questions)
-    else:
-        if not 1 <= args.headings <= evaluate.MAX_QUESTIONS:
-            raise ConfigError(f"eval: --headings must be 1 to {evaluate.MAX_QUESTIONS}")
-        questions = evaluate.heading_questions(settings, args.headings, args.seed)
-        if not questions:
-            raise ConfigError("eval: the live index holds no sections with headings")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    rows = evaluate.compare(settings, IndexClient(settings), questions, args.versions, modes)
+    rows = Index.from_settings(settings).eval(
+        args.questions,
+        headings=args.headings,
+        seed=args.seed,
+        versions=args.versions,
+        modes=modes,
+    )
     columns = ["version", "mode", "recall@1", "recall@3", "recall@5", "recall@10", "mrr@10"]
-    lines = [f"{len(questions)} questions" + (" (heading paths)" if args.headings else "")]
+    asked = rows[0]["questions"] if rows else 0
+    lines = [f"{asked} questions" + (" (heading paths)" if args.headings else "")]
     widths = [13, 7, 9, 9, 9, 9, 9, 9]
     lines.append(" ".join(f"{c:>{w}}" for c, w in zip([*columns, "gains"], widths, strict=True)))
     text_rows = shown(rows)  # a name may hold ESC; --json has JSON's own escapes
@@ -206,20 +157,19 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_links(args: argparse.Namespace, settings: Settings) -> int:
-    from mdindex.daemon import links
+    from mdindex.query import links
 
     if args.file is not None and args.broken:
         raise ConfigError("links: give a FILE or --broken, not both")
     if args.file is None and not args.broken:
         raise ConfigError("links: give a FILE, or --broken for every broken link")
     if args.broken:
-        found = links.broken(settings)
+        found = Index.from_settings(settings).broken_links()
         emit(args, found, links.broken_text(found))
         if found and not args.json:
             print(f"{len(found)} broken links", file=sys.stderr)
         return EXIT_PARTIAL if found else EXIT_OK
-    root, rel = links.document_of(settings, args.file)
-    data = links.related(settings, root, rel)
+    data = Index.from_settings(settings).links(args.file)
     emit(args, data, links.related_text(data))
     return EXIT_OK
 
@@ -227,7 +177,7 @@ def cmd_links(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
     """An MCP server on stdin/stdout: through the daemon when one holds the
     store, else over the store itself. Logs go to stderr, never stdout."""
-    from mdindex.daemon.mcp_server import serve_stdio
+    from mdindex.query.mcp_server import serve_stdio
 
     serve_stdio(settings, IndexClient(settings))
     return EXIT_OK
@@ -276,7 +226,7 @@ def _indent(text: str, limit: int = 400) -> str:
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    data = IndexClient(settings).status(args.timeout if args.wait else None)
+    data = Index.from_settings(settings).status(args.timeout if args.wait else None).fields
     emit(args, data, _status_text(shown(data)))  # a root's or file's name, a reason
     if args.wait and not data["caught_up"]:
         # degraded (deletions refused, a store down) or the timeout: say which
@@ -349,9 +299,7 @@ def cmd_versions(args: argparse.Namespace, settings: Settings) -> int:
     """List, use (catching the version up with the roots first, when set) or drop."""
     fps: list[str] = list(args.fingerprints)
     if args.action == "list":
-        # a daemon's rows count what it holds now, the catalog's its last whole reconcile
-        daemon = find_daemon(settings, required=False)
-        rows = IndexClient(settings).status()["versions"] if daemon else Rollout(settings).rows()
+        rows = [version.fields for version in Index.from_settings(settings).versions]
         emit(args, rows, _versions_text(shown(rows)))  # a model path with ESC in its name
         return EXIT_OK
     daemon = find_daemon(settings, required=False)

@@ -1,2 +1,3 @@
-"""`mdindex watch`: startup, a main loop and shutdown (`service`), the watcher, the
-API over HTTP and MCP, and the client side the CLI and `mdindex mcp` use (`client`)."""
+"""`mdindex watch`: startup, a main loop and shutdown (`service`), the watcher,
+builds of new versions, health, the API over HTTP and MCP, and notify. What it
+answers is computed by the read side below it (``mdindex.query``)."""

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from mdindex.daemon.http import LOOPBACK, Api, HttpServer, load_token, write_token
 from mdindex.daemon.mcp_http import McpBridge
-from mdindex.daemon.mcp_server import build_server
-from mdindex.daemon.status import fields
 from mdindex.errors import StoreError
 from mdindex.index.indexer import Indexer
 from mdindex.index.lock import socket_path, token_path
 from mdindex.index.search import Query
+from mdindex.query.mcp_server import build_server
+from mdindex.query.status import fields
 
 if TYPE_CHECKING:
     from mdindex.daemon.service import Daemon

@@ -25,7 +25,7 @@ from mdindex.errors import (
     StoreError,
 )
 from mdindex.index.indexer import Hooks, Indexer
-from mdindex.index.runtime import version_of
+from mdindex.runtime import version_of
 from mdindex.versions.catalog import Progress
 from mdindex.versions.rollout import Rollout
 

@@ -13,9 +13,9 @@ from mdindex.daemon.http import Metrics
 from mdindex.daemon.notify import Notifier
 from mdindex.errors import EmbeddingError, StateError, StoreError
 from mdindex.index.indexer import Indexer
-from mdindex.index.runtime import version_of
 from mdindex.index.summary import Summary
 from mdindex.outside import shown
+from mdindex.runtime import version_of
 
 log = logging.getLogger(__name__)
 

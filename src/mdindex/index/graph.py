@@ -24,7 +24,7 @@ Resolution, within the link's root:
 
 An image, or a target that names no document and has another file suffix
 (``diagram.png``), is an attachment: ``links --broken`` looks for it on disk
-(``daemon.links``).
+(``query.links``).
 """
 
 from __future__ import annotations

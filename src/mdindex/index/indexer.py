@@ -21,7 +21,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -36,7 +36,7 @@ from mdindex.index import consistency, graph, guard
 from mdindex.index.changes import Changes, Key
 from mdindex.index.groups import GROUP_CHARS, GROUP_DOCS, Groups
 from mdindex.index.lookahead import Lookahead
-from mdindex.index.planning import DocWork, Planned, Planner, now_iso
+from mdindex.index.planning import DocWork, Planner, now_iso
 from mdindex.index.state import State
 from mdindex.index.summary import Summary
 from mdindex.index.view import LAST_RUN_EMBEDDING, IndexView
@@ -316,45 +316,3 @@ class Indexer(IndexView):
                 yield works
 
         return groups(), kept
-
-    # -- what verify and the Ray driver write through ----------------------
-
-    def embed(self, planned: Sequence[Planned]) -> list[list[float]]:
-        """Vectors of planned points from the model, as stored (for verify's check)."""
-        return self.writer.embed(planned)
-
-    def delete_docs(self, docs: list[Key], summary: Summary) -> None:
-        self.writer.delete_docs(docs, summary)
-
-    def touch(self, ref: FileRef) -> None:
-        self.writer.touch(ref)
-
-    def write_docs(
-        self,
-        works: list[DocWork],
-        vectors: dict[str, list[float]],
-        summary: Summary,
-        *,
-        prewritten: bool = False,
-    ) -> None:
-        """Write documents planned elsewhere (Ray workers), see ``Writer.write_docs``."""
-        self.writer.write_docs(works, vectors, summary, prewritten=prewritten)
-
-    def mark_inflight(self, docs: Iterable[Key]) -> None:
-        """Documents workers are about to write: their points are known only to the store."""
-        self.state.mark_inflight(docs)
-
-    def clear_inflight(self, docs: Iterable[Key]) -> None:
-        self.state.clear_inflight(docs)
-
-    def rewrite(
-        self,
-        works: Sequence[DocWork],
-        drop: Sequence[str],
-        distrust: Collection[str],
-        committed: Iterable[DocWork],
-        summary: Summary,
-    ) -> None:
-        """Repair (``Writer.rewrite``): the store opened and checked first."""
-        self.open_store()
-        self.writer.rewrite(works, drop, distrust, committed, summary)

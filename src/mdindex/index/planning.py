@@ -27,42 +27,16 @@ from mdindex.embedding.model import ModelInfo, model_languages_of
 from mdindex.embedding.sparse import Sparse, SparseEncoder, sparse_text
 from mdindex.embedding.tokens import Encoded, TokenCounter
 from mdindex.errors import FileTimeout, MdindexError
+from mdindex.index.payload import FRAMEWORK_KEYS, PAYLOAD_LAYOUT
 from mdindex.sinks import Point
 
 log = logging.getLogger(__name__)
 
 _ID_NAMESPACE = uuid.UUID("6f6d2a3e-5a1b-4c1e-9a7e-6d64696e6478")
-# Payload keys for our own bookkeeping, not part of the interface users see.
-INTERNAL_KEYS = ("vector_key",)
-# What the nested ``metadata`` payload key repeats (see README, "LangChain and
-# LlamaIndex"): 366 bytes a point on anthropic-docs, a quarter of its payload
-# JSON (1,488 bytes) and an eighth of the point with its 1,536-byte vector.
-FRAMEWORK_KEYS = (
-    "root",
-    "doc_path",
-    "title",
-    "url",
-    "section",
-    "heading_path",
-    "line_start",
-    "line_end",
-    "chunk_index",
-    "lang",
-)
-# Bumped when the payload's layout changes: part of the document fingerprint,
-# so every document is rewritten (vectors reused) once. 2: the metadata key;
-# 3: links and tags (which also records every document's links in the state);
-# 4: lang, the document's language (mdindex.documents.language).
-PAYLOAD_LAYOUT = 4
 
 
 def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def public(payload: dict[str, Any]) -> dict[str, Any]:
-    """A payload as users see it: the interface's keys, not our bookkeeping."""
-    return {k: v for k, v in payload.items() if k not in INTERNAL_KEYS}
 
 
 def point_id(root: str, rel: str, content_hash: str, occurrence: int, fingerprint: str) -> str:

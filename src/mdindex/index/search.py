@@ -27,7 +27,7 @@ from mdindex.documents.language import detect, normal_code
 from mdindex.documents.links import normal_tag
 from mdindex.embedding.embedder import Embedder
 from mdindex.embedding.sparse import SparseEncoder
-from mdindex.index.planning import public
+from mdindex.index.payload import public
 from mdindex.outside import integer
 from mdindex.sinks import Store
 from mdindex.sinks.base import Hit, SearchFilter, StoreQuery

@@ -35,6 +35,7 @@ class Summary:
     # after the sync: documents indexed per language, and those the dense model reads
     languages: dict[str, int] = field(default_factory=dict)
     model_languages: list[str] = field(default_factory=list)
+    daemon: bool = False  # reconciled by the watch daemon, not in this process
 
     def fail(self, failure: Failure) -> None:
         self.files_failed += 1

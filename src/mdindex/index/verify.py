@@ -253,7 +253,8 @@ class Check:
         have = self.indexer.stored_vectors([pid for _, pid, _ in sample])
         import numpy as np
 
-        fresh = np.asarray(self.indexer.embed([p for _, _, p in sample]), dtype=np.float32)
+        planned = [p for _, _, p in sample]
+        fresh = np.asarray(self.indexer.writer.embed(planned), dtype=np.float32)
         out = []
         for (key, pid, p), new in zip(sample, fresh, strict=True):
             if pid not in have:
@@ -339,7 +340,8 @@ def _repair(
     # Keys whose stored vectors are wrong are embedded again, never reused.
     wrong = {e["vector_key"] for e in report.stale if "vector_key" in e}
     group = [works[k] for k in sorted(needs) if k in works]
-    indexer.rewrite(group, drop, wrong, works.values(), summary)
+    indexer.open_store()  # opened and checked before anything is written
+    indexer.writer.rewrite(group, drop, wrong, works.values(), summary)
     report.repaired = True
     log.info(
         "repaired: %d points written, %d embedded, %d deleted",

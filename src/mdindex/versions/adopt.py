@@ -16,14 +16,8 @@ from mdindex.config import Settings, index_params
 from mdindex.errors import ConfigError, StoreError
 from mdindex.index.consistency import store_identity
 from mdindex.index.planning import now_iso
-from mdindex.index.runtime import (
-    code_versions,
-    collection_of,
-    make_store,
-    state_path,
-    version_of,
-)
 from mdindex.index.state import State
+from mdindex.runtime import code_versions, collection_of, make_store, state_path, version_of
 from mdindex.sinks import Store
 from mdindex.sinks.edge import EdgeStore
 from mdindex.versions.catalog import Catalog, Version

@@ -36,8 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mdindex.config import WHEN_SET_KEYS, Settings, index_params, iso_639_1
 from mdindex.errors import ConfigError, StateError
 from mdindex.index.planning import now_iso
-from mdindex.index.runtime import code_versions, fingerprint, physical_name, version_of
 from mdindex.jsonfile import load_json, write_json
+from mdindex.runtime import code_versions, fingerprint, physical_name, version_of
 
 Status = Literal["building", "complete", "dropping"]
 

@@ -19,8 +19,8 @@ from mdindex.config import Settings
 from mdindex.embedding.sparse import SparseEncoder, sparse_text
 from mdindex.errors import ConfigError, StoreError
 from mdindex.index.consistency import store_identity
-from mdindex.index.runtime import make_store, state_path
 from mdindex.index.state import State
+from mdindex.runtime import make_store, state_path
 from mdindex.sinks import Point, Store
 from mdindex.versions.catalog import Catalog
 

@@ -39,7 +39,9 @@ from mdindex.index import guard
 from mdindex.index.groups import GROUP_CHARS
 from mdindex.index.indexer import Hooks, Indexer
 from mdindex.index.planning import now_iso
-from mdindex.index.runtime import (
+from mdindex.index.summary import Summary
+from mdindex.index.writer import crash_point
+from mdindex.runtime import (
     Models,
     code_versions,
     collection_of,
@@ -49,8 +51,6 @@ from mdindex.index.runtime import (
     state_path,
     version_of,
 )
-from mdindex.index.summary import Summary
-from mdindex.index.writer import crash_point
 from mdindex.sinks import Store
 from mdindex.sinks.base import MIN_FREE_BYTES, free_bytes
 from mdindex.versions.adopt import adopt, settle_alias
@@ -85,13 +85,20 @@ def embedded_alike(a: Settings, b: Settings) -> bool:
 
 class Rollout:
     """The versions of one configured collection, under the writer lock.
-    ``factory`` stands in for the models the settings name (tests, benchmarks)."""
+    ``factory`` stands in for the models the settings name (tests, benchmarks);
+    ``models``, those loaded by an earlier run, by version, shared and added to
+    (the Python API's next sync loads no model again)."""
 
-    def __init__(self, settings: Settings, factory: IndexerFactory | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        factory: IndexerFactory | None = None,
+        models: dict[str, Models] | None = None,
+    ) -> None:
         self.settings = settings
         self.factory = factory
         self.catalog = Catalog.load(settings)
-        self._models: dict[str, Models] = {}
+        self._models: dict[str, Models] = {} if models is None else models
 
     # -- what each version is ------------------------------------------------
 

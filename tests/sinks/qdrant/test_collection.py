@@ -12,7 +12,7 @@ import pytest
 
 from mdindex.config import load_settings
 from mdindex.errors import ConfigError
-from mdindex.index.runtime import cluster_spec, make_store
+from mdindex.runtime import cluster_spec, make_store
 from mdindex.sinks.qdrant import ClusterSpec, QdrantStore
 
 URL = "http://127.0.0.1:9"

@@ -39,8 +39,6 @@ from typing import Any
 import yaml
 
 from mdindex.config import Settings
-from mdindex.daemon.client import IndexClient
-from mdindex.daemon.mcp_server import indexed_documents, locate_document
 from mdindex.documents.files import printable
 from mdindex.documents.language import detect
 from mdindex.documents.parsing import parse_document
@@ -49,6 +47,8 @@ from mdindex.embedding.model import model_languages_of
 from mdindex.errors import ConfigError, MdindexError
 from mdindex.index.search import MODES, QUERY_MIN_WEIGHT, Query
 from mdindex.jsonfile import parse_json
+from mdindex.query.client import IndexClient
+from mdindex.query.mcp_server import indexed_documents, locate_document
 
 KS = (1, 3, 5, 10)
 # Each question is a search per version and mode: 2,000 of them, three modes and
@@ -427,7 +427,7 @@ def compare(
 
 def _open_version(settings: Settings, catalog: Any, fp: str) -> tuple[Ask, Callable[[], None]]:
     """Search a kept version here: its own model and store."""
-    from mdindex.index.runtime import make_models, make_store
+    from mdindex.runtime import make_models, make_store
 
     vs = catalog.settings_for(settings, fp)
     models = make_models(vs, queries_only=True)

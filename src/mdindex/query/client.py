@@ -40,7 +40,7 @@ from mdindex.jsonfile import parse_json
 from mdindex.outside import integer, shown
 
 if TYPE_CHECKING:
-    from mdindex.index.runtime import Models
+    from mdindex.runtime import Models
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +225,7 @@ class IndexClient:
                 "can tell whether it is caught up; give the roots (or the config) or start "
                 "mdindex watch"
             )
-        from mdindex.daemon.status import offline_status
+        from mdindex.query.status import offline_status
 
         return offline_status(self.settings)
 
@@ -291,7 +291,7 @@ class IndexClient:
 
     def search_here(self, query: Query) -> list[dict[str, Any]]:
         """Search without a daemon: the live version's model and store, opened here."""
-        from mdindex.index.runtime import make_models, make_store, version_of
+        from mdindex.runtime import make_models, make_store, version_of
 
         live = self.live_settings()
         fp = version_of(live)

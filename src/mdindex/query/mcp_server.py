@@ -28,12 +28,12 @@ from typing import Annotated, Any, Protocol
 from pydantic import BeforeValidator
 
 from mdindex.config import Settings
-from mdindex.daemon.links import live_state, related
 from mdindex.documents.files import Failure, FileRef, PathFilter, printable, stat_file
 from mdindex.documents.reading import decode, read_bytes, text_digest
 from mdindex.errors import MdindexError
 from mdindex.index.search import MAX_K, Query
 from mdindex.outside import integer, number
+from mdindex.query.links import live_state, related
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ from mdindex.chunking.chars import count_chars
 from mdindex.documents.parsing import parse_document
 from mdindex.embedding.embedder import ModelEmbedder
 from mdindex.embedding.model import resolve_model
-from mdindex.index.runtime import (
+from mdindex.index.state import State
+from mdindex.runtime import (
     API_KEY_ENV,
     api_key,
     collection_of,
@@ -23,7 +24,6 @@ from mdindex.index.runtime import (
     state_path,
     version_of,
 )
-from mdindex.index.state import State
 from mdindex.sinks import Point
 from mdindex.sinks.edge import EdgeStore
 from mdindex.sinks.qdrant import QdrantStore

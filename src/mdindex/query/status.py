@@ -65,7 +65,7 @@ def fields(
 def offline_status(settings: Settings) -> dict[str, Any]:
     """Status without a daemon: the state's counts and failures, and a scan of
     the roots for what has changed since (nothing is written)."""
-    from mdindex.index.runtime import make_indexer
+    from mdindex.runtime import make_indexer
     from mdindex.versions.catalog import reader_settings
     from mdindex.versions.rollout import Rollout
 
@@ -113,7 +113,7 @@ def offline_status(settings: Settings) -> dict[str, Any]:
 def _without_roots(settings: Settings, live: Settings) -> dict[str, Any]:
     """No daemon and no roots given: what the state and the store say, and that
     the files were not looked at (nothing is refused, nothing is pending)."""
-    from mdindex.index.runtime import make_indexer
+    from mdindex.runtime import make_indexer
     from mdindex.versions.rollout import Rollout
 
     with make_indexer(live) as indexer:

@@ -55,7 +55,7 @@ EmbedderFactory = Callable[[Settings], Any]
 
 def real_embedder(settings: Settings) -> Any:
     """One model per embedding actor, on the GPU Ray gave it, if any."""
-    from mdindex.index.runtime import make_models
+    from mdindex.runtime import make_models
 
     return make_models(settings).embedder
 
@@ -64,7 +64,7 @@ class _Chunk:
     """Reads, parses and chunks documents, and plans their points (a Ray actor)."""
 
     def __init__(self, settings: Settings) -> None:
-        from mdindex.index.runtime import make_models
+        from mdindex.runtime import make_models
 
         self.settings = settings
         self.planner = make_models(settings).planner
@@ -169,7 +169,7 @@ class _Write:
     rename). A document it cannot complete is left to the driver."""
 
     def __init__(self, settings: Settings, donors: dict[str, str]) -> None:
-        from mdindex.index.runtime import make_store
+        from mdindex.runtime import make_store
 
         self.store = make_store(settings)
         self.store.open()
@@ -255,7 +255,7 @@ def ray_runner(
                 # A server takes writes from every worker. Until the driver commits a
                 # document, its point IDs are known only to the store: mark them in
                 # flight, so a crash leaves them findable (Indexer._recover_inflight).
-                indexer.mark_inflight(f.key for f in candidates)
+                indexer.state.mark_inflight(f.key for f in candidates)
                 ds = ds.map_batches(
                     _Write,
                     fn_constructor_kwargs={"settings": indexer.settings, "donors": donors},
@@ -266,7 +266,7 @@ def ray_runner(
             refs = {f.key: f for f in candidates}
             for batch in ds.iter_batches(batch_size=EMBED_BATCH, batch_format="numpy"):
                 write_batch(indexer, batch, refs, summary)
-        indexer.delete_docs(changes.deleted, summary)
+        indexer.writer.delete_docs(changes.deleted, summary)
 
     return run
 
@@ -296,7 +296,7 @@ def write_batch(
             summary.fail(Failure(ref.root, ref.rel, str(batch["reason"][i])))
             continue
         if batch["unchanged"][i]:  # touched, not changed
-            indexer.touch(ref)
+            indexer.writer.touch(ref)
             summary.files_unchanged += 1
             continue
         graph = json.loads(batch["graph"][i])
@@ -311,9 +311,9 @@ def write_batch(
         else:
             todo.append(work)
             vectors.update(_row_vectors(batch, i))
-    indexer.write_docs(done, {}, summary, prewritten=True)
-    indexer.write_docs(todo, vectors, summary)
-    indexer.clear_inflight(
+    indexer.writer.write_docs(done, {}, summary, prewritten=True)
+    indexer.writer.write_docs(todo, vectors, summary)
+    indexer.state.clear_inflight(
         (str(r), str(p)) for r, p in zip(batch["root"], batch["rel"], strict=True)
     )
 

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from mdindex.daemon.client import DaemonClient, _UnixConnection
-from mdindex.daemon.links import broken_in, broken_text
 from mdindex.documents.links import graph_of, is_external
 from mdindex.documents.parsing import parse_document
 from mdindex.index import graph
-from mdindex.index.runtime import state_path
 from mdindex.index.state import DocRow, State
+from mdindex.query.client import DaemonClient, _UnixConnection
+from mdindex.query.links import broken_in, broken_text
+from mdindex.runtime import state_path
 from tests.cli_helper import in_process, mcp_server
 from tests.conftest import CORPUS, needs_corpus, settings_for
 from tests.daemon.test_as_a_process import ENV, cli, start, stop
@@ -413,7 +413,7 @@ def test_related_over_mcp_is_capped_like_read(tmp_path: Path) -> None:
     fit, and ``truncated`` says how many of each were left out."""
     from mcp import Client
 
-    from mdindex.daemon.mcp_server import MAX_READ_BYTES
+    from mdindex.query.mcp_server import MAX_READ_BYTES
 
     notes = tmp_path / "notes"
     notes.mkdir()
@@ -440,7 +440,7 @@ def test_related_over_mcp_is_capped_like_read(tmp_path: Path) -> None:
 def test_a_wiki_embed_by_a_link_outside_the_root_is_not_found(tmp_path: Path) -> None:
     """Found by a hostile review: `![[x.png]]`, x.png a symbolic link outside the
     root, was reported "found", where `![x](x.png)` says it leads outside."""
-    from mdindex.daemon.links import related
+    from mdindex.query.links import related
     from tests.conftest import TinyEmbedder, run_backfill, settings_for
 
     outside = tmp_path / "secret.png"

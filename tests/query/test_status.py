@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mdindex.daemon.status import offline_status
+from mdindex.query.status import offline_status
 from tests.cli_helper import mdindex
 from tests.conftest import TinyEmbedder, run_backfill, settings_for
 from tests.daemon.test_as_a_process import ENV, start, stop

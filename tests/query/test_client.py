@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from mdindex.daemon.client import DaemonClient, DaemonGone, IndexClient, find_daemon
 from mdindex.errors import ConfigError, FreshnessUnknown, StoreUnavailable
 from mdindex.index.lock import WriterLock, token_path
 from mdindex.index.search import Query
+from mdindex.query.client import DaemonClient, DaemonGone, IndexClient, find_daemon
 from tests.conftest import TinyEmbedder, run_rollout, settings_for
 from tests.daemon.running import QUIET_MS, Running, converges, token_of
 

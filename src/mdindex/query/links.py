@@ -39,7 +39,7 @@ MAX_ASSET_SCAN = 200_000
 @contextmanager
 def live_state(settings: Settings) -> Iterator[sqlite3.Connection | None]:
     """The live version's state, opened read-only; None when there is none."""
-    from mdindex.index.runtime import state_path
+    from mdindex.runtime import state_path
     from mdindex.versions.catalog import reader_settings
 
     path = state_path(reader_settings(settings))

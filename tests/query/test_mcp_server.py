@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from mdindex.config import load_settings
-from mdindex.daemon.mcp_server import MAX_READ_BYTES, locate_document, mark_stale, read_document
 from mdindex.documents.types import digest
+from mdindex.query.mcp_server import MAX_READ_BYTES, locate_document, mark_stale, read_document
 from tests.cli_helper import mcp_server
 from tests.conftest import TinyEmbedder, run_backfill, run_rollout, settings_for
 
@@ -91,7 +91,7 @@ def test_a_file_swapped_after_the_check_is_never_read(
 ) -> None:
     """Issue 23, defect 5: `read` checked the path, then opened it later; a file
     swapped for a link out of the root in between was served, a FIFO hung."""
-    import mdindex.daemon.mcp_server as server
+    import mdindex.query.mcp_server as server
 
     s = settings_for(tmp_path, [notes])
     run_backfill(s, TinyEmbedder())
@@ -214,7 +214,7 @@ async def session(tmp_path: Path, notes: Path, body: Any) -> Any:
 @pytest.mark.model
 def test_an_assistant_searches_reads_and_refreshes_over_stdio(tmp_path: Path, notes: Path):
     s = settings_for(tmp_path, [notes], base_url="https://docs.example")
-    from mdindex.index.runtime import make_models
+    from mdindex.runtime import make_models
 
     models = make_models(s)
     from tests.conftest import build_indexer
@@ -283,7 +283,7 @@ def test_an_assistant_searches_reads_and_refreshes_over_stdio(tmp_path: Path, no
 
 
 def test_refresh_is_not_offered_when_settings_say_so(tmp_path: Path, notes: Path) -> None:
-    from mdindex.daemon.mcp_server import build_server
+    from mdindex.query.mcp_server import build_server
 
     s = load_settings({"roots": [str(notes)], "state_dir": str(tmp_path / "state")})
     run_backfill(s, TinyEmbedder())
@@ -358,7 +358,7 @@ def test_number_arguments_go_through_the_one_checked_conversion(
     argument (the SDK's lax check took true as k=1 and "1.5" as a float)."""
     from mcp.server.mcpserver.exceptions import ToolError
 
-    from mdindex.daemon.mcp_server import build_server
+    from mdindex.query.mcp_server import build_server
 
     s = load_settings({"roots": [str(notes)], "state_dir": str(tmp_path / "state")})
     run_backfill(s, TinyEmbedder())

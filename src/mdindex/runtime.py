@@ -1,4 +1,7 @@
-"""Builds the resources the settings describe: tokenizer, chunker, embedder, store, state."""
+"""Builds the resources the settings describe: tokenizer, chunker, embedder, store,
+state, and the sync core over them; the version names they are built under. Above
+the layers it builds (documents to index), so each of those stays free of settings
+it does not need; every command, the daemon and the Ray workers build here."""
 
 from __future__ import annotations
 

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mdindex.distributed import KILL_ONCE_ENV
 from mdindex.index import graph
-from mdindex.index.distributed import KILL_ONCE_ENV
-from mdindex.index.runtime import state_path
 from mdindex.index.state import State
+from mdindex.runtime import state_path
 from tests.conftest import (
     REPO,
     TinyEmbedder,
@@ -57,7 +57,7 @@ def local_ray() -> Iterator[None]:
 
 
 def ray_backfill(settings, embedder_factory=tiny_factory, driver_embedder=None):  # type: ignore[no-untyped-def]
-    from mdindex.index import distributed
+    from mdindex import distributed
 
     indexer = build_indexer(settings, driver_embedder or TinyEmbedder())
     try:
@@ -147,7 +147,7 @@ def columns(rows: list[dict[str, str]]) -> dict[str, np.ndarray]:
 def stages_in_process(settings, embedder, *, crash_after_workers: bool):  # type: ignore[no-untyped-def]
     """The Ray stages of a server-mode backfill, called directly in this process:
     workers write the points themselves, then the driver commits (or crashes)."""
-    from mdindex.index.distributed import _Chunk, _Embed, _Write, work_items, write_batch
+    from mdindex.distributed import _Chunk, _Embed, _Write, work_items, write_batch
 
     indexer = build_indexer(settings, embedder)
 

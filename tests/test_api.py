@@ -1,0 +1,146 @@
+"""`mdindex.Index`: docs/python.md's example runs as written, with the real model
+on a copy of examples/docs, on the store here and through a running daemon;
+and the API's typed answers and errors."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mdindex
+from mdindex.api import Hit, Index, Status, Version
+from mdindex.errors import ConfigError, MdindexError, StoreUnavailable
+from mdindex.versions.catalog import reader_settings
+from tests.conftest import TinyEmbedder, rollout_for, stored_points
+from tests.daemon.test_as_a_process import start, stop
+
+REPO = Path(__file__).resolve().parents[1]
+OTTERS = "Otters hold hands while they sleep."
+
+
+def example() -> str:
+    """The first ```python block of docs/python.md."""
+    text = (REPO / "docs" / "python.md").read_text()
+    found = re.search(r"```python\n(.*?)```", text, re.DOTALL)
+    assert found is not None
+    return found.group(1)
+
+
+def run_example() -> dict[str, Any]:
+    scope: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(example(), str(REPO / "docs" / "python.md"), "exec"), scope)
+    return scope
+
+
+@pytest.fixture
+def copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder holding a copy of examples/docs, made the working directory."""
+    shutil.copytree(REPO / "examples" / "docs", tmp_path / "examples" / "docs")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return tmp_path
+
+
+def otters_stored(state: Path) -> list[dict[str, Any]]:
+    settings = Index(["examples/docs"], state_dir=state).settings
+    points = stored_points(reader_settings(settings)).values()
+    return [p for p in points if OTTERS in p["text"]]
+
+
+def check(scope: dict[str, Any], daemon: bool) -> None:
+    summary, best, status = scope["summary"], scope["best"], scope["status"]
+    assert summary.daemon is daemon and not summary.errors
+    assert isinstance(best, Hit) and isinstance(status, Status)
+    assert (best.root, best.doc_path, best.section) == ("docs", "guide/configuration.md", "Otters")
+    assert OTTERS in best.text and best.heading_path[-1] == "Otters"
+    page = Path("examples/docs/guide/configuration.md").read_text()
+    assert page[best.char_start : best.char_end] == best.text
+    assert status.documents == 3 and status.daemon is daemon
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_the_docs_example_runs_as_written(copy: Path) -> None:
+    scope = run_example()
+    check(scope, daemon=False)
+    assert scope["summary"].files_changed == 1  # the second sync: the edited page
+    assert scope["status"].phase == "stopped" and scope["status"].caught_up is True
+    [stored] = otters_stored(copy / ".mdindex")
+    assert stored["doc_path"] == "guide/configuration.md" and stored["section"] == "Otters"
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_the_docs_example_runs_through_a_daemon(copy: Path) -> None:
+    proc, _ = start(copy / "examples" / "docs", copy / ".mdindex")
+    try:
+        scope = run_example()
+        check(scope, daemon=True)
+        assert scope["status"].phase == "watching"
+        # the daemon's socket, named: the same index, asked through it
+        with Index.connect(copy / ".mdindex" / "mdindex.sock") as index:
+            [hit] = index.search("do otters hold hands while they sleep", k=1)
+            assert hit.section == "Otters" and index.status().daemon
+    finally:
+        code, _ = stop(proc)
+    assert code == 0
+    [stored] = otters_stored(copy / ".mdindex")
+    assert stored["section"] == "Otters"
+
+
+def test_help_shows_the_api() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", "import mdindex; help(mdindex.Index)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PAGER": "cat", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "src")},
+    ).stdout
+    for call in ("sync(", "backfill(", "search(", "status(", "links(", "eval(", "versions"):
+        assert call in out, call
+    assert mdindex.Index is Index and set(mdindex.__all__) <= set(dir(mdindex))
+
+
+def test_search_answers_typed_hits_and_versions(tmp_path: Path) -> None:
+    """On the store here, with a tiny embedder for the sync: what is stored comes
+    back as typed hits and versions."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Alpha\n\nAlpha is the first letter.\n\n## Beta\n\nBeta next.\n")
+    index = Index([docs], state_dir=tmp_path / "state", sparse_vectors=True)
+    rollout_for(index.settings, TinyEmbedder()).backfill()
+    hits = index.search("first letter", k=5, mode="sparse")
+    assert hits and all(isinstance(h, Hit) for h in hits)
+    stored = {p["content_hash"]: p for p in stored_points(reader_settings(index.settings)).values()}
+    for hit in hits:
+        point = stored[hit.fields["content_hash"]]
+        assert (hit.doc_path, hit.section, hit.text) == (
+            point["doc_path"],
+            point["section"],
+            point["text"],
+        )
+        assert hit.heading_path == tuple(point["heading_path"])
+    [version] = index.versions
+    assert isinstance(version, Version) and version.live and version.status == "complete"
+    assert version.documents == 1 and version.points == len(stored)
+
+
+def test_bad_arguments_are_the_error_tree(tmp_path: Path) -> None:
+    index = Index([tmp_path], state_dir=tmp_path / ".state")
+    with pytest.raises(ConfigError, match="k must be 1 to 100"):
+        index.search("anything", k=0)
+    with pytest.raises(ConfigError, match="mode must be one of"):
+        index.search("anything", mode="fuzzy")
+    with pytest.raises(ConfigError, match="eval: give a QUESTIONS file"):
+        index.eval()
+    with pytest.raises(ConfigError, match="strategy"):
+        Index([tmp_path], state_dir=tmp_path / ".state", strategy="paragraphs")
+    with pytest.raises(StoreUnavailable, match="no watch daemon"):
+        Index.connect(tmp_path / ".state" / "mdindex.sock")
+    assert issubclass(ConfigError, mdindex.MdindexError) and mdindex.MdindexError is MdindexError
