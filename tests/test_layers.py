@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,21 +51,14 @@ def modules() -> dict[str, Path]:
     return out
 
 
-def imports(path: Path, name: str, typing_too: bool) -> set[str]:
-    """The mdindex modules ``path`` imports, anywhere in it (functions included);
-    those under ``if TYPE_CHECKING:`` only when ``typing_too``."""
+def imports(path: Path, name: str) -> set[str]:
+    """The mdindex modules ``path`` imports, anywhere in it (functions included,
+    and those under ``if TYPE_CHECKING:``)."""
     tree = ast.parse(path.read_text())
-    skip: set[int] = set()
-    if not typing_too:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                skip |= {id(n) for n in ast.walk(node)}
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     known = modules()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("mdindex")}
         elif isinstance(node, ast.ImportFrom):
@@ -83,14 +77,16 @@ def imports(path: Path, name: str, typing_too: bool) -> set[str]:
 def test_nothing_imports_upward() -> None:
     wrong = []
     for name, path in modules().items():
-        for target in imports(path, name, typing_too=True):
+        for target in imports(path, name):
             if layer_of(target) > layer_of(name):
                 wrong.append(f"{name} imports {target}")
     assert not wrong, "\n".join(wrong)
 
 
 def test_no_import_cycle() -> None:
-    graph = {name: imports(path, name, typing_too=False) for name, path in modules().items()}
+    """Imports made only for type checking count too: a cycle through them is
+    still one class split across two modules."""
+    graph = {name: imports(path, name) for name, path in modules().items()}
     # a package's __init__ importing its own modules is not a cycle with them
     for name in graph:
         graph[name] = {t for t in graph[name] if not name.startswith(t + ".")}
@@ -148,3 +144,21 @@ def test_every_package_says_what_it_is() -> None:
     for init in sorted(SRC.rglob("__init__.py")):
         tree = ast.parse(init.read_text())
         assert ast.get_docstring(tree), f"{init} has no docstring"
+
+
+def test_the_readme_layout_names_every_package_in_layer_order() -> None:
+    """README's Layout table: each top-level package and module of src/mdindex
+    once, in the order of LAYERS."""
+    text = (SRC.parents[1] / "README.md").read_text()
+    body = text[text.index("\n## Layout\n") + 1 :]
+    body = body[: body.index("\n## ")]
+    rows = [re.findall(r"`([^`]+)`", row) for row in re.findall(r"^\| (`[^|]*) \|", body, re.M)]
+    listed = [name for row in rows for name in row]
+    tree = {
+        f"{p.name}/" if p.is_dir() else p.name
+        for p in SRC.iterdir()
+        if not p.name.startswith("__") and ((p / "__init__.py").is_file() or p.suffix == ".py")
+    }
+    assert sorted(listed) == sorted(tree)
+    order = [layer_of("mdindex." + row[0].removesuffix("/").removesuffix(".py")) for row in rows]
+    assert order == sorted(order), rows

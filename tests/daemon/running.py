@@ -63,7 +63,7 @@ class Running:
 
     def stop(self, timeout: float = 10) -> float:
         t = time.monotonic()
-        self.daemon.should_exit = True
+        self.daemon.shared.should_exit = True
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "daemon did not stop in time"
         return time.monotonic() - t

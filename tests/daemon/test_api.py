@@ -139,7 +139,7 @@ def test_status_waits_until_every_change_before_it_is_searchable(
 def test_a_store_that_fails_shows_in_health_and_status(daemon: Running) -> None:
     api = daemon.daemon.api
     settled(daemon)
-    daemon.daemon.health.store_failed(StoreUnavailable("qdrant-edge refusing writes"))
+    daemon.daemon.shared.health.store_failed(StoreUnavailable("qdrant-edge refusing writes"))
     assert api.health() == (False, "store: qdrant-edge refusing writes")
     status = api.status()
     assert status["phase"] == "degraded" and status["healthy"] is False

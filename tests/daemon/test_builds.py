@@ -327,7 +327,7 @@ def test_a_reload_with_other_settings_switches_without_a_restart(
     d.daemon.reload_settings = lambda: token.model_copy(update={"roots": [str(tmp_path)]})
     d.daemon.reload_requested = True
     wait_for(lambda: not d.daemon.reload_requested, 10, "the reload")
-    assert d.daemon.settings.roots == d.settings.roots
+    assert d.daemon.shared.settings.roots == d.settings.roots
 
 
 @pytest.mark.slow

@@ -145,7 +145,7 @@ def test_folders_past_the_watch_limit_are_rescanned(
             assert status["phase"] == "degraded"
             assert "inotify watch limit reached" in status["reason"]
             assert "sysctl fs.inotify.max_user_watches=" in status["reason"]
-            unwatched = d.daemon.watcher.unwatched
+            unwatched = d.daemon.shared.watcher.unwatched
             assert unwatched and all(Path(p).is_relative_to(root) for p in unwatched)
             last = Path(unwatched[-1]) if spare else root / "f19"
             # a `status --wait` looks at them at once
@@ -164,7 +164,7 @@ def test_folders_past_the_watch_limit_are_rescanned(
                 20,
                 f"watching again: {d.daemon.status()}",
             )
-            assert d.daemon.watcher.unwatched == []
+            assert d.daemon.shared.watcher.unwatched == []
             (last / "later.md").write_text("# Later\n\nWatched now.\n")
             converges(d, tmp_path, root, timeout=15)
         finally:

@@ -129,7 +129,7 @@ def test_the_live_versions_row_counts_what_status_counts(
     s = settings_for(tmp_path, [root], quiet_period_ms=QUIET_MS)
     d = Running(s, TinyEmbedder()).start()
     try:
-        wait_for(lambda: d.daemon.rollout.live is not None, 30, "the first version live")
+        wait_for(lambda: d.daemon.shared.rollout.live is not None, 30, "the first version live")
         for i in range(4):
             (root / f"more{i}.md").write_text(f"# More {i}\n\nMore text {i}.\n")
         (root / "a.md").unlink()

@@ -164,7 +164,7 @@ def test_slow_clients_cannot_lock_anyone_out(daemon: Running) -> None:
             assert time.monotonic() - started < 1.0
             time.sleep(0.5)
         # however slowly they go on, they are closed once a whole request is late
-        slow[0].settimeout(daemon.daemon.timings.request_timeout_s + 5)
+        slow[0].settimeout(daemon.daemon.shared.timings.request_timeout_s + 5)
         with contextlib.suppress(ConnectionResetError):
             assert slow[0].recv(1) == b""
     finally:

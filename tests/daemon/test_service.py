@@ -142,14 +142,14 @@ def test_queue_overflow_and_dead_observer_trigger_rescans(tmp_path: Path, root: 
         for i in range(30):  # far more events than the queue holds
             (root / f"over{i}.md").write_text(f"# Over {i}\n\noverflow {i}\n")
         converges(d, tmp_path, root)
-        assert d.daemon.metrics.rescans._value.get() >= 1
+        assert d.daemon.shared.metrics.rescans._value.get() >= 1
         # the observer dies; a change made meanwhile is repaired by the rescan
-        rescans = d.daemon.metrics.rescans._value.get()
-        d.daemon.watcher.stop()
+        rescans = d.daemon.shared.metrics.rescans._value.get()
+        d.daemon.shared.watcher.stop()
         (root / "a.md").write_text("# A\n\nChanged while nobody watched.\n")
         converges(d, tmp_path, root)
-        assert d.daemon.watcher.alive()
-        assert d.daemon.metrics.rescans._value.get() > rescans
+        assert d.daemon.shared.watcher.alive()
+        assert d.daemon.shared.metrics.rescans._value.get() > rescans
     finally:
         d.stop()
 
@@ -240,7 +240,7 @@ def test_a_replaced_root_is_watched_anew_and_nothing_is_deleted_on_a_guess(
         assert "notes" in status["reason"] and "--force" in status["reason"]
         kept = {k: p for k, p in d.points().items() if p["doc_path"] != "new.md"}
         assert kept == before  # nothing deleted, the edit in notes.bak not applied
-        assert d.daemon.watcher.alive()
+        assert d.daemon.shared.watcher.alive()
         # events in the new folder are followed
         (root / "sub").mkdir()
         (root / "sub" / "later.md").write_text("# Later\n\nAnother note.\n")
@@ -285,7 +285,9 @@ def test_the_daemon_reads_the_catalog_once_it_holds_the_lock(tmp_path: Path, roo
     d.start()
     try:
         wait_for(
-            lambda: d.daemon.builds.serving == d.daemon.rollout.target(), 30, "the switch back"
+            lambda: d.daemon.shared.builds.serving == d.daemon.shared.rollout.target(),
+            30,
+            "the switch back",
         )
         converges(d, tmp_path, root)
         # built beside the other version from its vectors, not re-embedded into an empty store
@@ -293,7 +295,7 @@ def test_the_daemon_reads_the_catalog_once_it_holds_the_lock(tmp_path: Path, roo
         path = s.state_dir / "mdindex.versions.json"
         wait_for(lambda: len(json.loads(path.read_text())["versions"]) == 1, 30, "the drop")
         catalog = json.loads(path.read_text())
-        assert list(catalog["versions"]) == [catalog["live"]] == [d.daemon.builds.serving]
+        assert list(catalog["versions"]) == [catalog["live"]] == [d.daemon.shared.builds.serving]
         assert [p.name for p in (s.state_dir / "edge").iterdir()] == [collection_of(s)]
     finally:
         d.stop()
@@ -327,10 +329,10 @@ def test_notes_deleted_by_the_user_go_and_a_rescan_guards_the_rest(tmp_path: Pat
         assert {p["doc_path"] for p in d.points().values()} == {"n8.md", "n9.md"}
         assert d.daemon.phase == "watching" and not d.daemon.status()["reason"]
         # files that vanish without an event (a scan finds them gone) are a guess
-        d.daemon.watcher.stop()
+        d.daemon.shared.watcher.stop()
         (root / "n8.md").unlink()
         (root / "n9.md").unlink()
-        d.daemon.watcher.overflowed.set()  # a rescan
+        d.daemon.shared.watcher.overflowed.set()  # a rescan
         wait_for(lambda: d.daemon.phase == "degraded", 10, "degraded")
         assert "no markdown files" in d.daemon.status()["reason"]
         assert {p["doc_path"] for p in d.points().values()} == {"n8.md", "n9.md"}
@@ -353,7 +355,7 @@ def test_a_missing_root_does_not_hold_the_others(tmp_path: Path, root: Path) -> 
         assert "later" in d.daemon.status()["reason"]
         (root / "new.md").write_text("# New\n\nStill indexed beside a missing root.\n")
         wait_for(lambda: "new.md" in {p["doc_path"] for p in d.points().values()}, 10, "new")
-        d.daemon.watcher.overflowed.set()  # a rescan indexes the rest and keeps x.md
+        d.daemon.shared.watcher.overflowed.set()  # a rescan indexes the rest and keeps x.md
         d.daemon.status(wait=30)  # the barrier: the rescan ran
         docs = {(p["root"], p["doc_path"]) for p in d.points().values()}
         assert ("later", "x.md") in docs and ("notes", "new.md") in docs

@@ -57,29 +57,31 @@ def started(settings: Settings) -> Iterator[Daemon]:
 def test_one_reconcile_answers_every_request_waiting(tmp_path: Path, root: Path) -> None:
     with started(settings_for(tmp_path, [str(root)])) as daemon:
         (root / "new.md").write_text("# New\n\nA new note.\n")
-        askers = [Asker(daemon.mailbox, "reconcile", force=False) for _ in range(2)]
-        waiting(daemon.mailbox, 2)
+        askers = [Asker(daemon.shared.mailbox, "reconcile", force=False) for _ in range(2)]
+        waiting(daemon.shared.mailbox, 2)
         daemon.work.serve_requests()
         first, second = (a.done().answer for a in askers)
         # one reconcile: the second would have found nothing left to do
         assert first == second and first is not None
         assert first["files_changed"] == 1 and first["files_seen"] == 4
-        assert not daemon.mailbox
+        assert not daemon.shared.mailbox
 
 
 def test_a_forced_request_forces_the_reconcile_they_share(tmp_path: Path, root: Path) -> None:
     with started(settings_for(tmp_path, [str(root)])) as daemon:
         for path in root.rglob("*.md"):
             path.unlink()
-        plain = Asker(daemon.mailbox, "reconcile", force=False)
-        waiting(daemon.mailbox, 1)
+        plain = Asker(daemon.shared.mailbox, "reconcile", force=False)
+        waiting(daemon.shared.mailbox, 1)
         daemon.work.serve_requests()
         refused = plain.done().answer
         assert refused is not None and refused["files_deleted"] == 0
         assert "no markdown files" in refused["refused"]
-        assert daemon.phase == "degraded" and daemon.health.reason.startswith("deletions refused")
-        askers = [Asker(daemon.mailbox, "reconcile", force=force) for force in (False, True)]
-        waiting(daemon.mailbox, 2)
+        assert daemon.phase == "degraded" and daemon.shared.health.reason.startswith(
+            "deletions refused"
+        )
+        askers = [Asker(daemon.shared.mailbox, "reconcile", force=force) for force in (False, True)]
+        waiting(daemon.shared.mailbox, 2)
         daemon.work.serve_requests()
         for asker in askers:
             answer = asker.done().answer
@@ -91,10 +93,10 @@ def test_a_forced_request_forces_the_reconcile_they_share(tmp_path: Path, root: 
 
 def test_versions_requests_are_answered_one_by_one(tmp_path: Path, root: Path) -> None:
     with started(settings_for(tmp_path, [str(root)])) as daemon:
-        wrong = Asker(daemon.mailbox, "use", fingerprints=["0000"])
-        waiting(daemon.mailbox, 1)
-        drop = Asker(daemon.mailbox, "drop", fingerprints=[])
-        waiting(daemon.mailbox, 2)
+        wrong = Asker(daemon.shared.mailbox, "use", fingerprints=["0000"])
+        waiting(daemon.shared.mailbox, 1)
+        drop = Asker(daemon.shared.mailbox, "drop", fingerprints=[])
+        waiting(daemon.shared.mailbox, 2)
         daemon.work.serve_requests()
         assert isinstance(wrong.done().error, ConfigError)
         assert "names no version" in str(wrong.error)
@@ -114,7 +116,7 @@ def test_a_batch_the_store_refused_is_tried_again(tmp_path: Path, root: Path) ->
         busy.execute("BEGIN EXCLUSIVE")
         try:
             (root / "new.md").write_text("# New\n\nWritten while the store was busy.\n")
-            wait_for(lambda: d.daemon.health.reason.startswith("store:"), 60, "the refusal")
+            wait_for(lambda: d.daemon.shared.health.reason.startswith("store:"), 60, "the refusal")
             healthy, reason = api.health()
             assert not healthy and "database is locked" in reason
         finally:
@@ -123,7 +125,7 @@ def test_a_batch_the_store_refused_is_tried_again(tmp_path: Path, root: Path) ->
         wait_for(lambda: "new.md" in {p["doc_path"] for p in d.points().values()}, 30, "new.md")
         wait_for(lambda: api.health() == (True, "watching"), 10, "healthy again")
         converges(d, tmp_path, root)
-        assert d.daemon.metrics.registry.get_sample_value("mdindex_rescans_total") == 0
+        assert d.daemon.shared.metrics.registry.get_sample_value("mdindex_rescans_total") == 0
     finally:
         d.stop()
 
@@ -202,7 +204,7 @@ def test_a_daemon_fed_hostile_answers_stays_up_and_catches_up(tmp_path: Path, ro
                 server.answer = body
                 (root / f"new{i}.md").write_text(f"# New {i}\n\nWritten while the server lied.\n")
                 wait_for(lambda: d.daemon.phase == "degraded", 30, f"degraded by {name}")
-                reason = d.daemon.health.reason
+                reason = d.daemon.shared.health.reason
                 assert reason.startswith("embedding server: ") and server.url in reason, reason
                 assert "embedding server: embedding server" not in reason, reason
                 assert "\n" not in reason and d.thread.is_alive()
@@ -231,7 +233,7 @@ def test_a_state_that_refuses_writes_is_degraded_until_it_takes_them(
         busy.execute("BEGIN EXCLUSIVE")
         try:
             (root / "new.md").write_text("# New\n\nWritten while the state was held.\n")
-            wait_for(lambda: d.daemon.health.reason.startswith("state: "), 60, "the refusal")
+            wait_for(lambda: d.daemon.shared.health.reason.startswith("state: "), 60, "the refusal")
             assert d.thread.is_alive()
         finally:
             busy.execute("ROLLBACK")
@@ -277,7 +279,7 @@ def test_an_embedding_server_killed_and_restarted_under_a_running_daemon(
     try:  # the server is gone (SIGTERM, as systemd stops it)
         (root / "new.md").write_text("# New\n\nWritten while the server was down.\n")
         wait_for(lambda: d.daemon.phase == "degraded", 60, "degraded by the dead server")
-        reason = d.daemon.health.reason
+        reason = d.daemon.shared.health.reason
         assert reason.startswith("embedding server: ") and url.rsplit("/", 1)[0] in reason, reason
         assert "embedding server: embedding server" not in reason, reason
         assert "\n" not in reason and d.thread.is_alive()
@@ -314,7 +316,7 @@ def test_a_root_made_unreadable_and_readable_again_under_a_running_daemon(
             (root / "new.md").write_text("# New\n\nWritten as the folder was locked.\n")
             root.chmod(0)
             wait_for(lambda: d.daemon.phase == "degraded", 30, "degraded by the reader")
-            out["reason"] = d.daemon.health.reason
+            out["reason"] = d.daemon.shared.health.reason
             out["alive"] = d.thread.is_alive()
             out["during"] = sorted(docs_of(d))
             root.chmod(0o755)
@@ -362,8 +364,8 @@ def test_a_store_made_unreadable_and_restored_under_a_running_daemon(
             (root / "new.md").write_text("# New\n\nWritten as the store was locked away.\n")
             (root / "b.md").unlink()
             wait_for(lambda: d.daemon.phase == "degraded", 30, "degraded by the store")
-            out["reason"] = d.daemon.health.reason
-            wait_for(lambda: d.daemon.health.failures >= 3, 30, "tried again")
+            out["reason"] = d.daemon.shared.health.reason
+            wait_for(lambda: d.daemon.shared.health.failures >= 3, 30, "tried again")
             out["alive"] = d.thread.is_alive()
             out["backoff"] = d.daemon.work.backoff()
             out["documents_during"] = d.daemon.indexer.state.doc_count()  # type: ignore[union-attr]
@@ -412,14 +414,14 @@ def test_a_catalog_the_disk_refuses_leaves_the_daemon_degraded_not_down(
         out: dict[str, Any] = {}
         try:
             converges(d, tmp_path, root)
-            wait_for(lambda: d.daemon.rollout.live is not None, 30, "the first version live")
-            fp = d.daemon.rollout.live
+            wait_for(lambda: d.daemon.shared.rollout.live is not None, 30, "the first version live")
+            fp = d.daemon.shared.rollout.live
             s.state_dir.chmod(0o555)
             (root / "new.md").write_text("# New\n\nWritten as the state folder went read-only.\n")
             wait_for(lambda: "new.md" in docs_of(d), 30, "new.md through the event")
             d.daemon.api.reconcile(timeout=30)  # records the new counts in the catalog
             wait_for(lambda: d.daemon.phase == "degraded", 30, "degraded by the catalog")
-            out["reason"] = d.daemon.health.reason
+            out["reason"] = d.daemon.shared.health.reason
             out["alive"] = d.thread.is_alive()
             s.state_dir.chmod(0o755)
 
@@ -461,7 +463,7 @@ def test_files_back_end_a_refusal_without_waiting_for_the_rescan(
     d = Running(s, TinyEmbedder(), timings=Timings(dir_rescan_delay_s=0.5)).start()
     try:
         wait_for(lambda: d.daemon.phase == "degraded", 30, "deletions refused")
-        assert d.daemon.health.reason.startswith("deletions refused")
+        assert d.daemon.shared.health.reason.startswith("deletions refused")
         (root / "a.md").write_text(a)
         (root / "b.md").write_text(b)
         (root / "new.md").write_text("# New\n\nWritten once the files were back.\n")

@@ -284,7 +284,7 @@ def test_a_daemon_started_while_the_server_is_down_waits_for_it(tmp_path: Path) 
     s = settings_for(tmp_path, [root], embedding_url=url, embedding_model=MODEL, retry_budget_s=1.0)
     d = Running(s, remote(url, retry_budget_s=1.0)).start()
     try:
-        wait_for(lambda: "embedding server" in d.daemon.health.unhealthy, 30, "degraded")
+        wait_for(lambda: "embedding server" in d.daemon.shared.health.unhealthy, 30, "degraded")
         assert d.points() == {}
     finally:
         d.stop()

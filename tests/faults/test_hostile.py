@@ -168,7 +168,7 @@ def test_watch_on_hostile_corpus(tmp_path: Path) -> None:
         # (the daemon runs as root here: the mode-000 file and folder are readable)
         # The counts are added when the sync ends, a moment after its points land.
         wait_for(
-            lambda: d.daemon.metrics.errors._value.get() >= len(expected) - 2,
+            lambda: d.daemon.shared.metrics.errors._value.get() >= len(expected) - 2,
             30,
             "every hostile file counted as failed",
         )

@@ -241,9 +241,9 @@ def test_watch_with_unreachable_server_keeps_retrying(tmp_path: Path) -> None:
         assert exc.value.code == 503
         body = json.loads(exc.value.read().decode())
         assert body["status"] == "unhealthy" and "unreachable" in body["reason"]
-        errors = d.daemon.metrics.errors._value.get()
+        errors = d.daemon.shared.metrics.errors._value.get()
         (root / "x.md").write_text("# X\n\nwhile the server is down\n")
-        wait_for(lambda: d.daemon.metrics.errors._value.get() > errors, 30, "another retry")
+        wait_for(lambda: d.daemon.shared.metrics.errors._value.get() > errors, 30, "another retry")
         assert d.thread.is_alive()
         assert d.daemon.indexer.state.doc_count() == 0  # nothing recorded as done
     finally:

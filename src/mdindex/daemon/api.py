@@ -14,10 +14,11 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mdindex.daemon.http import LOOPBACK, Api, HttpServer, load_token, write_token
 from mdindex.daemon.mcp_http import McpBridge
+from mdindex.daemon.shared import Shared
 from mdindex.errors import StoreError
 from mdindex.index.indexer import Indexer
 from mdindex.index.lock import socket_path, token_path
@@ -25,22 +26,19 @@ from mdindex.index.search import Query
 from mdindex.query.mcp_server import build_server
 from mdindex.query.status import fields
 
-if TYPE_CHECKING:
-    from mdindex.daemon.service import Daemon
-
 log = logging.getLogger(__name__)
 
 SOCKET_PATH_MAX = 100
 
 
 class DaemonApi:
-    """The daemon as its API's threads and its MCP tools see it."""
+    """The daemon as its API's threads and its MCP tools see it: what it shares."""
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
 
     def health(self) -> tuple[bool, str]:
-        d = self.daemon
+        d = self.shared
         if not d.ready.is_set():
             return False, "starting"
         if not d.watcher.alive():
@@ -51,7 +49,7 @@ class DaemonApi:
         """The live version's sync core, once the daemon can answer: a request
         that arrives while it loads its model waits for it (``timeout``, by
         default the daemon's ``starting_wait_s``)."""
-        d = self.daemon
+        d = self.shared
         wait = d.timings.starting_wait_s if timeout is None else timeout
         if not d.ready.wait(wait) or d.builds.live is None:
             raise StoreError("the daemon is still starting (loading its model); try again")
@@ -59,13 +57,13 @@ class DaemonApi:
 
     def search(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         """A search from the API's parameters; ValueError for a bad one."""
-        s = self.daemon.settings
+        s = self.shared.settings
         return self.serving().search(Query.from_params(params, s.search_mode, s.fusion))
 
     def reconcile(self, timeout: float | None = None, force: bool = False) -> dict[str, Any]:
         """A whole reconcile on the main loop, and its summary; {} when ``timeout``
         passes first. ``force``: deletions the guard would refuse are made."""
-        return self.daemon.mailbox.ask("reconcile", timeout, force=force) or {}
+        return self.shared.mailbox.ask("reconcile", timeout, force=force) or {}
 
     def caught_up(self, wait: float) -> tuple[dict[str, Any], str]:
         """Sync every change made before the call, within ``wait`` seconds: the
@@ -74,13 +72,13 @@ class DaemonApi:
         where there can be none, or it does not pass in time, a stat-only
         reconcile of the whole tree ("scan") decides."""
         deadline = time.monotonic() + wait
-        barrier_wait = min(wait, self.daemon.timings.barrier_wait_s)
+        barrier_wait = min(wait, self.shared.timings.barrier_wait_s)
         # deletions refused: only a whole reconcile tells that the root is whole
         # again (a flush left status --wait at exit 4 until the next rescan)
-        refused = bool(self.daemon.health.refused)
-        if self.daemon.ready.is_set() and not refused and self._barriers(barrier_wait):
+        refused = bool(self.shared.health.refused)
+        if self.shared.ready.is_set() and not refused and self._barriers(barrier_wait):
             left = max(0.0, deadline - time.monotonic())
-            return self.daemon.mailbox.ask("flush", left) or {}, "events"
+            return self.shared.mailbox.ask("flush", left) or {}, "events"
         return self.reconcile(timeout=max(0.0, deadline - time.monotonic())), "scan"
 
     def _barriers(self, wait: float) -> bool:
@@ -92,25 +90,25 @@ class DaemonApi:
         to pass both early."""
         deadline = time.monotonic() + wait
         for _ in range(2):
-            barrier = self.daemon.watcher.barrier()
+            barrier = self.shared.watcher.barrier()
             if barrier is None:
                 return False
             # events lost (the kernel's queue overflowed) lose the barrier's too: no
             # use waiting for it, the scan decides at once
             while not barrier.passed.wait(0.05):
-                if self.daemon.watcher.overflowed.is_set() or time.monotonic() >= deadline:
-                    self.daemon.watcher.forget(barrier)
+                if self.shared.watcher.overflowed.is_set() or time.monotonic() >= deadline:
+                    self.shared.watcher.forget(barrier)
                     return False
         return True
 
     def versions(self, action: str, fingerprints: list[str]) -> dict[str, Any]:
         """`versions use|drop`, done on the main loop."""
-        return self.daemon.mailbox.ask(action, fingerprints=fingerprints) or {}
+        return self.shared.mailbox.ask(action, fingerprints=fingerprints) or {}
 
     def status(self, wait: float | None = None) -> dict[str, Any]:
         """The status fields. With ``wait``, first wait up to that many seconds
         for every change made before the call to be searchable."""
-        d = self.daemon
+        d = self.shared
         caught_up, how = None, ""
         if wait is not None:
             result, how = self.caught_up(wait)
@@ -127,7 +125,7 @@ class DaemonApi:
             if indexer is not None
             else {"store": None, "points": gauges.points},
             documents=gauges.documents,
-            files_seen=d.work.files_seen,
+            files_seen=d.files_seen,
             failed=gauges.failed,
             last_sync=gauges.last_sync,
             phase=d.phase,
@@ -175,15 +173,15 @@ class Endpoints:
         self.mcp: McpBridge | None = None
         self.socket_dir: Path | None = None  # a private folder for a socket path too long
 
-    def start(self, daemon: Daemon, api: DaemonApi) -> dict[str, Any]:
+    def start(self, shared: Shared, api: DaemonApi) -> dict[str, Any]:
         """Start serving; returns the lock file's record of where."""
-        s = daemon.settings
+        s = shared.settings
         token = load_token()
         write_token(token_path(s.state_dir, s.collection), token)
         allow = s.mcp_allow_refresh is True
         self.mcp = McpBridge(build_server(s, Tools(api), allow_refresh=allow)).start()
         routes = Api(
-            daemon.metrics,
+            shared.metrics,
             api.health,
             api.search,
             api.status,
@@ -196,7 +194,7 @@ class Endpoints:
         if len(os.fsencode(path)) >= SOCKET_PATH_MAX:  # sun_path is 108 bytes
             self.socket_dir = Path(tempfile.mkdtemp(prefix="mdindex-"))  # 0700
             path = self.socket_dir / "api.sock"
-        timeout = daemon.timings.request_timeout_s
+        timeout = shared.timings.request_timeout_s
         self.servers.append(HttpServer(routes, timeout, path=path))
         record: dict[str, Any] = {"socket": str(path)}
         if s.http_port is not None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mdindex.daemon import coverage
 from mdindex.daemon.mailbox import Request
+from mdindex.daemon.shared import Shared
 from mdindex.daemon.watcher import Batch
 from mdindex.errors import (
     ConfigError,
@@ -24,9 +25,6 @@ from mdindex.errors import (
 from mdindex.index.summary import Summary
 from mdindex.outside import shown
 from mdindex.versions.catalog import Catalog
-
-if TYPE_CHECKING:
-    from mdindex.daemon.service import Daemon
 
 log = logging.getLogger(__name__)
 
@@ -45,21 +43,20 @@ UNREADABLE = (
 class Work:
     """The main loop's jobs, and what they leave for the next one."""
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
         self.next_rescan = 0.0
         self.rollout_pending = False  # the versions' opening waits for the store
         self.force_next = False  # the next reconcile deletes what the guard would refuse
         self.settle_due = False  # the store may want housekeeping once things are quiet
         self.last_work = 0.0
-        self.files_seen = 0
         self.next_unwatched_scan = 0.0
         self.watch_limit = coverage.limit()  # as it was when the watches were added
         self.unreadable_tries = 0  # rescans in a row that found files unreadable
 
     def backoff(self) -> float:
         """How long to wait after the latest of the failures in a row."""
-        return self.daemon.timings.backoff(self.daemon.health.failures)
+        return self.shared.timings.backoff(self.shared.health.failures)
 
     def rescan_due(self) -> bool:
         return time.monotonic() >= self.next_rescan
@@ -68,7 +65,7 @@ class Work:
         """Housekeeping is due and things have been quiet long enough."""
         return (
             self.settle_due
-            and time.monotonic() - self.last_work >= self.daemon.timings.settle_after_s
+            and time.monotonic() - self.last_work >= self.shared.timings.settle_after_s
         )
 
     def serve_requests(self) -> None:
@@ -76,7 +73,7 @@ class Work:
         each asked after its changes reached the disk, and a reconcile sees the
         disk. A flush (asked once a barrier passed) syncs the paths waiting.
         `versions use|drop` are answered one by one."""
-        requests = self.daemon.mailbox.take()
+        requests = self.shared.mailbox.take()
         for kind, job in (("reconcile", self.requested), ("flush", self.flush)):
             asked = [r for r in requests if r.kind == kind]
             if not asked:
@@ -84,7 +81,7 @@ class Work:
             summary = job(asked)
             for r in asked:
                 if summary is None:
-                    r.reply(error=StoreError(self.daemon.health.reason or f"{kind} failed"))
+                    r.reply(error=StoreError(self.shared.health.reason or f"{kind} failed"))
                 else:
                     r.reply(summary.as_dict())
         for r in requests:
@@ -99,22 +96,22 @@ class Work:
         """Every path waiting now, and the folders the kernel does not watch,
         synced at once: a barrier passed, so every event from before it is here.
         Events lost meanwhile (an overflow) leave only a whole reconcile."""
-        if self.daemon.check_roots() or self.daemon.watcher.overflowed.is_set():
-            self.daemon.watcher.overflowed.clear()
+        if self.shared.check_roots() or self.shared.watcher.overflowed.is_set():
+            self.shared.watcher.overflowed.clear()
             return self.reconcile("rescan")
-        self.daemon.drain(timeout=0)
-        batch = self.daemon.debouncer.take_all()
+        self.shared.drain(timeout=0)
+        batch = self.shared.debouncer.take_all()
         from_events = bool(batch.dirs)
-        batch.dirs += self.daemon.watcher.unwatched
+        batch.dirs += self.shared.watcher.unwatched
         return self.process(batch, events=from_events) if batch else Summary()
 
     def serve_versions(self, request: Request) -> None:
         fingerprints = request.args["fingerprints"]
         try:
             if request.kind == "use":
-                answer: dict[str, Any] = self.daemon.builds.use(fingerprints)
+                answer: dict[str, Any] = self.shared.builds.use(fingerprints)
             else:
-                answer = self.daemon.builds.drop(fingerprints)
+                answer = self.shared.builds.drop(fingerprints)
         except MdindexError as exc:
             request.reply(error=exc)
             return
@@ -123,47 +120,47 @@ class Work:
 
     def build_step(self) -> None:
         """Go on building while nothing else waits; switch once it is complete."""
-        if self.daemon.busy():
+        if self.shared.busy():
             return
-        self.daemon.health.status(f"building version {self.daemon.builds.building}")
-        if self.daemon.builds.step(on_embedded=self.daemon.metrics.embedded.inc):
+        self.shared.health.status(f"building version {self.shared.builds.building}")
+        if self.shared.builds.step(on_embedded=self.shared.metrics.embedded.inc):
             self.promoted()
 
     def promoted(self) -> None:
         """A new version answers from now on."""
         self.settle_due = True
         self.update_gauges()
-        self.daemon.health.status("watching")
+        self.shared.health.status("watching")
 
     def reconcile(self, why: str) -> Summary | None:
-        indexer = self.daemon.builds.live
+        indexer = self.shared.builds.live
         assert indexer is not None
-        self.daemon.health.started = self.daemon.health.reconciling = True
-        self.daemon.health.status(f"{why}: reconciling")
-        self.next_rescan = time.monotonic() + self.daemon.settings.rescan_interval_s
+        self.shared.health.started = self.shared.health.reconciling = True
+        self.shared.health.status(f"{why}: reconciling")
+        self.next_rescan = time.monotonic() + self.shared.settings.rescan_interval_s
         if why == "rescan":
-            self.daemon.metrics.rescans.inc()
+            self.shared.metrics.rescans.inc()
         force, self.force_next = self.force_next, False
         try:
             if self.rollout_pending:
                 self.open_rollout()
-                indexer = self.daemon.builds.live
+                indexer = self.shared.builds.live
                 assert indexer is not None
             summary = indexer.backfill(prune=True, force=force, keep_going=True)
         except StoreMismatch:
             raise
         except Exception as exc:  # PASSING, or a fault of our own: degraded, never down
-            self.daemon.health.reconciling = False
-            self.daemon.health.store_failed(exc)
+            self.shared.health.reconciling = False
+            self.shared.health.store_failed(exc)
             self.next_rescan = time.monotonic() + self.backoff()
             return None
-        self.daemon.health.reconciling = False
-        self.files_seen = summary.files_seen
-        self.daemon.health.refused = (
+        self.shared.health.reconciling = False
+        self.shared.files_seen = summary.files_seen
+        self.shared.health.refused = (
             summary.refused
         )  # a whole reconcile says whether it still holds
         self.account(summary)
-        self.daemon.health.unreadable = ""  # a whole scan says which still are
+        self.shared.health.unreadable = ""  # a whole scan says which still are
         self.note_unreadable(summary)
         log.info("%s: %s", why, summary.line())
         self.check_coverage(whole=True)
@@ -173,54 +170,54 @@ class Work:
     def open_rollout(self) -> None:
         """The versions' opening (adoption, a crash's leftovers), once the store
         answers; an adopted index is what is served from then on."""
-        self.daemon.rollout.open()
+        self.shared.rollout.open()
         self.rollout_pending = False
-        live = self.daemon.rollout.live
-        if live is not None and live != self.daemon.builds.serving:
-            self.daemon.builds.serve(self.daemon.builds.indexer(live), live)
+        live = self.shared.rollout.live
+        if live is not None and live != self.shared.builds.serving:
+            self.shared.builds.serve(self.shared.builds.indexer(live), live)
             self.promoted()
 
     def after_sync(self, summary: Summary) -> None:
         """A first version is live once complete; any other the settings ask
         for is built beside it."""
-        indexer, serving = self.daemon.builds.live, self.daemon.builds.serving
+        indexer, serving = self.shared.builds.live, self.shared.builds.serving
         assert indexer is not None
         if summary.interrupted:
             return
         try:
-            if serving != self.daemon.rollout.live:
-                self.daemon.rollout.complete(serving, indexer, summary.chunks_embedded)
-                self.daemon.rollout.switch(serving, indexer)
+            if serving != self.shared.rollout.live:
+                self.shared.rollout.complete(serving, indexer, summary.chunks_embedded)
+                self.shared.rollout.switch(serving, indexer)
             else:
-                self.daemon.rollout.record(serving, indexer)
+                self.shared.rollout.record(serving, indexer)
         except PruneRefused as exc:
             log.error("version %s: %s", serving, exc)
             return
         except (StoreError, StateError) as exc:  # the alias or the catalog refused
-            self.daemon.health.store_failed(exc)
+            self.shared.health.store_failed(exc)
             self.next_rescan = time.monotonic() + self.backoff()
             # what is in memory may have moved ahead of the file (a switch it lacks)
-            rollout = self.daemon.rollout
+            rollout = self.shared.rollout
             with contextlib.suppress(ConfigError):
                 rollout.catalog = Catalog.load(rollout.settings)
             return
-        self.daemon.builds.plan()
+        self.shared.builds.plan()
         self.update_gauges()
 
     def process(self, batch: Batch, events: bool = True) -> Summary | None:
         """Event handling: the paths a batch names go to the sync core. None when
         the store failed (the paths wait and are tried again). ``events``: the
         paths came from file events (not from the folders rescanned unwatched)."""
-        indexer = self.daemon.builds.live
+        indexer = self.shared.builds.live
         assert indexer is not None
         # new folders; or any file while deletions are refused: one back may end
         # the refusal, which only a whole reconcile tells (and it counts the files
         # seen again: status said "4 of 2" until the next rescan, 10 minutes on)
-        if (batch.dirs and events) or self.daemon.health.refused:
+        if (batch.dirs and events) or self.shared.health.refused:
             self.next_rescan = min(
-                self.next_rescan, time.monotonic() + self.daemon.timings.dir_rescan_delay_s
+                self.next_rescan, time.monotonic() + self.shared.timings.dir_rescan_delay_s
             )
-        if self.daemon.check_roots():
+        if self.shared.check_roots():
             # the paths may name the old folder's files: the rescan decides
             for path in batch.files + batch.dirs:
                 log.debug("dropped with a replaced root: %s", path)
@@ -231,18 +228,18 @@ class Work:
         except StoreMismatch:
             raise
         except Exception as exc:  # PASSING, or a fault of our own: degraded, never down
-            self.daemon.health.store_failed(exc)
+            self.shared.health.store_failed(exc)
             wait = self.backoff()
             for path in batch.files:  # try these paths again later
-                self.daemon.debouncer.add_path(path, False, delay=wait)
+                self.shared.debouncer.add_path(path, False, delay=wait)
             for path in batch.dirs:
-                self.daemon.debouncer.add_path(path, True, delay=wait)
+                self.shared.debouncer.add_path(path, True, delay=wait)
             return None
         if batch.dirs:  # new folders: does the kernel watch them?
             self.check_coverage(whole=False)
-        self.files_seen += changes.new - summary.files_deleted
+        self.shared.files_seen += changes.new - summary.files_deleted
         if summary.refused:
-            self.daemon.health.refused = summary.refused
+            self.shared.health.refused = summary.refused
         self.account(summary)
         self.note_unreadable(summary)
         if summary.files_changed or summary.files_deleted or summary.files_failed:
@@ -255,86 +252,86 @@ class Work:
         """The folders the last look at the files listed, against the watches the
         kernel holds: those not watched are rescanned (every ``Timings.unwatched_rescan_s``
         and for each `status --wait`), and status says why."""
-        indexer = self.daemon.builds.live
+        indexer = self.shared.builds.live
         watched = coverage.watched_inodes()
-        watcher = self.daemon.watcher
+        watcher = self.shared.watcher
         if indexer is None or watched is None or not watcher.alive():
             log.debug("watch coverage not checked (no inotify, or the observer is down)")
             return
-        roots = [str(r.path) for r in self.daemon.roots]
+        roots = [str(r.path) for r in self.shared.roots]
         missing = coverage.uncovered(indexer.scanned_folders(), watched, roots)
         before = watcher.unwatched
         watcher.unwatched = coverage.topmost(missing if whole else [*before, *missing])
         reason = coverage.reason(
-            len(watcher.unwatched), coverage.limit(), self.daemon.timings.unwatched_rescan_s
+            len(watcher.unwatched), coverage.limit(), self.shared.timings.unwatched_rescan_s
         )
         if watcher.unwatched and watcher.unwatched != before:
             log.error("%s", reason)
         elif before and not watcher.unwatched:
             log.info("every folder is watched again")
-        self.daemon.health.unwatched = reason if watcher.unwatched else ""
+        self.shared.health.unwatched = reason if watcher.unwatched else ""
 
     def unwatched_due(self) -> bool:
-        return bool(self.daemon.watcher.unwatched) and time.monotonic() >= self.next_unwatched_scan
+        return bool(self.shared.watcher.unwatched) and time.monotonic() >= self.next_unwatched_scan
 
     def rescan_unwatched(self) -> None:
         """The folders that cannot be watched, looked at again; a limit raised
         since watches them (the observer starts again and adds its watches)."""
-        self.next_unwatched_scan = time.monotonic() + self.daemon.timings.unwatched_rescan_s
+        self.next_unwatched_scan = time.monotonic() + self.shared.timings.unwatched_rescan_s
         if coverage.limit() != self.watch_limit:
             log.info("the inotify watch limit changed; watching the roots again")
             self.watch_limit = coverage.limit()
-            self.daemon.watcher.restart()
-            self.daemon.watcher.overflowed.set()  # a whole reconcile, then coverage again
+            self.shared.watcher.restart()
+            self.shared.watcher.overflowed.set()  # a whole reconcile, then coverage again
             return
-        self.process(Batch(dirs=list(self.daemon.watcher.unwatched)), events=False)
+        self.process(Batch(dirs=list(self.shared.watcher.unwatched)), events=False)
 
     def settle(self) -> None:
         """Let the store do its housekeeping while nothing else waits; it gives way
         (and is tried again later) as soon as an event, a request or a stop arrives."""
-        indexer = self.daemon.builds.live
+        indexer = self.shared.builds.live
         assert indexer is not None
 
         def idle() -> bool:
-            self.daemon.ping()  # the main loop is busy here; systemd must still hear from it
-            return not self.daemon.busy()
+            self.shared.ping()  # the main loop is busy here; systemd must still hear from it
+            return not self.shared.busy()
 
-        self.daemon.health.status("building the search index")
+        self.shared.health.status("building the search index")
         try:
             self.settle_due = not indexer.settle(idle)
         except StoreError as exc:
-            self.daemon.health.store_failed(exc)
+            self.shared.health.store_failed(exc)
         self.last_work = time.monotonic()
-        self.daemon.health.status("watching")
+        self.shared.health.status("watching")
 
     def account(self, summary: Summary) -> None:
         if summary.points_upserted or summary.points_deleted:
             self.settle_due = True
             self.last_work = time.monotonic()
-        self.daemon.health.account(summary)
+        self.shared.health.account(summary)
         self.update_gauges()
-        self.daemon.health.status("watching")
+        self.shared.health.status("watching")
 
     def note_unreadable(self, summary: Summary) -> None:
         """Files or folders the system refused to read: degraded, naming the
         first, and a rescan after the backoff (until one reads them all)."""
         refused = [e for e in summary.errors if e["reason"].startswith(UNREADABLE)]
         if not refused:
-            if not self.daemon.health.unreadable:
+            if not self.shared.health.unreadable:
                 self.unreadable_tries = 0
             return
         first = refused[0]
         more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
         where = shown(f"{first['root']}:{first['path']}: {first['reason']}")
-        self.daemon.health.unreadable = f"reader: {where}{more}"
+        self.shared.health.unreadable = f"reader: {where}{more}"
         self.unreadable_tries += 1
-        wait = self.daemon.timings.backoff(self.unreadable_tries)
+        wait = self.shared.timings.backoff(self.unreadable_tries)
         self.next_rescan = min(self.next_rescan, time.monotonic() + wait)
 
     def update_gauges(self) -> None:
         """What the API's threads read, refreshed on the main thread."""
-        assert self.daemon.builds.live is not None
-        self.daemon.health.publish(
-            self.daemon.builds.live,
-            self.daemon.rollout.rows(self.daemon.builds.progress(self.files_seen)),
+        assert self.shared.builds.live is not None
+        self.shared.health.publish(
+            self.shared.builds.live,
+            self.shared.rollout.rows(self.shared.builds.progress(self.shared.files_seen)),
         )
