@@ -42,7 +42,7 @@ GATE_AGREEMENT = 0.97
 
 
 def cpu_line() -> str:
-    from mdindex.embedding.calibration import cpu_identity
+    from mdindex.embedding.machine import cpu_identity
 
     ident = cpu_identity()
     return f"CPU: {ident['cpu']}, {ident['threads']} threads, flags: {ident['flags'] or 'none of amx/avx512_bf16/avx2'}"

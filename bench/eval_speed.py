@@ -57,7 +57,7 @@ def main() -> None:
         [through] = json.loads(out)
         # the baseline: the same questions, one search process each
         from mdindex.config import load_settings
-        from mdindex.query.evaluate import heading_questions
+        from mdindex.query.questions import heading_questions
 
         settings = load_settings({"roots": [str(corpus)], "state_dir": str(work)})
         texts = [q.text for q in heading_questions(settings, args.questions, 0)]

@@ -116,7 +116,7 @@ def main() -> None:
     args = ap.parse_args()
     offline()
     from mdindex.config import load_settings
-    from mdindex.embedding.calibration import cpu_identity
+    from mdindex.embedding.machine import cpu_identity
     from mdindex.errors import StoreUnavailable
     from mdindex.query.client import find_daemon
     from mdindex.runtime import state_path, version_of

@@ -366,6 +366,7 @@ class Index:
         YAML file), or of ``headings`` sections' heading paths; one row per
         version (``versions="all"``: every complete one) and mode."""
         from mdindex.query import evaluate
+        from mdindex.query.questions import MAX_QUESTIONS, heading_questions, load_questions
 
         if (questions is None) == (headings is None):
             raise ConfigError(
@@ -373,12 +374,12 @@ class Index:
             )
         self.settings.require_roots()
         if questions is not None:
-            asked = evaluate.load_questions(self.settings, Path(questions))
+            asked = load_questions(self.settings, Path(questions))
         else:
             assert headings is not None
-            if not 1 <= headings <= evaluate.MAX_QUESTIONS:
-                raise ConfigError(f"eval: --headings must be 1 to {evaluate.MAX_QUESTIONS}")
-            asked = evaluate.heading_questions(self.settings, headings, seed)
+            if not 1 <= headings <= MAX_QUESTIONS:
+                raise ConfigError(f"eval: --headings must be 1 to {MAX_QUESTIONS}")
+            asked = heading_questions(self.settings, headings, seed)
             if not asked:
                 raise ConfigError("eval: the live index holds no sections with headings")
         return evaluate.compare(self.settings, self._client, asked, versions, list(modes))

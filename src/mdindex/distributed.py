@@ -40,7 +40,7 @@ from mdindex.index.changes import Changes
 from mdindex.index.indexer import Indexer
 from mdindex.index.planning import DocWork, Planned, now_iso
 from mdindex.index.summary import Summary
-from mdindex.index.writer import reusable_vectors
+from mdindex.index.vectors import reusable
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ class _Write:
         if missing:
             wanted = {p.id: p.vector_key for p in planned if p.vector_key in missing}
             wanted |= {self.donors[k]: k for k in missing if k in self.donors}
-            vectors = reusable_vectors(self.store, wanted) | vectors
+            vectors = reusable(self.store, wanted) | vectors
         if any(p.vector_key not in vectors for p in planned):
             return False
         self.store.upsert([p.point(vectors[p.vector_key], stamp) for p in planned])

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from mdindex.documents.links import (
     MAX_LINKS,
-    MAX_TAGS,
     Graph,
     graph_of,
     markdown_target,
 )
 from mdindex.documents.parsing import parse_document
+from mdindex.documents.tags import MAX_TAGS
 
 VAULT = Path(__file__).resolve().parents[1] / "vault"
 EXAMPLES = Path(__file__).with_name("examples") / "links"

@@ -14,6 +14,7 @@ import pytest
 
 from mdindex.embedding import calibration
 from mdindex.embedding.calibration import Choice
+from mdindex.embedding.machine import cpu_identity
 
 
 def _unit(rows: int, seed: int) -> np.ndarray:
@@ -227,7 +228,7 @@ def test_the_cpu_is_named_even_where_proc_is_hidden(monkeypatch: pytest.MonkeyPa
         return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
 
     monkeypatch.setattr(builtins, "open", hidden)
-    ident = calibration.cpu_identity()
+    ident = cpu_identity()
     assert ident["cpu"] and ident["arch"]
     assert int(ident["threads"]) >= 1
 

@@ -8,6 +8,7 @@ import sqlite3
 import uuid
 from pathlib import Path
 
+from mdindex.index import vectors
 from mdindex.index.consistency import mismatch, rebuild_state, recover_inflight, store_identity
 from mdindex.index.state import DocRow, PointRow, State
 from mdindex.runtime import make_store, state_path
@@ -151,7 +152,7 @@ def test_rebuild_takes_ids_documents_and_vector_keys_from_the_store(
         assert state.known_docs() == {("docs", "a.md"), ("docs", "b.md")}
         assert state.point_ids("docs", "a.md", committed_only=True) == {p.id for p in a}
         assert state.point_ids("docs", "b.md", committed_only=True) == {b[0].id}
-        assert state.vector_donors() == {"ka": min(a[0].id, b[0].id), "kb": a[1].id}
+        assert vectors.donors(state.db) == {"ka": min(a[0].id, b[0].id), "kb": a[1].id}
         assert state.inflight() == []
     finally:
         store.close()

@@ -432,15 +432,15 @@ def test_verify_checks_every_sparse_vector_and_repair_rewrites_it(
 
 
 def test_reusable_vectors_check_the_stored_key(docs_tree, make_settings, tiny) -> None:
-    from mdindex.index.writer import reusable_vectors
+    from mdindex.index.vectors import reusable
 
     s = make_settings(docs_tree)
     run_backfill(s, tiny)
     pid, point = sorted(stored_points(s, vectors=True).items())[0]
     store = make_store(s).open()
     try:
-        assert reusable_vectors(store, {pid: "another key"}) == {}
-        [(key, vector)] = reusable_vectors(store, {pid: point["vector_key"]}).items()
+        assert reusable(store, {pid: "another key"}) == {}
+        [(key, vector)] = reusable(store, {pid: point["vector_key"]}).items()
         assert key == point["vector_key"] and vector == pytest.approx(point["_vector"], abs=1e-5)
     finally:
         store.close()

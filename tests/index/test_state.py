@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mdindex.index.state import DocRow, PointRow, State, languages, put_languages
+from mdindex.index.state import DocRow, PointRow, State
+from mdindex.index.tables import languages, put_languages
 
 
 def test_under_is_exactly_the_file_or_the_folder(tmp_path: Path) -> None:

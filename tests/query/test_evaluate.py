@@ -18,7 +18,8 @@ from hypothesis.control import current_build_context
 
 from mdindex.config import Settings
 from mdindex.errors import ConfigError
-from mdindex.query.evaluate import Gold, Question, load_questions, rank, score
+from mdindex.query.evaluate import rank, score
+from mdindex.query.questions import Gold, Question, load_questions
 from tests.cli_helper import mdindex
 from tests.conftest import TinyEmbedder, run_backfill, settings_for
 from tests.daemon.test_as_a_process import start, stop
@@ -281,7 +282,7 @@ def test_a_questions_file_that_is_no_file_is_one_line(tmp_path: Path, docs: Path
 def test_headings_that_cannot_be_asked_are_left_out(tmp_path: Path) -> None:
     """Found by the hostile review: an empty heading, or a heading path over the
     query limit, stopped --headings with an internal error."""
-    from mdindex.query.evaluate import heading_questions
+    from mdindex.query.questions import heading_questions
 
     root = tmp_path / "docs"
     root.mkdir()
@@ -399,7 +400,7 @@ def test_a_hostile_questions_file_is_read_in_linear_time(tmp_path: Path) -> None
     table for every answer, and 10,000 questions were allowed."""
     import time
 
-    from mdindex.query.evaluate import MAX_QUESTIONS
+    from mdindex.query.questions import MAX_QUESTIONS
 
     root = tmp_path / "docs"
     root.mkdir()

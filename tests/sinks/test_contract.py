@@ -15,9 +15,10 @@ import pytest
 
 from mdindex.errors import LockError, StoreMismatch
 from mdindex.sinks import Point, Store
-from mdindex.sinks.base import StoreQuery
+from mdindex.sinks.base import SearchFilter, StoreQuery
 from mdindex.sinks.edge import EdgeStore
 from mdindex.sinks.qdrant import QdrantStore
+from tests.sinks.filled import fill, pid
 
 DIM = 8
 
@@ -233,3 +234,59 @@ def test_edge_has_keyword_indexes(tmp_path: Path) -> None:
     assert {"root", "doc_path", "content_hash"} <= set(schema)
     assert all(str(schema[k].data_type).endswith("Keyword") for k in ("root", "doc_path"))
     s.close()
+
+
+@pytest.fixture
+def filled(kind: str, tmp_path: Path) -> Iterator[Store]:
+    """The five points of tests/sinks/filled.py in the engine."""
+    s = make(kind, tmp_path)
+    fill(s)
+    yield s
+    s.close()
+
+
+def filters(store: Store) -> Any:
+    """The engine's own filter builders (mdindex.sinks.<engine>.query)."""
+    from mdindex.sinks.edge import query as edge_query
+    from mdindex.sinks.qdrant import query as client_query
+
+    return edge_query if isinstance(store, EdgeStore) else client_query
+
+
+def scrolled(store: Store, where: Any) -> set[str]:
+    """The IDs of the points the engine's filter ``where`` selects."""
+    if isinstance(store, EdgeStore):
+        from qdrant_edge import ScrollRequest
+
+        records, _ = store.shard.scroll(ScrollRequest(filter=where, limit=100, with_payload=True))
+    else:
+        assert isinstance(store, QdrantStore)
+        records, _ = store.client.scroll("c", scroll_filter=where, limit=100)
+    return {str(r.id) for r in records}
+
+
+def test_search_filter_selects_roots_path_prefix_and_frontmatter(filled: Store) -> None:
+    search_filter = filters(filled).search_filter
+    assert search_filter(SearchFilter()) is None
+    assert scrolled(filled, search_filter(SearchFilter(roots=("wiki",)))) == {pid(3), pid(4)}
+    assert scrolled(filled, search_filter(SearchFilter(path_prefix="guide/"))) == {
+        pid(0),
+        pid(1),
+        pid(3),
+        pid(4),
+    }
+    # a list matches when an item does; any of the values will do
+    tags = search_filter(SearchFilter(where=(("tags", ("x", "z")),)))
+    assert scrolled(filled, tags) == {pid(0), pid(1), pid(3)}
+    nested = search_filter(SearchFilter(where=(("nested.level", ("deep",)),)))
+    assert scrolled(filled, nested) == {pid(2)}
+    every = SearchFilter(roots=("docs", "wiki"), path_prefix="guide/a", where=(("tags", ("z",)),))
+    assert scrolled(filled, search_filter(every)) == {pid(3)}
+
+
+def test_doc_filter_is_one_document_exactly(filled: Store) -> None:
+    doc_filter = filters(filled).doc_filter
+    assert scrolled(filled, doc_filter("wiki", "guide/a.md")) == {pid(3)}
+    assert scrolled(filled, doc_filter("docs", "guide/a.md")) == {pid(0)}
+    assert scrolled(filled, doc_filter("docs", "guide")) == set()
+    assert filled.doc_points("wiki", "guide/a.md.bak") == {pid(4): ""}

@@ -16,12 +16,13 @@ import threading
 
 from mdindex.config import Settings
 from mdindex.daemon.builds import Builds
+from mdindex.daemon.debouncer import Debouncer
 from mdindex.daemon.health import Health
 from mdindex.daemon.http import Metrics
 from mdindex.daemon.mailbox import Mailbox
 from mdindex.daemon.notify import Notifier
 from mdindex.daemon.timings import Timings
-from mdindex.daemon.watcher import Debouncer, Watcher
+from mdindex.daemon.watcher import Watcher
 from mdindex.versions.rollout import Rollout
 
 

@@ -26,9 +26,8 @@ import queue
 import stat
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from watchdog.events import (
@@ -48,6 +47,7 @@ from watchdog.events import (
 from watchdog.observers.api import BaseObserver
 
 from mdindex.config import Root
+from mdindex.daemon.debouncer import Change
 from mdindex.index import guard
 
 log = logging.getLogger(__name__)
@@ -69,23 +69,6 @@ EVENTS: list[type[FileSystemEvent]] = [
 # Entries looked at, per root, for a file to open as a barrier (a listing costs
 # about a microsecond an entry; the file found is kept for the next barrier).
 BARRIER_SEARCH = 5_000
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One path an event touched; ``is_dir`` for folder events (covers everything below)."""
-
-    path: str
-    is_dir: bool = False
-
-
-@dataclass
-class Batch:
-    files: list[str] = field(default_factory=list)
-    dirs: list[str] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.files or self.dirs)
 
 
 class Barrier:
@@ -389,105 +372,3 @@ def _open_and_close(path: str) -> bool:
         return stat.S_ISREG(os.fstat(fd).st_mode)
     finally:
         os.close(fd)
-
-
-def _stat(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns
-
-
-class Debouncer:
-    """Coalesces changes per path and releases them together once things are quiet.
-
-    Paths are released when no event at all has arrived for ``quiet`` seconds,
-    so the two ends of a move (or a whole ``git checkout``) land in one batch;
-    a path waiting ``max_wait`` is released even while other paths keep
-    changing. A file whose size or mtime moved since its last event is still
-    being written and waits another quiet period.
-    """
-
-    def __init__(
-        self,
-        quiet: float,
-        max_wait: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.quiet = quiet
-        self.max_wait = max_wait if max_wait is not None else max(2.0, 10 * quiet)
-        self.clock = clock
-        self.latest = 0.0  # time of the newest event of any path
-        # path -> (is_dir, not ready before, stat seen at its last event, first event time)
-        self.pending: dict[str, tuple[bool, float, tuple[int, int] | None, float]] = {}
-
-    def add(self, change: Change) -> None:
-        now = self.clock()
-        self.latest = now
-        old = self.pending.get(change.path)
-        first = old[3] if old else now
-        is_dir = change.is_dir or (old[0] if old else False)
-        self.pending[change.path] = (is_dir, now, _stat(change.path), first)
-
-    def take(self, events: queue.Queue[Change], timeout: float) -> None:
-        """Add the queued events; wait up to ``timeout`` for the first, but never
-        past the moment a waiting path is due."""
-        deadline = self.next_deadline()
-        wait = timeout if deadline is None else max(0.0, min(timeout, deadline - self.clock()))
-        try:
-            self.add(events.get(timeout=wait))
-        except queue.Empty:
-            return
-        while True:
-            try:
-                self.add(events.get_nowait())
-            except queue.Empty:
-                return
-
-    def add_path(self, path: str, is_dir: bool, delay: float) -> None:
-        """Queue a path again, ready no sooner than ``delay`` seconds from now."""
-        now = self.clock()
-        self.pending[path] = (is_dir, now + max(0.0, delay - self.quiet), _stat(path), now)
-
-    def __len__(self) -> int:
-        return len(self.pending)
-
-    def oldest(self) -> float | None:
-        """Clock time of the first event of the path waiting longest; None when none waits."""
-        return min((first for _, _, _, first in self.pending.values()), default=None)
-
-    def next_deadline(self) -> float | None:
-        if not self.pending:
-            return None
-        quiet_at = self.latest + self.quiet
-        oldest = min(first for _, _, _, first in self.pending.values()) + self.max_wait
-        not_before = min(t for _, t, _, _ in self.pending.values()) + self.quiet
-        return max(not_before, min(quiet_at, oldest))
-
-    def take_all(self) -> Batch:
-        """Every path waiting, due or not (a `status --wait` wants them now)."""
-        batch = Batch()
-        for path, (is_dir, _, _, _) in self.pending.items():
-            (batch.dirs if is_dir else batch.files).append(path)
-        self.pending.clear()
-        return batch
-
-    def ready(self, limit: int = 1000) -> Batch:
-        """Pop the paths that may go now; restart the clock of files still being written."""
-        now = self.clock()
-        all_quiet = now - self.latest >= self.quiet
-        batch = Batch()
-        for path, (is_dir, last, seen, first) in list(self.pending.items()):
-            if now - last < self.quiet or not (all_quiet or now - first >= self.max_wait):
-                continue
-            current = _stat(path)
-            if not is_dir and current != seen:
-                # still being written (size or mtime moved without an event reaching us yet)
-                self.pending[path] = (is_dir, now, current, first)
-                continue
-            del self.pending[path]
-            (batch.dirs if is_dir else batch.files).append(path)
-            if len(batch.files) + len(batch.dirs) >= limit:
-                break
-        return batch

@@ -11,9 +11,9 @@ import time
 from typing import Any
 
 from mdindex.daemon import coverage
+from mdindex.daemon.debouncer import Batch
 from mdindex.daemon.mailbox import Request
 from mdindex.daemon.shared import Shared
-from mdindex.daemon.watcher import Batch
 from mdindex.errors import (
     ConfigError,
     MdindexError,

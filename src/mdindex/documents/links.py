@@ -15,10 +15,10 @@ the root keeps a ``problem`` and is never looked for. A wiki link keeps the
 name it gives: which document has that name is the index's question
 (``index.graph``), as are links to documents not written yet.
 
-Tags: frontmatter ``tags`` or ``tag`` (a list, or a string of names split at
-commas and spaces) and inline ``#tag/subtag`` in prose (not in headings, code
-or URLs), lowercased. Every pattern here scans forward without nested
-repetition, so a file of any shape costs time linear in its size.
+Tags (``documents.tags``): frontmatter ``tags`` or ``tag`` and inline
+``#tag/subtag`` in prose (not in headings, code or URLs). Every pattern here
+scans forward without nested repetition, so a file of any shape costs time
+linear in its size.
 """
 
 from __future__ import annotations
@@ -35,14 +35,13 @@ from typing import Any
 from urllib.parse import unquote
 
 from mdindex.documents.budget import check
+from mdindex.documents.tags import block_tags, frontmatter_tags, normalized_tags
 from mdindex.documents.types import Document
 
 # Kept per document: a page of 100,000 links is kept to its first 10,000 (and
 # says so); a chunk's payload lists at most MAX_CHUNK_LINKS distinct targets.
 MAX_LINKS = 10_000
 MAX_CHUNK_LINKS = 100
-MAX_TAGS = 200
-MAX_TAG_CHARS = 100
 MAX_TARGET_CHARS = 1024
 MAX_LABEL_CHARS = 200
 CONTEXT_CHARS = 240
@@ -67,9 +66,6 @@ _INLINE = re.compile(rf"(?s)(!?)(?<!\\)\[({_TEXT})\]\(\s*({_DEST}){_TITLE}\s*\)"
 _REF_USE = re.compile(rf"(?s)(!?)(?<!\\)\[({_TEXT})\](?:\[((?:[^\[\]\\]|\\.)*+)\])?")
 _REF_DEF = re.compile(r"(?m)^ {0,3}\[((?:[^\[\]\\]|\\.)+)\]:[ \t]*\n?[ \t]*(<[^<>\n]*>|\S+)")
 _AUTOLINK = re.compile(r"<([A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*)>")
-# a tag starts a word (after a space, or a line's start) and holds a letter
-_TAG = re.compile(r"(?<!\S)#(\w[\w/-]*)")
-_SPLIT_TAGS = re.compile(r"[\s,]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,14 +157,14 @@ def graph_of(doc: Document, rel: str) -> Graph:
         if has_links:
             found.extend(_block_links(doc, rel, block.start, block.end, defs, spans))
         if has_tags:
-            inline_tags.extend(_block_tags(text, block.start, block.end, spans))
+            inline_tags.extend(block_tags(text, block.start, block.end, _Taken(spans).free))
     found.sort(key=lambda link: link.start)
     if len(found) > MAX_LINKS:
         graph.warnings.append(f"{len(found)} links; the first {MAX_LINKS} are kept")
         found = found[:MAX_LINKS]
     graph.links = found
-    tags = _frontmatter_tags(doc.meta) + inline_tags
-    graph.tags, dropped = _normalized_tags(tags)
+    tags = frontmatter_tags(doc.meta) + inline_tags
+    graph.tags, dropped = normalized_tags(tags)
     if dropped:
         graph.warnings.append(dropped)
     return graph
@@ -375,51 +371,3 @@ def _link(
         context=text[lo:hi].strip()[: CONTEXT_CHARS * 2],
         problem=problem,
     )
-
-
-# -- tags ----------------------------------------------------------------------
-
-
-def _block_tags(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> list[str]:
-    code = _Taken(spans)
-    return [m.group(1) for m in _TAG.finditer(text, start, end) if code.free(m.start(), m.end())]
-
-
-def _frontmatter_tags(meta: dict[str, Any]) -> list[str]:
-    out: list[str] = []
-    for key in ("tags", "tag"):
-        value = meta.get(key)
-        items = value if isinstance(value, list) else [value]
-        for item in items:
-            if isinstance(item, str):
-                out.extend(t for t in _SPLIT_TAGS.split(item) if t)
-            elif isinstance(item, int | float) and not isinstance(item, bool):
-                out.append(str(item))
-    return out
-
-
-def normal_tag(tag: str) -> str:
-    """A tag as it is stored and searched: without ``#`` or edge slashes, lowercased."""
-    return tag.strip().lstrip("#").strip("/").casefold()
-
-
-def _normalized_tags(tags: list[str]) -> tuple[list[str], str]:
-    """Tags lowercased, without ``#`` and edge slashes, each once; those with no
-    letter (``#1``) or too long are not tags. Also why any were dropped."""
-    out: dict[str, None] = {}
-    too_long = 0
-    for tag in tags:
-        norm = normal_tag(tag)
-        if not norm or not any(c.isalpha() for c in norm):
-            continue
-        if len(norm) > MAX_TAG_CHARS or "//" in norm:
-            too_long += 1
-            continue
-        out.setdefault(norm)
-    kept = list(out)[:MAX_TAGS]
-    notes = []
-    if too_long:
-        notes.append(f"{too_long} tags dropped (over {MAX_TAG_CHARS} characters or an empty part)")
-    if len(out) > MAX_TAGS:
-        notes.append(f"{len(out)} tags; the first {MAX_TAGS} are kept")
-    return kept, "; ".join(notes)

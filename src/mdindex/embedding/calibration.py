@@ -39,19 +39,18 @@ import hashlib
 import json
 import logging
 import math
-import os
-import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from mdindex.embedding.machine import cpu_identity, version
+from mdindex.embedding.samples import LONG_TEXTS, TEXTS
 from mdindex.jsonfile import load_json, write_json
 
 log = logging.getLogger(__name__)
@@ -73,80 +72,6 @@ ROUNDS = 2  # timed passes per candidate, in turns; the faster of each counts
 WARM_UP = 6  # texts each candidate embeds first (loading, first shapes), untimed
 
 EmbedFn = Callable[[Sequence[str]], NDArray[np.float32]]
-
-_PASSAGES = (
-    "Ownership is Rust's most unusual feature: each value has a single owner, and the "
-    "value is dropped when the owner goes out of scope. Borrowing lets code use a value "
-    "without taking ownership, through references that the compiler checks.",
-    "To bake sourdough bread, feed the starter the night before, mix flour and water "
-    "and rest the dough for an hour before adding salt. Fold it every half hour, shape "
-    "it, and let it rise slowly in the refrigerator overnight.",
-    "Hugo builds a static site from content files, templates and configuration. Each "
-    "page's front matter sets its title, date, draft status and taxonomies, and the "
-    "template lookup order decides which layout renders it.",
-    "The James Webb Space Telescope observes in the infrared, which lets it see through "
-    "dust clouds where stars form and detect light from galaxies that formed a few "
-    "hundred million years after the Big Bang.",
-    "Tomatoes need at least six hours of direct sun, deep watering twice a week and a "
-    "stake or cage once the plants pass knee height. Pinch the side shoots on vining "
-    "varieties to keep the energy in the fruit.",
-    "A mortgage's annual percentage rate includes the interest rate and the fees, so "
-    "two loans with the same rate can cost different amounts. Paying extra principal "
-    "early shortens the term more than paying it late.",
-    "Error handling in Rust uses the Result type for recoverable errors and panics for "
-    "bugs. The question mark operator returns the error to the caller, converting it "
-    "with the From trait when the types differ.",
-    "The French Revolution began in 1789 with the storming of the Bastille. Within a "
-    "few years the monarchy was abolished, the king was executed, and the Terror sent "
-    "thousands to the guillotine.",
-    "Shortcodes are snippets inside content files that Hugo replaces with a template's "
-    "output, such as an embedded video or a figure with a caption. They take positional "
-    "or named parameters.",
-    "Regular aerobic exercise lowers resting heart rate and blood pressure. Guidelines "
-    "suggest 150 minutes a week of moderate activity, such as brisk walking, plus two "
-    "days of muscle strengthening.",
-    "A hash map stores key and value pairs and finds a value by hashing its key. In "
-    "Rust, HashMap takes ownership of owned keys such as String, and the entry API "
-    "inserts a value only when the key is missing.",
-    "Photosynthesis turns light, water and carbon dioxide into glucose and oxygen. The "
-    "light reactions happen in the thylakoid membranes and the Calvin cycle in the "
-    "stroma of the chloroplast.",
-    "To reset the router, hold the button on the back for ten seconds until the lights "
-    "blink, then wait two minutes and connect to the default network printed on the "
-    "label under the device.",
-    "Threads in Rust share data through Arc for shared ownership and Mutex for mutual "
-    "exclusion; channels move values from one thread to another, and the type system "
-    "rules out data races at compile time.",
-    "The menu section of a Hugo site lists entries with a name, a weight for ordering "
-    "and a URL or page reference; nested menus use a parent identifier.",
-    "Coffee extraction depends on grind size, water temperature and contact time. Too "
-    "fine a grind or too long a brew gives bitter coffee; too coarse gives sour, thin "
-    "coffee.",
-)
-
-
-def _texts() -> list[str]:
-    """48 texts: each passage (about 50 tokens), its first sentence (query-sized),
-    and it joined with the next (chunk-sized, about 100 tokens)."""
-    out: list[str] = []
-    for i, passage in enumerate(_PASSAGES):
-        following = _PASSAGES[(i + 1) % len(_PASSAGES)]
-        out += [passage, passage.split(". ")[0], f"{passage} {following}"]
-    return out
-
-
-TEXTS = _texts()
-
-
-def _long_texts() -> list[str]:
-    """16 texts of 1,600 characters, each passage followed by the next ones: past
-    the model's 256-token limit, so each is cut there, as a full chunk is."""
-    joined = " ".join(_PASSAGES * 2)
-    starts = [joined.index(passage) for passage in _PASSAGES]
-    return [joined[start : start + 1_600] for start in starts]
-
-
-LONG_TEXTS = _long_texts()
 
 
 @dataclass
@@ -192,46 +117,6 @@ def candidates(
             continue
         names.append(name)
     return names
-
-
-def threads() -> int:
-    """The CPUs this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def cpu_identity() -> dict[str, str]:
-    """The CPU model and a hash of its flags; /proc/cpuinfo may be hidden (the
-    systemd unit's ProcSubset=pid), then what platform tells."""
-    model, flags = platform.processor() or platform.machine(), ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and model in ("", platform.machine()):
-                    model = value.strip()
-                elif key.strip() in ("flags", "Features") and not flags:
-                    flags = " ".join(sorted(value.split()))
-    except OSError:
-        pass
-    return {
-        "cpu": model,
-        "flags_sha256": hashlib.sha256(flags.encode()).hexdigest()[:16],
-        "flags": " ".join(f for f in flags.split() if f.startswith(("amx", "avx512_bf16", "avx2"))),
-        # oneDNN's ISA cap (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 hides AMX) changes speed
-        "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
-        "threads": str(
-            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        ),
-        "arch": platform.machine(),
-    }
-
-
-def version(package: str) -> str:
-    """An installed package's version, or "none"."""
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "none"
 
 
 def machine_key(

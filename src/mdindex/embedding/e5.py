@@ -34,7 +34,7 @@ def engine_threads() -> int | None:
     unless OMP_NUM_THREADS says otherwise (None: the engine reads it)."""
     if os.environ.get("OMP_NUM_THREADS"):
         return None
-    from mdindex.embedding.calibration import threads
+    from mdindex.embedding.machine import threads
 
     return threads()
 

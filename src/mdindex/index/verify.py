@@ -254,7 +254,7 @@ class Check:
         import numpy as np
 
         planned = [p for _, _, p in sample]
-        fresh = np.asarray(self.indexer.writer.embed(planned), dtype=np.float32)
+        fresh = np.asarray(self.indexer.writer.vectors.embed(planned), dtype=np.float32)
         out = []
         for (key, pid, p), new in zip(sample, fresh, strict=True):
             if pid not in have:

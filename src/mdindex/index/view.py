@@ -13,12 +13,12 @@ from mdindex.documents.files import Failure, FileRef, PathFilter
 from mdindex.documents.reading import load_document
 from mdindex.embedding.embedder import Embedder
 from mdindex.embedding.sparse import Sparse
-from mdindex.index import graph
+from mdindex.index import graph, vectors
 from mdindex.index.changes import Changes, Detector, Key
 from mdindex.index.planning import Planner
 from mdindex.index.search import Query, search
 from mdindex.index.state import DocRow, State
-from mdindex.index.state import languages as state_languages
+from mdindex.index.tables import languages as state_languages
 from mdindex.sinks import Store
 
 # The state's record of how the last run that embedded anything embedded it.
@@ -198,4 +198,4 @@ class IndexView:
 
     def vector_donors(self) -> dict[str, str]:
         """A stored point for every vector key the state knows."""
-        return self.state.vector_donors()
+        return vectors.donors(self.state.db)

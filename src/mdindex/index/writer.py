@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,8 +26,10 @@ from mdindex.errors import StoreError, StoreUnavailable
 from mdindex.index import consistency
 from mdindex.index.changes import Key
 from mdindex.index.planning import DocWork, Planned, now_iso
-from mdindex.index.state import DocRow, PointRow, State, put_languages
+from mdindex.index.state import DocRow, PointRow, State
 from mdindex.index.summary import Summary
+from mdindex.index.tables import put_languages
+from mdindex.index.vectors import Vectors
 from mdindex.retry import short
 from mdindex.sinks import Store
 
@@ -111,9 +112,7 @@ class Writer:
         self.fingerprint = fingerprint  # recorded with each document written
         self.ensure_open = ensure_open  # the store is opened (and checked) on first write
         self.on_indexed = on_indexed
-        # Other versions of the index, same model: their vectors for the same
-        # embedded text are taken rather than embedded again (mdindex.versions.rollout).
-        self.siblings = list(siblings)
+        self.vectors = Vectors(store, state, embedder, siblings)
         # With two cores or fewer, torch's threads already fill the machine and
         # work beside them only slows them down (bench/backfill.py: overhead 1.19 with
         # the worker thread, 0.98 without, in bf16), so embedding runs inline.
@@ -127,20 +126,12 @@ class Writer:
 
     def count_dry(self, group: list[DocWork], summary: Summary) -> None:
         """What writing this group would do, from the state alone."""
-        summary.chunks_embedded += len(self.unknown_keys(group))
+        summary.chunks_embedded += len(self.vectors.unknown_keys(group))
         summary.points_upserted += sum(len(w.points) for w in group)
         for w in group:
             old = self.state.point_ids(w.ref.root, w.ref.rel) - {p.id for p in w.points}
             summary.points_deleted += len(old)
         summary.files_changed += len(group)
-
-    def unknown_keys(self, group: list[DocWork]) -> set[str]:
-        """The group's vector keys no version's state knows: the texts to embed."""
-        keys = {p.vector_key for w in group for p in w.points}
-        known = self.state.has_vector_keys(keys)
-        for _, state in self.siblings:
-            known |= state.has_vector_keys(keys - known)
-        return keys - known
 
     def stage(
         self, group: list[DocWork], pool: ThreadPoolExecutor | _Inline, previous: Staged | None
@@ -152,12 +143,12 @@ class Writer:
         """
         self.ensure_open()
         planned = [p for w in group for p in w.points]
-        by_key, todo = self.lookup(planned)
+        by_key, todo = self.vectors.lookup(planned)
         inflight = set(previous.todo) if previous is not None else set()
         borrowed = [key for key in todo if key in inflight]
         for key in borrowed:
             del todo[key]
-        future = pool.submit(self.timed_embed, list(todo.values())) if todo else None
+        future = pool.submit(self.vectors.timed_embed, list(todo.values())) if todo else None
         return Staged(group, planned, by_key, list(todo), future, previous, borrowed)
 
     def write(self, staged: Staged, summary: Summary, prewritten: bool = False) -> None:
@@ -249,67 +240,6 @@ class Writer:
             for w in group
         ]
 
-    def embed(self, planned: Sequence[Planned]) -> list[list[float]]:
-        """Vectors for planned points, from the model, as stored (float32 lists).
-        Chunking already tokenized most texts; the embedder reuses those ids."""
-        matrix = self.embedder.embed(
-            [p.embed_input for p in planned], token_ids=[p.token_ids for p in planned]
-        )
-        import numpy as np
-
-        return np.asarray(matrix, dtype=np.float32).tolist()  # type: ignore[no-any-return]
-
-    def timed_embed(self, planned: Sequence[Planned]) -> tuple[list[list[float]], float]:
-        """``embed``, and the seconds it took (a summary's share of time embedding)."""
-        started = time.perf_counter()
-        vectors = self.embed(planned)
-        return vectors, time.perf_counter() - started
-
-    def lookup(
-        self, planned: Sequence[Planned]
-    ) -> tuple[dict[str, list[float]], dict[str, Planned]]:
-        """Vectors the store already has (same point, or any point with the same key),
-        and a point for each vector still missing, both by vector key."""
-        by_key = reusable_vectors(self.store, {p.id: p.vector_key for p in planned})
-        wanted = {p.vector_key for p in planned} - by_key.keys()
-        if wanted:
-            by_key |= reusable_vectors(self.store, self.state.ids_for_vector_keys(wanted))
-            wanted -= by_key.keys()
-        for store, state in self.siblings:
-            if not wanted:
-                break
-            found = reusable_vectors(store, state.ids_for_vector_keys(wanted))
-            by_key |= found
-            wanted -= found.keys()
-        todo: dict[str, Planned] = {}
-        for p in planned:
-            if p.vector_key not in by_key:
-                todo.setdefault(p.vector_key, p)
-        return by_key, todo
-
-    def vectors_for(
-        self,
-        planned: Sequence[Planned],
-        summary: Summary,
-        have: dict[str, list[float]] | None = None,
-        distrust: Collection[str] = (),
-    ) -> dict[str, list[float]]:
-        """Vectors by vector key: from ``have``, from the same point, from any point
-        with that key, or embedded; keys in ``distrust`` (stored vectors known to
-        be wrong) are always embedded."""
-        have = have or {}
-        by_key, todo = self.lookup(
-            [p for p in planned if p.vector_key not in distrust and p.vector_key not in have]
-        )
-        by_key |= {k: v for k, v in have.items() if k not in distrust}
-        todo |= {p.vector_key: p for p in planned if p.vector_key in distrust}
-        if todo:
-            embedded, seconds = self.timed_embed(list(todo.values()))
-            by_key.update(zip(todo, embedded, strict=True))
-            summary.chunks_embedded += len(todo)
-            summary.embed_seconds += seconds
-        return by_key
-
     def write_docs(
         self,
         works: list[DocWork],
@@ -327,7 +257,7 @@ class Writer:
         self.ensure_open()
         planned = [p for w in works for p in w.points]
         if not prewritten:
-            vectors = self.vectors_for(planned, summary, have=vectors)
+            vectors = self.vectors.needed(planned, summary, have=vectors)
         self.write(Staged(works, planned, vectors, [], None), summary, prewritten=prewritten)
 
     def delete_docs(self, docs: list[Key], summary: Summary, *, dry_run: bool = False) -> None:
@@ -357,7 +287,7 @@ class Writer:
         ``committed`` recorded as written."""
         planned = [p for w in works for p in w.points]
         if planned:
-            vectors = self.vectors_for(planned, summary, distrust=distrust)
+            vectors = self.vectors.needed(planned, summary, distrust=distrust)
             stamp = now_iso()
             self.store.upsert([p.point(vectors[p.vector_key], stamp) for p in planned])
             summary.points_upserted += len(planned)
@@ -385,15 +315,3 @@ def langs(works: Iterable[DocWork]) -> dict[tuple[str, str], str]:
         for w in works
         if w.points
     }
-
-
-def reusable_vectors(store: Store, wanted: dict[str, str]) -> dict[str, list[float]]:
-    """Vectors by vector key, from the stored points named in ``wanted`` (point ID
-    -> the vector key needed). A point's vector is taken only when the key
-    stored with it is the one needed: a point ID leaves out what the context
-    prefix adds, so the same ID can carry the vector of another embedded text."""
-    found: dict[str, list[float]] = {}
-    for pid, (key, vector) in store.vectors(list(wanted)).items():
-        if key == wanted[pid]:
-            found.setdefault(key, vector)
-    return found

@@ -1,10 +1,10 @@
 """A search as qdrant-edge asks it: the request ``plan`` makes (run on a real
-shard), the engine's filters, and the clauses tested on the hits instead
-(``matches``), because the bindings turn True into the integer 1."""
+shard), and the clauses tested on the hits instead (``matches``), because the
+bindings turn True into the integer 1. The filters both engines share are
+tests/sinks/test_contract.py's."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,57 +12,22 @@ from typing import Any
 import pytest
 
 from mdindex.embedding.sparse import Sparse
-from mdindex.sinks import Point
 from mdindex.sinks.base import SearchFilter, StoreQuery
 from mdindex.sinks.edge import EdgeStore
-from mdindex.sinks.edge.query import HNSW_EF, doc_filter, matches, plan, search_filter
-
-# (root, doc_path, meta) of each point; point i has the vector e_i (+ a little of e_0)
-DOCS: list[tuple[str, str, dict[str, Any]]] = [
-    ("docs", "guide/a.md", {"draft": True, "tags": ["x", "y"]}),
-    ("docs", "guide/b.md", {"draft": 1, "tags": "x"}),
-    ("docs", "index.md", {"draft": False, "nested": {"level": "deep"}}),
-    ("wiki", "guide/a.md", {"draft": "true", "tags": ["z"]}),
-    ("wiki", "guide/a.md.bak", {"nested": {"level": "shallow"}}),
-]
-DIM = len(DOCS)
-
-
-def pid(i: int) -> str:
-    return str(uuid.UUID(int=i + 1))
-
-
-def vector(i: int) -> list[float]:
-    v = [0.0] * DIM
-    v[i] = 1.0
-    v[0] += 0.1
-    return v
+from mdindex.sinks.edge.query import HNSW_EF, matches, plan
+from tests.sinks.filled import fill, pid, vector
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[EdgeStore]:
     s = EdgeStore("c", path=tmp_path / "c")
-    s.open()
-    s.ensure_collection(DIM)
-    s.upsert(
-        [
-            Point(pid(i), vector(i), {"root": r, "doc_path": p, "meta": m}, Sparse([i + 1], [1.0]))
-            for i, (r, p, m) in enumerate(DOCS)
-        ]
-    )
+    fill(s)
     yield s
     s.close()
 
 
 def ran(store: EdgeStore, request: Any) -> list[str]:
     return [str(p.id) for p in store.shard.query(request)]
-
-
-def scrolled(store: EdgeStore, where: Any) -> set[str]:
-    from qdrant_edge import ScrollRequest
-
-    records, _ = store.shard.scroll(ScrollRequest(filter=where, limit=100, with_payload=True))
-    return {str(r.id) for r in records}
 
 
 def test_a_dense_search_asks_for_k_nearest_through_the_index(store: EdgeStore) -> None:
@@ -115,31 +80,6 @@ def test_boolean_clauses_are_tested_on_more_hits(store: EdgeStore) -> None:
         StoreQuery(5, dense=vector(0), filter=SearchFilter(where=(("draft", (False,)),)))
     )
     assert [h.id for h in falsy] == [pid(2)]
-
-
-def test_search_filter_selects_roots_path_prefix_and_frontmatter(store: EdgeStore) -> None:
-    assert search_filter(SearchFilter()) is None
-    assert scrolled(store, search_filter(SearchFilter(roots=("wiki",)))) == {pid(3), pid(4)}
-    assert scrolled(store, search_filter(SearchFilter(path_prefix="guide/"))) == {
-        pid(0),
-        pid(1),
-        pid(3),
-        pid(4),
-    }
-    # a list matches when an item does; any of the values will do
-    tags = search_filter(SearchFilter(where=(("tags", ("x", "z")),)))
-    assert scrolled(store, tags) == {pid(0), pid(1), pid(3)}
-    nested = search_filter(SearchFilter(where=(("nested.level", ("deep",)),)))
-    assert scrolled(store, nested) == {pid(2)}
-    every = SearchFilter(roots=("docs", "wiki"), path_prefix="guide/a", where=(("tags", ("z",)),))
-    assert scrolled(store, search_filter(every)) == {pid(3)}
-
-
-def test_doc_filter_is_one_document_exactly(store: EdgeStore) -> None:
-    assert scrolled(store, doc_filter("wiki", "guide/a.md")) == {pid(3)}
-    assert scrolled(store, doc_filter("docs", "guide/a.md")) == {pid(0)}
-    assert scrolled(store, doc_filter("docs", "guide")) == set()
-    assert store.doc_points("wiki", "guide/a.md.bak") == {pid(4): ""}
 
 
 @pytest.mark.parametrize(

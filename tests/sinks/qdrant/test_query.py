@@ -1,9 +1,9 @@
 """A search as qdrant-client asks it: ``query_points``' arguments (run on a real
-local-mode collection) and the engine's filters."""
+local-mode collection), and booleans in its filters. The filters both engines
+share are tests/sinks/test_contract.py's."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,43 +12,16 @@ import pytest
 from qdrant_client import models as qm
 
 from mdindex.embedding.sparse import Sparse
-from mdindex.sinks import Point
 from mdindex.sinks.base import SearchFilter, StoreQuery
 from mdindex.sinks.qdrant import QdrantStore
-from mdindex.sinks.qdrant.query import doc_filter, request, search_filter
-
-DOCS: list[tuple[str, str, dict[str, Any]]] = [
-    ("docs", "guide/a.md", {"draft": True, "tags": ["x", "y"]}),
-    ("docs", "guide/b.md", {"draft": 1, "tags": "x"}),
-    ("docs", "index.md", {"draft": False, "nested": {"level": "deep"}}),
-    ("wiki", "guide/a.md", {"draft": "true", "tags": ["z"]}),
-    ("wiki", "guide/a.md.bak", {"nested": {"level": "shallow"}}),
-]
-DIM = len(DOCS)
-
-
-def pid(i: int) -> str:
-    return str(uuid.UUID(int=i + 1))
-
-
-def vector(i: int) -> list[float]:
-    v = [0.0] * DIM
-    v[i] = 1.0
-    v[0] += 0.1
-    return v
+from mdindex.sinks.qdrant.query import request, search_filter
+from tests.sinks.filled import fill, pid, vector
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[QdrantStore]:
     s = QdrantStore("c", path=tmp_path / "qdrant")
-    s.open()
-    s.ensure_collection(DIM)
-    s.upsert(
-        [
-            Point(pid(i), vector(i), {"root": r, "doc_path": p, "meta": m}, Sparse([i + 1], [1.0]))
-            for i, (r, p, m) in enumerate(DOCS)
-        ]
-    )
+    fill(s)
     yield s
     s.close()
 
@@ -98,32 +71,11 @@ def test_a_hybrid_request_fuses_two_prefetches(store: QdrantStore) -> None:
     assert set(ran(store, 3, rrf)[:2]) == {pid(4), pid(1)}
 
 
-def test_search_filter_selects_roots_path_prefix_and_frontmatter(store: QdrantStore) -> None:
-    assert search_filter(SearchFilter()) is None
-    assert scrolled(store, search_filter(SearchFilter(roots=("wiki",)))) == {pid(3), pid(4)}
-    assert scrolled(store, search_filter(SearchFilter(path_prefix="guide/"))) == {
-        pid(0),
-        pid(1),
-        pid(3),
-        pid(4),
-    }
-    tags = search_filter(SearchFilter(where=(("tags", ("x", "z")),)))
-    assert scrolled(store, tags) == {pid(0), pid(1), pid(3)}
-    nested = search_filter(SearchFilter(where=(("nested.level", ("deep",)),)))
-    assert scrolled(store, nested) == {pid(2)}
-    # booleans are the engine's own here: True is not 1, False not 0
+def test_booleans_are_the_engines_own(store: QdrantStore) -> None:
+    """True is not 1, False not 0, in the engine's filter and in a search."""
     assert scrolled(store, search_filter(SearchFilter(where=(("draft", (True,)),)))) == {pid(0)}
     assert scrolled(store, search_filter(SearchFilter(where=(("draft", (False,)),)))) == {pid(2)}
-    every = SearchFilter(roots=("docs", "wiki"), path_prefix="guide/a", where=(("tags", ("z",)),))
-    assert scrolled(store, search_filter(every)) == {pid(3)}
     hits = store.search(
         StoreQuery(5, dense=vector(1), filter=SearchFilter(where=(("draft", (1,)),)))
     )
     assert [h.id for h in hits] == [pid(1)]
-
-
-def test_doc_filter_is_one_document_exactly(store: QdrantStore) -> None:
-    assert scrolled(store, doc_filter("wiki", "guide/a.md")) == {pid(3)}
-    assert scrolled(store, doc_filter("docs", "guide/a.md")) == {pid(0)}
-    assert scrolled(store, doc_filter("docs", "guide")) == set()
-    assert store.doc_points("wiki", "guide/a.md.bak") == {pid(4): ""}
