@@ -156,7 +156,7 @@ def stages_in_process(settings, embedder, *, crash_after_workers: bool):  # type
         donors = indexer.vector_donors()
         batch = columns(work_items(indexer, changes))
         batch = _Embed(settings, tiny_factory, set(donors), 1)(_Chunk(settings)(batch))
-        indexer.mark_inflight(f.key for f in candidates)
+        indexer.state.mark_inflight(f.key for f in candidates)
         indexer.store.close()  # an embedded store takes one writer at a time
         writer = _Write(settings, donors)
         batch = writer(batch)

@@ -166,18 +166,19 @@ class Index:
             overrides["roots"] = [str(r) for r in many]
         if state_dir is not None:
             overrides["state_dir"] = Path(state_dir)
-        self.settings: Settings = load_settings(overrides, Path(config) if config else None)
-        self._client = IndexClient(self.settings)
-        self._models: dict[str, Models] = {}  # loaded for syncs here, by version
+        self._open(load_settings(overrides, Path(config) if config else None))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Index:
         """An index over settings already made (the command line's)."""
         index = cls.__new__(cls)
-        index.settings = settings
-        index._client = IndexClient(settings)
-        index._models = {}
+        index._open(settings)
         return index
+
+    def _open(self, settings: Settings) -> None:
+        self.settings: Settings = settings
+        self._client = IndexClient(settings)
+        self._models: dict[str, Models] = {}  # loaded for syncs here, by version
 
     @classmethod
     def connect(cls, socket: str | Path, **settings: Any) -> Index:

@@ -15,18 +15,12 @@ import pytest
 from mdindex.embedding import calibration
 from mdindex.embedding.calibration import Choice
 from mdindex.embedding.machine import cpu_identity
+from mdindex.embedding.samples import TEXTS
 
 
 def _unit(rows: int, seed: int) -> np.ndarray:
     v = np.random.default_rng(seed).standard_normal((rows, 384)).astype(np.float32)
     return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-def test_the_texts_are_fixed_and_of_mixed_length() -> None:
-    assert calibration._texts() == calibration.TEXTS
-    lengths = sorted(len(t.split()) for t in calibration.TEXTS)
-    assert len(calibration.TEXTS) == 48
-    assert lengths[0] < 15 and lengths[-1] > 70
 
 
 def test_the_gate_passes_the_same_vectors_and_fails_noisy_ones() -> None:
@@ -42,7 +36,7 @@ def test_the_gate_passes_the_same_vectors_and_fails_noisy_ones() -> None:
 
 def _runner(vectors: np.ndarray, delay: float) -> calibration.EmbedFn:
     def run(texts: Sequence[str]) -> np.ndarray:
-        time.sleep(delay * len(texts) / len(calibration.TEXTS))
+        time.sleep(delay * len(texts) / len(TEXTS))
         return vectors[: len(texts)]
 
     return run
@@ -321,16 +315,6 @@ def test_a_measurement_records_load_times_and_speed_on_long_texts() -> None:
     assert 4_096 / choice.tokens_per_s["torch-fp32"] == pytest.approx(0.04 / 3, rel=0.5)
     again = Choice(**{k: v for k, v in choice.as_dict().items() if k != "name"})
     assert again.load_s == choice.load_s  # what the cache keeps
-
-
-def test_the_long_texts_are_cut_at_the_limit_like_full_chunks() -> None:
-    from mdindex.config import DEFAULT_MODEL
-    from mdindex.embedding.model import load_tokenizer, resolve_model
-
-    tokenizer = load_tokenizer(resolve_model(DEFAULT_MODEL))
-    lengths = [len(e.ids) for e in tokenizer.encode_batch(calibration.LONG_TEXTS)]
-    assert len(lengths) == 16 and set(lengths) == {256}
-    assert len(set(calibration.LONG_TEXTS)) == 16
 
 
 def test_every_interchangeable_backend_is_a_candidate_and_only_those() -> None:

@@ -15,6 +15,7 @@ from mdindex.config import DEFAULT_MODEL
 from mdindex.embedding import calibration, onnx_export
 from mdindex.embedding.embedder import ModelEmbedder
 from mdindex.embedding.model import resolve_model
+from mdindex.embedding.samples import TEXTS
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.model
@@ -90,7 +91,7 @@ def test_onnx_vectors_match_torch_within_the_gate(
     cache, first = measured
     onnx = ModelEmbedder(first.info, device="cpu", backend="onnx", cache_dir=cache)
     fp32 = real_embedder
-    texts = calibration.TEXTS + DOCS + ["", "word " * 600, "`code` and CJK 文字"]
+    texts = TEXTS + DOCS + ["", "word " * 600, "`code` and CJK 文字"]
     got, want = onnx.embed(texts), fp32.embed(texts)
     assert onnx.choice is not None and onnx.choice.name == "onnx-fp32"
     assert fp32.precision == "fp32" and fp32.backend == "torch"
