@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from mdindex.config import load_settings, redact
+from mdindex.config import load_settings
 from mdindex.errors import ConfigError
+from mdindex.outside import redact
 
 
 def test_precedence_flag_env_file_default(tmp_path: Path, monkeypatch) -> None:
@@ -211,7 +212,7 @@ def test_every_setting_is_placed_and_every_index_setting_makes_a_version(tmp_pat
 
 
 def test_point_ids_come_from_the_index_settings_alone(tmp_path: Path) -> None:
-    """The chunker and the point IDs are built from ``index_params``: every index
+    """The chunker and the point IDs are built from ``settings.index.params()``: every index
     setting that shapes chunks or their embedded text changes the IDs' fingerprint,
     and sparse vectors (beside the same chunks) do not."""
     from mdindex.runtime import make_models
@@ -245,13 +246,12 @@ def test_point_ids_come_from_the_index_settings_alone(tmp_path: Path) -> None:
 
 
 def test_language_is_auto_or_a_code_and_part_of_the_index(monkeypatch) -> None:
-    from mdindex.config import index_params
 
     assert load_settings({}).language == "auto"
     assert load_settings({"language": " DE "}).language == "de"
     monkeypatch.setenv("MDINDEX_LANGUAGE", "zh")
     s = load_settings({})
-    assert s.language == "zh" and index_params(s)["language"] == "zh"
+    assert s.language == "zh" and s.index.params()["language"] == "zh"
     # "cn" and "jp" (country codes, for Chinese and Japanese) were taken: Chinese
     # notes got no segmentation (2 BM25 terms for a sentence, 12 as "zh"), and
     # `--lang cn` was then refused as no language
@@ -267,15 +267,15 @@ def test_settings_recorded_only_when_set_keep_older_versions_and_reset_when_abse
     """Prompts and input types at their defaults are not in a version's settings
     (a version built before they existed keeps its name), and a version that
     recorded none is searched without the prompts set now."""
-    from mdindex.config import WHEN_SET_KEYS, index_params
+    from mdindex.config import WHEN_SET_KEYS
     from mdindex.versions.catalog import Catalog, Version
 
     state = {"state_dir": str(tmp_path / "state")}
-    assert not set(WHEN_SET_KEYS) & set(index_params(load_settings(state)))
+    assert not set(WHEN_SET_KEYS) & set(load_settings(state).index.params())
     old = load_settings(state)
     now = load_settings({**state, "query_prompt": "query: ", "document_prompt": "passage: "})
     catalog = Catalog(
-        tmp_path / "c.json", "mdindex", versions={"a" * 12: Version("x", index_params(old))}
+        tmp_path / "c.json", "mdindex", versions={"a" * 12: Version("x", old.index.params())}
     )
     before = catalog.settings_for(now, "a" * 12)
     assert (before.query_prompt, before.document_prompt) == ("", "")
@@ -285,14 +285,13 @@ def test_quantization_is_an_edge_setting_and_a_new_version(tmp_path: Path) -> No
     """Issue 37: quantization and on_disk_vectors apply to qdrant-edge too (not
     to qdrant-client's local mode); int8 is a version of its own, and the
     default leaves every fingerprint as it was."""
-    from mdindex.config import index_params
     from mdindex.runtime import make_store, version_of
 
     state = {"state_dir": str(tmp_path / "state")}
     plain = load_settings(state)
     quantized = load_settings({**state, "quantization": "int8", "on_disk_vectors": True})
-    assert "quantization" not in index_params(plain)
-    assert index_params(quantized)["quantization"] == "int8"
+    assert "quantization" not in plain.index.params()
+    assert quantized.index.params()["quantization"] == "int8"
     assert version_of(quantized) != version_of(plain)
     store = make_store(quantized)
     assert (store.quantization, store.on_disk_vectors) == ("int8", True)  # type: ignore[attr-defined]

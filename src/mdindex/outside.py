@@ -1,12 +1,16 @@
 """Values from outside (files, servers, requests) at the one place each kind
-enters: a number checked before it is used as one, and text escaped before a
-terminal shows it."""
+enters: a number checked before it is used as one, text escaped before a
+terminal shows it, a URL's password masked before a log does (``redact``),
+and a key read from the environment or a systemd credential (``secret``)."""
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
+import re
 import unicodedata
+from pathlib import Path
 from typing import Any
 
 # Control, format, surrogate, private-use and unassigned characters, and the
@@ -72,3 +76,24 @@ def shown(value: Any) -> Any:
 
 def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
+
+
+# Up to the last "@" before another URL: a password may hold "@", "/", "?", "#", " ".
+_USERINFO = re.compile(r"(?<=://)(?:[^\s/?#@:]*:(?:(?!://)[^\n])*@|\S*@)")
+
+
+def redact(text: str) -> str:
+    """Text fit for logs and status: the ``user:password@`` of any URL in it masked."""
+    return _USERINFO.sub("***@", text)
+
+
+def secret(env: str, credential: str) -> str | None:
+    """A key from the environment, else a systemd credential: never in argv or a config file."""
+    if os.environ.get(env):
+        return os.environ[env]
+    creds = os.environ.get("CREDENTIALS_DIRECTORY")
+    if creds:
+        path = Path(creds) / credential
+        if path.is_file():
+            return path.read_text(encoding="utf-8").strip() or None
+    return None

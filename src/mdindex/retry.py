@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from mdindex.config import redact
 from mdindex.errors import MdindexError
+from mdindex.outside import redact
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

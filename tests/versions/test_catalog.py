@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from mdindex.chunking import CHUNKER_VERSION
-from mdindex.config import index_params
 from mdindex.embedding.sparse import SparseEncoder
 from mdindex.errors import ConfigError
 from mdindex.runtime import code_versions, fingerprint, physical_name, version_of
@@ -64,7 +63,7 @@ def test_a_versions_settings_come_back_from_its_params(tmp_path: Path) -> None:
     heading = settings_for(tmp_path, [])
     catalog = Catalog.load(heading)
     fp = version_of(token)
-    catalog.versions[fp] = Version(physical_name("mdindex", fp), index_params(token))
+    catalog.versions[fp] = Version(physical_name("mdindex", fp), token.index.params())
     back = catalog.settings_for(heading, fp)
     assert version_of(back) == fp
     assert (back.strategy, back.max_tokens, back.prepend_context) == ("token", 64, False)
@@ -77,7 +76,7 @@ def test_catalog_round_trip_live_and_pin(tmp_path: Path) -> None:
     catalog = Catalog.load(s)
     assert catalog.live is None and catalog.target(s) == version_of(s)
     fp = version_of(old)
-    catalog.versions[fp] = Version(physical_name("mdindex", fp), index_params(old), "complete")
+    catalog.versions[fp] = Version(physical_name("mdindex", fp), old.index.params(), "complete")
     catalog.live = fp
     catalog.pinned = {"fingerprint": fp, "over": version_of(s)}
     catalog.commit()
@@ -95,7 +94,7 @@ def test_find_names_one_version_by_a_unique_prefix(tmp_path: Path) -> None:
     s = settings_for(tmp_path, [])
     catalog = Catalog.load(s)
     for fp in ("abc123", "abd456"):
-        catalog.versions[fp] = Version(physical_name("mdindex", fp), index_params(s))
+        catalog.versions[fp] = Version(physical_name("mdindex", fp), s.index.params())
     assert catalog.find("abc") == "abc123"
     with pytest.raises(ConfigError, match="several"):
         catalog.find("ab")
@@ -214,7 +213,7 @@ def test_a_version_records_the_code_versions_its_fingerprint_was_made_with(
     s, _, raw = built(tmp_path)
     fp = version_of(s)
     recorded = raw["versions"][fp]
-    assert recorded["code"] == code_versions(index_params(s))
+    assert recorded["code"] == code_versions(s.index.params())
     assert recorded["code"]["chunker"] == CHUNKER_VERSION
     assert fingerprint(recorded["params"], recorded["code"]) == fp
 
@@ -268,7 +267,7 @@ def test_a_catalog_from_before_code_versions_loads_and_records_them(tmp_path: Pa
     first analysis, and this release's), and the next commit records them."""
     s = settings_for(tmp_path, [])
     old = settings_for(tmp_path, [], strategy="token")
-    params, old_params = index_params(s), index_params(old)
+    params, old_params = s.index.params(), old.index.params()
     assert params["sparse_vectors"]
     first = old_fingerprint(old_params, 1, BM25_1)
     current = old_fingerprint(params, CHUNKER_VERSION, SparseEncoder.params())

@@ -64,7 +64,7 @@ class Chunker:
     def from_params(
         cls, counter: TokenCounter, params: dict[str, Any], embed: Embedder | None = None
     ) -> Chunker:
-        """The chunker of a version's index settings (``config.index_params``):
+        """The chunker of a version's index settings (``settings.index.params()``):
         the only way the settings reach a chunker, so whatever shapes chunks is
         one of them. ``counter`` is the model's, limited to ``max_tokens``."""
         from mdindex.config import Settings

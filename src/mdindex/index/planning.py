@@ -88,7 +88,7 @@ class Planner:
         counter: TokenCounter,
         chunker: Chunker,
     ) -> None:
-        """``params``: the index settings (``config.index_params``); ``settings``
+        """``params``: the index settings (``settings.index.params()``); ``settings``
         for what only changes payloads (``base_url``, ``url_style``)."""
         self.settings = settings
         self.info = info

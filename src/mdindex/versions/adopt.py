@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from mdindex.config import Settings, index_params
+from mdindex.config import Settings
 from mdindex.errors import ConfigError, StoreError
 from mdindex.index.consistency import store_identity
 from mdindex.index.planning import now_iso
@@ -49,7 +49,7 @@ def adopt(s: Settings, catalog: Catalog) -> None:
         legacy.path.rename(target)
     else:
         _copy_legacy(legacy, adopted)
-    params = index_params(adopted)
+    params = adopted.index.params()
     catalog.versions[fp] = Version(
         physical, params, "complete", now_iso(), now_iso(), now_iso(), code=code_versions(params)
     )

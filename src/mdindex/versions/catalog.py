@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from mdindex.config import WHEN_SET_KEYS, Settings, index_params, iso_639_1
+from mdindex.config import WHEN_SET_KEYS, Settings, iso_639_1
 from mdindex.errors import ConfigError, StateError
 from mdindex.index.planning import now_iso
 from mdindex.jsonfile import load_json, write_json
@@ -210,7 +210,7 @@ class Catalog:
                 row["progress"] = f"{building.documents} of {building.files_seen} documents"
             out.append(row)
         if target not in self.versions:
-            params = index_params(settings)
+            params = settings.index.params()
             out.insert(
                 0,
                 {
@@ -244,7 +244,8 @@ class _Strict(BaseModel):
 
 
 class _Params(_Strict):
-    """The index settings a version records (``index_params``), typed as the settings are."""
+    """The index settings a version records (``settings.index.params()``), typed as
+    the settings are."""
 
     model: str | None = Field(default=None, max_length=4096)
     strategy: Literal["heading", "token", "semantic"] | None = None

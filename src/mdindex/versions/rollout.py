@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mdindex.config import Settings, index_params
+from mdindex.config import Settings
 from mdindex.errors import ConfigError, PruneRefused, SpaceRefused, StoreError
 from mdindex.index import guard
 from mdindex.index.groups import GROUP_CHARS
@@ -185,7 +185,7 @@ class Rollout:
         if self.live is not None:
             check_space(self.settings, self.store(self.live))
         settings = self.settings_for(fp)
-        params = index_params(settings)
+        params = settings.index.params()
         self.catalog.versions[fp] = Version(
             collection_of(settings), params, "building", now_iso(), code=code_versions(params)
         )

