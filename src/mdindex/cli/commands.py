@@ -308,14 +308,14 @@ def cmd_versions(args: argparse.Namespace, settings: Settings) -> int:
     with WriterLock(settings.state_dir, settings.collection, f"versions {args.action}"):
         rollout = Rollout(settings).open()
         if args.action == "use":
-            fp = rollout.to_use(fps)
+            fp = rollout.catalog.to_use(fps)
             summary = rollout.use(fp)
             text = f"version {fp} is live"
             if summary is not None:
                 text += f" (caught up: {summary.line()})"
             emit(args, {"live": fp, **(summary.as_dict() if summary else {})}, text)
             return EXIT_OK
-        targets = rollout.to_drop(fps)
+        targets = rollout.catalog.to_drop(settings, fps)
         for fp in targets:
             rollout.drop(fp)
         emit(args, {"dropped": targets}, f"dropped {len(targets)} version(s)")

@@ -156,14 +156,14 @@ class Builds:
     def use(self, fingerprints: list[str]) -> dict[str, str]:
         """Roll back (or forward): pin a complete version; it is caught up and
         switched to like any build, while the live one answers."""
-        fp = self.rollout.to_use(fingerprints)
+        fp = self.rollout.catalog.to_use(fingerprints)
         self.rollout.catalog.pin(fp, self.rollout.settings)
         self.retarget()
         return {"live": self.serving, "target": fp}
 
     def drop(self, fingerprints: list[str]) -> dict[str, list[str]]:
         busy = [self.serving, self.building, *(version_of(s.settings) for s in self.siblings)]
-        fps = self.rollout.to_drop(fingerprints, busy)
+        fps = self.rollout.catalog.to_drop(self.rollout.settings, fingerprints, busy)
         self.close_retired(wait=False)
         for fp in fps:
             self.rollout.drop(fp)

@@ -27,6 +27,7 @@ the settings again, or using the configured version, ends the pin.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -187,6 +188,36 @@ class Catalog:
             what = "matches several versions" if found else "names no version"
             raise ConfigError(f"versions: {prefix!r} {what} (known: {known})")
         return found[0]
+
+    # -- the rules of `versions use|drop`, for the CLI and the daemon alike -----
+
+    def to_use(self, fingerprints: Sequence[str]) -> str:
+        """The one complete version that `versions use` names (ConfigError if not)."""
+        if len(fingerprints) != 1:
+            raise ConfigError("versions use: give one FINGERPRINT (see mdindex versions list)")
+        fp = self.find(fingerprints[0])
+        status = self.versions[fp].status
+        if status != "complete":
+            raise ConfigError(f"versions: {fp} is {status}; only a complete version can be used")
+        return fp
+
+    def to_drop(
+        self, settings: Settings, fingerprints: Sequence[str], busy: Sequence[str] = ()
+    ) -> list[str]:
+        """The versions `versions drop` names, or every old one when it names none;
+        never the live one, the one the settings ask for, or one ``busy`` (a build
+        uses it)."""
+        live = self.live
+        if not fingerprints:
+            keep = {live, self.target(settings), *busy}
+            return [fp for fp in self.versions if fp not in keep]
+        fps = [self.find(f) for f in fingerprints]
+        for fp in fps:
+            if fp == live:
+                raise ConfigError(f"versions: {fp} is live; switch to another version first")
+            if fp in busy:
+                raise ConfigError(f"versions: {fp} is in use by a build; not dropped")
+        return fps
 
     def rows(self, settings: Settings, building: Progress | None = None) -> list[dict[str, Any]]:
         """Every version as `versions list` and `status` show it."""

@@ -345,38 +345,10 @@ class Rollout:
             for sibling in siblings:
                 sibling.close()
 
-    # -- the rules of `versions use|drop`, for the CLI and the daemon alike -----
-
-    def to_use(self, fingerprints: Sequence[str]) -> str:
-        """The one complete version that `versions use` names (ConfigError if not)."""
-        if len(fingerprints) != 1:
-            raise ConfigError("versions use: give one FINGERPRINT (see mdindex versions list)")
-        fp = self.catalog.find(fingerprints[0])
-        status = self.catalog.versions[fp].status
-        if status != "complete":
-            raise ConfigError(f"versions: {fp} is {status}; only a complete version can be used")
-        return fp
-
-    def to_drop(self, fingerprints: Sequence[str], busy: Sequence[str] = ()) -> list[str]:
-        """The versions `versions drop` names, or every old one when it names none;
-        never the live one, the one the settings ask for, or one ``busy`` (a build
-        uses it)."""
-        live = self.live
-        if not fingerprints:
-            keep = {live, self.target(), *busy}
-            return [fp for fp in self.catalog.versions if fp not in keep]
-        fps = [self.catalog.find(f) for f in fingerprints]
-        for fp in fps:
-            if fp == live:
-                raise ConfigError(f"versions: {fp} is live; switch to another version first")
-            if fp in busy:
-                raise ConfigError(f"versions: {fp} is in use by a build; not dropped")
-        return fps
-
     def use(self, fp: str, hooks: Hooks | None = None) -> Summary | None:
         """Roll back (or forward) to a complete version: caught up with the files
         when roots are set, then switched to, and pinned over the settings."""
-        fp = self.to_use([fp])
+        fp = self.catalog.to_use([fp])
         summary = None
         if self.settings.root_list():
             with self.indexer(fp, hooks=hooks) as indexer:
