@@ -59,7 +59,7 @@ def test_one_reconcile_answers_every_request_waiting(tmp_path: Path, root: Path)
         (root / "new.md").write_text("# New\n\nA new note.\n")
         askers = [Asker(daemon.shared.mailbox, "reconcile", force=False) for _ in range(2)]
         waiting(daemon.shared.mailbox, 2)
-        daemon.work.serve_requests()
+        daemon.requests.serve()
         first, second = (a.done().answer for a in askers)
         # one reconcile: the second would have found nothing left to do
         assert first == second and first is not None
@@ -73,7 +73,7 @@ def test_a_forced_request_forces_the_reconcile_they_share(tmp_path: Path, root: 
             path.unlink()
         plain = Asker(daemon.shared.mailbox, "reconcile", force=False)
         waiting(daemon.shared.mailbox, 1)
-        daemon.work.serve_requests()
+        daemon.requests.serve()
         refused = plain.done().answer
         assert refused is not None and refused["files_deleted"] == 0
         assert "no markdown files" in refused["refused"]
@@ -82,7 +82,7 @@ def test_a_forced_request_forces_the_reconcile_they_share(tmp_path: Path, root: 
         )
         askers = [Asker(daemon.shared.mailbox, "reconcile", force=force) for force in (False, True)]
         waiting(daemon.shared.mailbox, 2)
-        daemon.work.serve_requests()
+        daemon.requests.serve()
         for asker in askers:
             answer = asker.done().answer
             assert answer is not None
@@ -97,7 +97,7 @@ def test_versions_requests_are_answered_one_by_one(tmp_path: Path, root: Path) -
         waiting(daemon.shared.mailbox, 1)
         drop = Asker(daemon.shared.mailbox, "drop", fingerprints=[])
         waiting(daemon.shared.mailbox, 2)
-        daemon.work.serve_requests()
+        daemon.requests.serve()
         assert isinstance(wrong.done().error, ConfigError)
         assert "names no version" in str(wrong.error)
         assert drop.done().answer == {"dropped": []}

@@ -23,6 +23,7 @@ from mdindex.config import Settings
 from mdindex.daemon.api import DaemonApi, Endpoints
 from mdindex.daemon.builds import Builds
 from mdindex.daemon.health import PASSING
+from mdindex.daemon.requests import Requests
 from mdindex.daemon.shared import Shared
 from mdindex.daemon.timings import Timings
 from mdindex.daemon.work import Work
@@ -67,6 +68,7 @@ class Daemon:
         self.api = DaemonApi(self.shared)
         self.endpoints = Endpoints()
         self.work = Work(self.shared)
+        self.requests = Requests(self.shared, self.work)
 
     # -- signals ---------------------------------------------------------
 
@@ -149,7 +151,7 @@ class Daemon:
             s.check_roots()
             if not self.check_observer():
                 return
-            self.work.serve_requests()
+            self.requests.serve()
             if self.reload_requested:
                 self.reload()
             if s.watcher.overflowed.is_set() or self.work.rescan_due():

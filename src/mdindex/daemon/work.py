@@ -8,15 +8,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any
 
 from mdindex.daemon import coverage
 from mdindex.daemon.debouncer import Batch
-from mdindex.daemon.mailbox import Request
 from mdindex.daemon.shared import Shared
 from mdindex.errors import (
     ConfigError,
-    MdindexError,
     PruneRefused,
     StateError,
     StoreError,
@@ -67,56 +64,6 @@ class Work:
             self.settle_due
             and time.monotonic() - self.last_work >= self.shared.timings.settle_after_s
         )
-
-    def serve_requests(self) -> None:
-        """One reconcile answers every reconcile request queued before it started:
-        each asked after its changes reached the disk, and a reconcile sees the
-        disk. A flush (asked once a barrier passed) syncs the paths waiting.
-        `versions use|drop` are answered one by one."""
-        requests = self.shared.mailbox.take()
-        for kind, job in (("reconcile", self.requested), ("flush", self.flush)):
-            asked = [r for r in requests if r.kind == kind]
-            if not asked:
-                continue
-            summary = job(asked)
-            for r in asked:
-                if summary is None:
-                    r.reply(error=StoreError(self.shared.health.reason or f"{kind} failed"))
-                else:
-                    r.reply(summary.as_dict())
-        for r in requests:
-            if r.kind not in ("reconcile", "flush"):
-                self.serve_versions(r)
-
-    def requested(self, asked: list[Request]) -> Summary | None:
-        self.force_next = self.force_next or any(r.args.get("force") for r in asked)
-        return self.reconcile("requested")
-
-    def flush(self, asked: list[Request]) -> Summary | None:
-        """Every path waiting now, and the folders the kernel does not watch,
-        synced at once: a barrier passed, so every event from before it is here.
-        Events lost meanwhile (an overflow) leave only a whole reconcile."""
-        if self.shared.check_roots() or self.shared.watcher.overflowed.is_set():
-            self.shared.watcher.overflowed.clear()
-            return self.reconcile("rescan")
-        self.shared.drain(timeout=0)
-        batch = self.shared.debouncer.take_all()
-        from_events = bool(batch.dirs)
-        batch.dirs += self.shared.watcher.unwatched
-        return self.process(batch, events=from_events) if batch else Summary()
-
-    def serve_versions(self, request: Request) -> None:
-        fingerprints = request.args["fingerprints"]
-        try:
-            if request.kind == "use":
-                answer: dict[str, Any] = self.shared.builds.use(fingerprints)
-            else:
-                answer = self.shared.builds.drop(fingerprints)
-        except MdindexError as exc:
-            request.reply(error=exc)
-            return
-        self.update_gauges()
-        request.reply(answer)
 
     def build_step(self) -> None:
         """Go on building while nothing else waits; switch once it is complete."""
