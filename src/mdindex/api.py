@@ -22,10 +22,11 @@ from mdindex.index.lock import WriterLock
 from mdindex.index.search import Query, parse_where
 from mdindex.index.summary import Summary
 from mdindex.query.client import IndexClient, find_daemon
+from mdindex.runtime import Loaded
+from mdindex.versions.catalog import Catalog
 
 if TYPE_CHECKING:
     from mdindex.index.indexer import Indexer
-    from mdindex.runtime import Models
 
 Progress = Callable[[int], None]
 """Called with the number of files read so far in this sync."""
@@ -178,7 +179,7 @@ class Index:
     def _open(self, settings: Settings) -> None:
         self.settings: Settings = settings
         self._client = IndexClient(settings)
-        self._models: dict[str, Models] = {}  # loaded for syncs here, by version
+        self._loaded = Loaded()  # the models syncs here loaded
 
     @classmethod
     def connect(cls, socket: str | Path, **settings: Any) -> Index:
@@ -203,7 +204,7 @@ class Index:
 
     def close(self) -> None:
         """Let go of the models loaded here; the store is only open during a call."""
-        self._models.clear()
+        self._loaded = Loaded()
         self._client = IndexClient(self.settings)
 
     def daemon_running(self) -> bool:
@@ -247,7 +248,7 @@ class Index:
 
         s = self.settings
         with WriterLock(s.state_dir, s.collection, "backfill"):
-            rollout = Rollout(s, models=self._models).open()
+            rollout = Rollout(s, loaded=self._loaded).open()
             return rollout.backfill(
                 hooks=Hooks(on_progress=progress),
                 dry_run=dry_run,
@@ -258,8 +259,6 @@ class Index:
 
     def _backfill_through_daemon(self, dry_run: bool, prune: bool, force: bool) -> Summary:
         """The daemon holds the store: it reconciles, and its summary is the answer."""
-        from mdindex.versions.catalog import Catalog
-
         if dry_run or not prune:
             raise LockError(
                 "the watch daemon holds the store; --dry-run and --no-prune need it stopped"
@@ -328,13 +327,12 @@ class Index:
     @property
     def versions(self) -> list[Version]:
         """Every version of the index, newest first (`mdindex versions list`)."""
-        from mdindex.versions.rollout import Rollout
 
         # a daemon's rows count what it holds now, the catalog's its last whole reconcile
         if self.daemon_running():
             rows = self._client.status()["versions"]
         else:
-            rows = Rollout(self.settings).rows()
+            rows = Catalog.load(self.settings).rows(self.settings)
         return [Version.from_dict(r) for r in rows]
 
     def links(self, document: str | Path, root: str | None = None) -> dict[str, Any]:

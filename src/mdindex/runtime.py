@@ -202,6 +202,40 @@ def make_models(
     return Models(settings, info, counter, embedder, chunker, planner)
 
 
+def embedded_alike(a: Settings, b: Settings) -> bool:
+    """Whether two versions' vectors come from one embedder."""
+    return (a.model, a.embedding_url, a.embedding_model, a.embedding_input_type) == (
+        b.model,
+        b.embedding_url,
+        b.embedding_model,
+        b.embedding_input_type,
+    )
+
+
+class Loaded:
+    """The models loaded for the versions of one index, by version: one embedder
+    per model, shared by its versions; kept across runs by whoever holds this
+    (the daemon, the Python API)."""
+
+    def __init__(self) -> None:
+        self.by_version: dict[str, Models] = {}
+
+    def models(self, settings: Settings) -> Models:
+        """The models of a version's settings, loaded once."""
+        key = version_of(settings)
+        if key not in self.by_version:
+            same_model = next(
+                (
+                    m.embedder
+                    for m in self.by_version.values()
+                    if embedded_alike(m.settings, settings)
+                ),
+                None,
+            )
+            self.by_version[key] = make_models(settings, embedder=same_model)
+        return self.by_version[key]
+
+
 def state_path(settings: Settings) -> Path:
     """The local state of the version these settings build."""
     return settings.state_dir / f"{collection_of(settings)}.sqlite3"

@@ -280,5 +280,7 @@ class Work:
         assert self.shared.builds.live is not None
         self.shared.health.publish(
             self.shared.builds.live,
-            self.shared.rollout.rows(self.shared.builds.progress(self.shared.files_seen)),
+            self.shared.rollout.catalog.rows(
+                self.shared.rollout.settings, self.shared.builds.progress(self.shared.files_seen)
+            ),
         )

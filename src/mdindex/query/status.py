@@ -66,8 +66,7 @@ def offline_status(settings: Settings) -> dict[str, Any]:
     """Status without a daemon: the state's counts and failures, and a scan of
     the roots for what has changed since (nothing is written)."""
     from mdindex.runtime import make_indexer
-    from mdindex.versions.catalog import reader_settings
-    from mdindex.versions.rollout import Rollout
+    from mdindex.versions.catalog import Catalog, reader_settings
 
     live = reader_settings(settings)
     if not settings.root_list():
@@ -98,7 +97,7 @@ def offline_status(settings: Settings) -> dict[str, Any]:
             phase="stopped",
             reason=f"deletions refused: {refused}" if refused else "",
             embedding=indexer.embedding_status(),
-            versions=Rollout(settings).rows(),
+            versions=Catalog.load(settings).rows(settings),
             unresolved_links=indexer.unresolved_links(),
             languages=indexer.languages(),
         )
@@ -114,7 +113,7 @@ def _without_roots(settings: Settings, live: Settings) -> dict[str, Any]:
     """No daemon and no roots given: what the state and the store say, and that
     the files were not looked at (nothing is refused, nothing is pending)."""
     from mdindex.runtime import make_indexer
-    from mdindex.versions.rollout import Rollout
+    from mdindex.versions.catalog import Catalog
 
     with make_indexer(live) as indexer:
         documents, _ = indexer.counts()
@@ -128,7 +127,7 @@ def _without_roots(settings: Settings, live: Settings) -> dict[str, Any]:
             phase="stopped",
             reason="no roots given: the files were not compared with the index",
             embedding=indexer.embedding_status(),
-            versions=Rollout(settings).rows(),
+            versions=Catalog.load(settings).rows(settings),
             unresolved_links=indexer.unresolved_links(),
             languages=indexer.languages(),
         )

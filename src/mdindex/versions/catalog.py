@@ -219,6 +219,16 @@ class Catalog:
                 raise ConfigError(f"versions: {fp} is in use by a build; not dropped")
         return fps
 
+    def to_retire(self, settings: Settings) -> list[str]:
+        """What ``keep_versions`` does not keep: the most recently live old
+        versions stay; any other old or unfinished one goes."""
+        live, target = self.live, self.target(settings)
+        old = [fp for fp in self.versions if fp not in (live, target)]
+        old.sort(key=lambda fp: self.versions[fp].live_since, reverse=True)
+        kept = [fp for fp in old if self.versions[fp].status == "complete"]
+        kept = kept[: settings.keep_versions]
+        return [fp for fp in old if fp not in kept]
+
     def rows(self, settings: Settings, building: Progress | None = None) -> list[dict[str, Any]]:
         """Every version as `versions list` and `status` show it."""
         target = self.target(settings)

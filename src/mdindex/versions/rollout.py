@@ -31,7 +31,6 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from mdindex.config import Settings
 from mdindex.errors import ConfigError, PruneRefused, SpaceRefused, StoreError
@@ -42,19 +41,17 @@ from mdindex.index.planning import now_iso
 from mdindex.index.summary import Summary
 from mdindex.index.writer import crash_point
 from mdindex.runtime import (
-    Models,
+    Loaded,
     code_versions,
     collection_of,
     make_indexer,
-    make_models,
     make_store,
     state_path,
-    version_of,
 )
 from mdindex.sinks import Store
 from mdindex.sinks.base import MIN_FREE_BYTES, free_bytes
 from mdindex.versions.adopt import adopt, settle_alias
-from mdindex.versions.catalog import Catalog, Progress, Version
+from mdindex.versions.catalog import Catalog, Version
 
 log = logging.getLogger(__name__)
 
@@ -73,32 +70,22 @@ def remove_state(path: Path) -> None:
 IndexerFactory = Callable[..., Indexer]
 
 
-def embedded_alike(a: Settings, b: Settings) -> bool:
-    """Whether two versions' vectors come from one embedder."""
-    return (a.model, a.embedding_url, a.embedding_model, a.embedding_input_type) == (
-        b.model,
-        b.embedding_url,
-        b.embedding_model,
-        b.embedding_input_type,
-    )
-
-
 class Rollout:
     """The versions of one configured collection, under the writer lock.
     ``factory`` stands in for the models the settings name (tests, benchmarks);
-    ``models``, those loaded by an earlier run, by version, shared and added to
-    (the Python API's next sync loads no model again)."""
+    ``loaded``, the models an earlier run loaded, shared and added to (the
+    Python API's next sync loads no model again)."""
 
     def __init__(
         self,
         settings: Settings,
         factory: IndexerFactory | None = None,
-        models: dict[str, Models] | None = None,
+        loaded: Loaded | None = None,
     ) -> None:
         self.settings = settings
         self.factory = factory
         self.catalog = Catalog.load(settings)
-        self._models: dict[str, Models] = {} if models is None else models
+        self.loaded = loaded or Loaded()
 
     # -- what each version is ------------------------------------------------
 
@@ -111,17 +98,6 @@ class Rollout:
 
     def settings_for(self, fp: str) -> Settings:
         return self.catalog.settings_for(self.settings, fp)
-
-    def models(self, settings: Settings) -> Models:
-        """The models of a version's settings; one embedder per model, shared."""
-        key = version_of(settings)
-        if key not in self._models:
-            same_model = next(
-                (m.embedder for m in self._models.values() if embedded_alike(m.settings, settings)),
-                None,
-            )
-            self._models[key] = make_models(settings, embedder=same_model)
-        return self._models[key]
 
     def indexer(
         self,
@@ -139,7 +115,7 @@ class Rollout:
             return self.factory(settings, hooks=hooks, group_chars=group_chars, siblings=siblings)
         return make_indexer(
             settings,
-            self.models(settings),
+            self.loaded.models(settings),
             hooks=hooks,
             group_chars=group_chars,
             siblings=siblings,
@@ -250,14 +226,8 @@ class Rollout:
     # -- retention -----------------------------------------------------------
 
     def retain(self) -> list[str]:
-        """Drop what ``keep_versions`` does not keep: the most recently live old
-        versions stay; any other old or unfinished one goes."""
-        live, target = self.live, self.target()
-        old = [fp for fp in self.catalog.versions if fp not in (live, target)]
-        old.sort(key=lambda fp: self.catalog.versions[fp].live_since, reverse=True)
-        kept = [fp for fp in old if self.catalog.versions[fp].status == "complete"]
-        kept = kept[: self.settings.keep_versions]
-        dropped = [fp for fp in old if fp not in kept]
+        """Drop what ``keep_versions`` does not keep (``Catalog.to_retire``)."""
+        dropped = self.catalog.to_retire(self.settings)
         for fp in dropped:
             self.drop(fp)
         return dropped
@@ -356,10 +326,6 @@ class Rollout:
                 self.record(fp, indexer)
         self.switch(fp)
         return summary
-
-    def rows(self, building: Progress | None = None) -> list[dict[str, Any]]:
-        """Every version as `versions list` and `status` show it."""
-        return self.catalog.rows(self.settings, building)
 
 
 def check_space(settings: Settings, live: Store) -> None:
