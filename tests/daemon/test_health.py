@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mdindex.daemon.health import Health
-from mdindex.daemon.http import Metrics
+from mdindex.daemon.metrics import Metrics
 from mdindex.daemon.notify import Notifier
 from mdindex.errors import StoreUnavailable
 from mdindex.index.summary import Summary

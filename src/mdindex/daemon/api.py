@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mdindex.daemon.http import LOOPBACK, Api, HttpServer, load_token, write_token
+from mdindex.daemon.http import LOOPBACK, Api, HttpServer
 from mdindex.daemon.mcp_http import McpBridge
 from mdindex.daemon.shared import Shared
+from mdindex.daemon.token import load_token, write_token
 from mdindex.errors import StoreError
 from mdindex.index.indexer import Indexer
 from mdindex.index.lock import socket_path, token_path

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from mdindex.daemon.http import Metrics
+from mdindex.daemon.metrics import Metrics
 from mdindex.daemon.notify import Notifier
 from mdindex.errors import EmbeddingError, StateError, StoreError
 from mdindex.index.indexer import Indexer

@@ -5,9 +5,9 @@ commands find it through the lock file), and on a TCP port when
 ``http_port`` is set, for Prometheus and remote clients. Both are guarded the
 same way, since the index holds the text of every document:
 
-- a bearer token for everything but /healthz and /metrics, generated at
-  start (or read from the ``http-token`` credential under systemd) and
-  written 0600 beside the lock, where the CLI reads it;
+- a bearer token for everything but /healthz and /metrics (``token``),
+  generated at start (or read from the ``http-token`` credential under
+  systemd) and written 0600 beside the lock, where the CLI reads it;
 - on TCP, a ``Host`` that is the bound name and port (a web page reaching
   127.0.0.1 through DNS rebinding sends its own name), and no ``Origin``
   header at all (browsers send one with every cross-site request);
@@ -28,7 +28,6 @@ import hmac
 import json
 import logging
 import os
-import secrets
 import socket
 import socketserver
 import sys
@@ -40,47 +39,21 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from mdindex.daemon.metrics import Metrics
 from mdindex.errors import ConfigError, MdindexError
 from mdindex.outside import integer, number, shown
 
 log = logging.getLogger(__name__)
 
-TOKEN_CREDENTIAL = "http-token"
 MAX_MCP_BODY = 1 << 20  # a tool call is a few hundred bytes
 OPEN_PATHS = ("/healthz", "/metrics")  # no token: they say nothing about the documents
 MAX_CONNECTIONS = 256  # open at once; a thread each
 WORK_SLOTS = 16  # authenticated requests being answered at once
 MAX_WAIT_S = 3600.0  # /status?wait=1&timeout=S
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-class Metrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.documents = Gauge("mdindex_documents", "Documents indexed", registry=r)
-        self.points = Gauge("mdindex_points", "Points in the collection", registry=r)
-        self.queue_depth = Gauge("mdindex_queue_depth", "Paths waiting to be indexed", registry=r)
-        self.embedded = Counter("mdindex_chunks_embedded", "Chunks embedded", registry=r)
-        self.upserted = Counter("mdindex_points_upserted", "Points written", registry=r)
-        self.deleted = Counter("mdindex_points_deleted", "Points deleted", registry=r)
-        self.errors = Counter("mdindex_errors", "Files that failed and store errors", registry=r)
-        self.rescans = Counter("mdindex_rescans", "Full rescans run", registry=r)
-        self.last_sync = Gauge(
-            "mdindex_last_sync_timestamp_seconds",
-            "Unix time of the last successful sync",
-            registry=r,
-        )
-        self.healthy = Gauge("mdindex_healthy", "1 when watching and the store answers", registry=r)
-        self.latency = Histogram(
-            "mdindex_save_to_indexed_seconds",
-            "From a file's modification time to its points being written",
-            buckets=(0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60, 300),
-            registry=r,
-        )
 
 
 class Api:
@@ -105,30 +78,6 @@ class Api:
         self.token = token
         self.mcp = mcp  # a daemon.mcp_http.McpBridge, or None
         self.versions = versions  # (action, fingerprints) -> result: `mdindex versions`
-
-
-def load_token() -> str:
-    """The token from the systemd credential when there is one, else a new one."""
-    creds = os.environ.get("CREDENTIALS_DIRECTORY")
-    if creds:
-        path = Path(creds) / TOKEN_CREDENTIAL
-        if path.is_file():
-            token = path.read_text(encoding="utf-8").strip()
-            if token:
-                return token
-    return secrets.token_urlsafe(32)
-
-
-def write_token(path: Path, token: str) -> None:
-    """Written 0600, replaced atomically, so a reader never sees half a token."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, token.encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -18,8 +18,8 @@ from mdindex.config import Settings
 from mdindex.daemon.builds import Builds
 from mdindex.daemon.debouncer import Debouncer
 from mdindex.daemon.health import Health
-from mdindex.daemon.http import Metrics
 from mdindex.daemon.mailbox import Mailbox
+from mdindex.daemon.metrics import Metrics
 from mdindex.daemon.notify import Notifier
 from mdindex.daemon.timings import Timings
 from mdindex.daemon.watcher import Watcher
