@@ -14,6 +14,10 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Summary:
+    """What one sync did: files seen, changed, deleted and failed (``errors``,
+    each with its reason), chunks embedded, points written and deleted, and
+    the seconds it took; ``line()`` says it in one line, ``as_dict()`` as JSON."""
+
     files_seen: int = 0
     files_changed: int = 0
     files_unchanged: int = 0
