@@ -139,4 +139,7 @@ Group = TypeVar("Group", IndexGroup, StoreGroup, EmbeddingGroup)
 def group_of(kind: type[Group], flat: Any, **given: Any) -> Group:
     """The group ``kind`` of the flat settings: each field the key of its name
     (``given`` for those that are not keys)."""
-    return kind(**{f.name: given.get(f.name, getattr(flat, f.name, None)) for f in fields(kind)})
+    values: dict[str, Any] = {
+        f.name: given.get(f.name, getattr(flat, f.name, None)) for f in fields(kind)
+    }
+    return kind(**values)

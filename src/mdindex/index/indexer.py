@@ -233,7 +233,7 @@ class Indexer(IndexView):
         # Two stages: while the worker thread embeds one group, this thread
         # writes the group before it and reads and chunks the group after it.
         writer = self.writer
-        ahead = Lookahead(self.embedder, writer.unknown_keys)
+        ahead = Lookahead(self.embedder, writer.vectors.unknown_keys)
         staged: Staged | None = None
         with writer.pool() as pool:
 
