@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mdindex.config import Timings
 from mdindex.daemon.service import Daemon
-from mdindex.daemon.timings import Timings
 from mdindex.index.indexer import Hooks
 from tests.conftest import (
     TinyEmbedder,

@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from mdindex.config import Settings
+from mdindex.config import Settings, Timings
 from mdindex.daemon.builds import Builds
-from mdindex.daemon.timings import Timings
 from mdindex.errors import ConfigError, EmbeddingError
 from mdindex.index.indexer import Hooks
 from mdindex.runtime import version_of

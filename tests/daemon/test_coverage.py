@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from mdindex.config import Timings
 from mdindex.daemon import coverage
-from mdindex.daemon.timings import Timings
 from tests.conftest import TinyEmbedder, settings_for
 from tests.daemon.running import QUIET_MS, Running, converges, wait_for
 

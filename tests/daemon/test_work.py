@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from mdindex.config import Settings
+from mdindex.config import Settings, Timings
 from mdindex.daemon.service import Daemon
-from mdindex.daemon.timings import Timings
 from mdindex.errors import ConfigError
 from mdindex.runtime import collection_of
 from tests.conftest import (

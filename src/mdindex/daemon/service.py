@@ -19,13 +19,12 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from mdindex.config import Settings
+from mdindex.config import Settings, Timings
 from mdindex.daemon.api import DaemonApi, Endpoints
 from mdindex.daemon.builds import Builds
 from mdindex.daemon.health import PASSING
 from mdindex.daemon.requests import Requests
 from mdindex.daemon.shared import Shared
-from mdindex.daemon.timings import Timings
 from mdindex.daemon.work import Work
 from mdindex.documents.files import FileRef
 from mdindex.errors import (
@@ -59,7 +58,7 @@ class Daemon:
     ) -> None:
         # what the parts below are given, not the daemon; timings: the product's
         # unless a test gives short ones
-        self.shared = Shared(settings, timings or Timings())
+        self.shared = Shared(settings, timings or settings.timings)
         self.reload_settings = reload  # SIGHUP: the settings read again
         self.reload_requested = False
         self.exit_code = EXIT_OK

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import threading
 
-from mdindex.config import Settings
+from mdindex.config import Settings, Timings
 from mdindex.daemon.builds import Builds
 from mdindex.daemon.debouncer import Debouncer
 from mdindex.daemon.health import Health
 from mdindex.daemon.mailbox import Mailbox
 from mdindex.daemon.metrics import Metrics
 from mdindex.daemon.notify import Notifier
-from mdindex.daemon.timings import Timings
 from mdindex.daemon.watcher import Watcher
 from mdindex.versions.rollout import Rollout
 
