@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from mdindex.config import Timings
-from mdindex.daemon.http import MAX_CONNECTIONS
+from mdindex.daemon.connections import MAX_CONNECTIONS
 from mdindex.index.lock import socket_path, token_path
 from tests.conftest import TinyEmbedder, settings_for
 from tests.daemon.running import QUIET_MS, Running, converges, tcp_port, token_of
