@@ -13,9 +13,10 @@ same way, since the index holds the text of every document:
   header at all (browsers send one with every cross-site request);
 - a client cannot hold the API: a request must arrive whole (head and body)
   within ``Timings.request_timeout_s`` of its connection, or the connection
-  is closed (``connections``); past MAX_CONNECTIONS the oldest connection still sending its request gives
-  way to a new one; and of the WORK_SLOTS that run requests, only an
-  authenticated one takes one, once its request has arrived. So slow or
+  is closed (``connections``); past MAX_CONNECTIONS the oldest connection
+  still sending its request gives way to a new one; and of the WORK_SLOTS
+  that run requests, only an authenticated one takes one, once its request
+  has arrived. So slow or
   many unauthenticated connections leave ``/healthz`` and an authenticated
   ``/search`` answering at once (tests/daemon/test_http.py, 64 connections
   sending a byte every few seconds).
