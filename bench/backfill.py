@@ -54,6 +54,7 @@ def main() -> None:
 
     from mdindex.config import load_settings
     from mdindex.index.summary import Summary
+    from mdindex.index.verify import plan_all
     from mdindex.runtime import make_indexer
 
     work = Path(tempfile.mkdtemp(prefix="mdindex-bench-"))
@@ -72,7 +73,7 @@ def main() -> None:
     embedder.embed(["warm up"] * embedder.batch_size)  # type: ignore[attr-defined]
     # The very chunk texts the backfill will embed, without writing anything.
     with make_indexer(settings) as dry:
-        texts = sorted({p.embed_input for w in dry.plan_all(Summary())[0] for p in w.points})
+        texts = sorted({p.embed_input for w in plan_all(dry, Summary())[0] for p in w.points})
 
     def embed_alone() -> float:
         t = time.perf_counter()

@@ -43,12 +43,13 @@ import mdindex.cli  # noqa: F401
 t_cli = time.perf_counter() - t0
 from mdindex.config import load_settings
 from mdindex.index.summary import Summary
+from mdindex.index.verify import plan_all
 from mdindex.index.lookahead import tokens
 from mdindex.runtime import make_indexer, make_store
 settings = load_settings({"roots": [sys.argv[1]], "state_dir": sys.argv[2], "cache_dir": sys.argv[3]})
 with make_indexer(settings) as dry:
     t = time.perf_counter()
-    points = [p for w in dry.plan_all(Summary())[0] for p in w.points]
+    points = [p for w in plan_all(dry, Summary())[0] for p in w.points]
     texts = [p.embed_input for p in points]
     t_plan = time.perf_counter() - t
     embedder = dry.embedder

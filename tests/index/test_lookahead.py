@@ -22,6 +22,7 @@ from mdindex.index import lookahead
 from mdindex.index.indexer import Hooks
 from mdindex.index.lookahead import tokens
 from mdindex.index.summary import Summary
+from mdindex.index.verify import plan_all
 from mdindex.runtime import make_models
 from tests.cli_helper import mdindex
 from tests.conftest import (
@@ -70,7 +71,7 @@ def _docs(tmp_path: Path, count: int) -> Path:
 def _expected_run(settings: Settings) -> tuple[int, int]:
     """The texts a cold run embeds and their tokens, planned apart."""
     with build_indexer(settings, TinyEmbedder()) as indexer:
-        works, _ = indexer.plan_all(Summary())
+        works, _ = plan_all(indexer, Summary())
     # plan_all drops token ids; plan them again as a run does
     models = make_models(settings)
     points = {p.vector_key: p for w in works for p in w.points}

@@ -17,18 +17,16 @@ and the state.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
 from mdindex.config import Settings
 from mdindex.documents.files import (
     FileRef,
-    under_failed_folder,
 )
 from mdindex.embedding.embedder import Embedder
 from mdindex.errors import PruneRefused
@@ -196,12 +194,6 @@ class Indexer(IndexView):
         them (None: paths that file events named)."""
         return guard.refusal_in(self.state, self.roots, deleted, present)
 
-    def check_deletes(self, deleted: Sequence[Key], present: dict[str, int] | None = None) -> None:
-        """Raise PruneRefused when deleting these documents would be a guess."""
-        reason = self.deletion_refused(deleted, present)
-        if reason:
-            raise PruneRefused(reason)
-
     def _guarded(self, changes: Changes, force: bool, keep_going: bool) -> Changes:
         """The changes with the deletions the guard refuses: raised, or left out."""
         reason = "" if force else self.deletion_refused(changes.deleted, changes.present)
@@ -293,26 +285,3 @@ class Indexer(IndexView):
         waiting = unwritten + (len(staged.works) if staged is not None else 0)
         log.info("stop requested; abandoning %d documents not yet written", waiting)
         return True
-
-    def plan_all(self, summary: Summary) -> tuple[list[DocWork], set[Key]]:
-        """Every document's plan at once (``plan_groups``)."""
-        groups, kept = self.plan_groups(summary)
-        return [w for group in groups for w in group], kept
-
-    def plan_groups(self, summary: Summary) -> tuple[Iterator[list[DocWork]], set[Key]]:
-        """Every document under the roots planned from its text, a group at a time
-        (verify holds one at once), and the known documents below folders that
-        could not be listed. Failures land in ``summary``; nothing is written."""
-        seen = self.detector.tree()
-        for failure in seen.failures:
-            summary.fail(failure)
-        kept = {k for k in self.state.known_docs() if under_failed_folder(k, seen.unlisted)}
-
-        def groups() -> Iterator[list[DocWork]]:
-            for loaded in self.groups.read(seen.present.values(), lambda ref: "", summary, None):
-                works = self.groups.plan(loaded, summary)
-                for work in works:  # without token ids: 5 KB a point (bench/scale.py)
-                    work.points = [dataclasses.replace(p, token_ids=None) for p in work.points]
-                yield works
-
-        return groups(), kept

@@ -1,7 +1,7 @@
 """`mdindex verify [--repair]`: compare the store with what the files say it should hold.
 
 Every file is planned again from its text, a group of documents at a time
-(``Indexer.plan_groups``), and the store's points of that group, scrolled with
+(``plan_groups``), and the store's points of that group, scrolled with
 a filter on their documents, are compared by ID, payload and vector key; one
 more scroll of every point's (root, path) finds the points of documents with
 no file. So verify holds one group, whatever the tree's size (bench/scale.py:
@@ -13,16 +13,19 @@ the state is started over from all of them.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import math
 import os
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from mdindex.documents.files import under_failed_folder
 from mdindex.embedding.sparse import Sparse
-from mdindex.errors import RepairRefused
+from mdindex.errors import PruneRefused, RepairRefused
 from mdindex.index.changes import Key
 from mdindex.index.indexer import Indexer
 from mdindex.index.planning import DocWork, Planned
@@ -274,12 +277,37 @@ class Check:
         return out
 
 
+def plan_all(indexer: Indexer, summary: Summary) -> tuple[list[DocWork], set[Key]]:
+    """Every document's plan at once (``plan_groups``)."""
+    groups, kept = plan_groups(indexer, summary)
+    return [w for group in groups for w in group], kept
+
+
+def plan_groups(indexer: Indexer, summary: Summary) -> tuple[Iterator[list[DocWork]], set[Key]]:
+    """Every document under the roots planned from its text, a group at a time
+    (verify holds one at once), and the known documents below folders that
+    could not be listed. Failures land in ``summary``; nothing is written."""
+    seen = indexer.detector.tree()
+    for failure in seen.failures:
+        summary.fail(failure)
+    kept = {k for k in indexer.state.known_docs() if under_failed_folder(k, seen.unlisted)}
+
+    def groups() -> Iterator[list[DocWork]]:
+        for loaded in indexer.groups.read(seen.present.values(), lambda ref: "", summary, None):
+            works = indexer.groups.plan(loaded, summary)
+            for work in works:  # without token ids: 5 KB a point (bench/scale.py)
+                work.points = [dataclasses.replace(p, token_ids=None) for p in work.points]
+            yield works
+
+    return groups(), kept
+
+
 def verify(indexer: Indexer, *, repair: bool = False, force: bool = False) -> VerifyReport:
     """Compare the store with the files; with ``repair``, fix what differs, under
     the same guard on deletions as backfill (``force`` overrides it)."""
     indexer.open_store()
     summary = Summary()
-    groups, kept = indexer.plan_groups(summary)
+    groups, kept = plan_groups(indexer, summary)
     check = Check(indexer, keep_plans=repair)
     for group in groups:
         check.group(group)
@@ -301,7 +329,9 @@ def verify(indexer: Indexer, *, repair: bool = False, force: bool = False) -> Ve
         gone -= works.keys()
         if not force:
             present = Counter(label for label, _ in works) + Counter(label for label, _ in failed)
-            indexer.check_deletes(sorted(gone), present)
+            reason = indexer.deletion_refused(sorted(gone), present)
+            if reason:
+                raise PruneRefused(reason)
         _repair(indexer, report, expected, works)
     return report
 
