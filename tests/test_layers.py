@@ -27,7 +27,7 @@ LAYERS = [
     ("api",),
     ("cli", "__main__"),
 ]
-MAX_MODULE_LINES = 500
+MAX_MODULE_LINES = 400
 MAX_CLASS_LINES = 300
 
 
