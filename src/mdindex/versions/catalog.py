@@ -219,6 +219,18 @@ class Catalog:
                 raise ConfigError(f"versions: {fp} is in use by a build; not dropped")
         return fps
 
+    def siblings(self, fp: str, model: str, opened: Sequence[str] = ()) -> list[str]:
+        """The other complete versions of ``model`` (but those in ``opened``): a
+        build of ``fp`` takes their vectors for the same embedded text."""
+        return [
+            other
+            for other, v in self.versions.items()
+            if other != fp
+            and other not in opened
+            and v.status == "complete"
+            and v.params.get("model") == model
+        ]
+
     def to_retire(self, settings: Settings) -> list[str]:
         """What ``keep_versions`` does not keep: the most recently live old
         versions stay; any other old or unfinished one goes."""

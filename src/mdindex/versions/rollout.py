@@ -122,17 +122,10 @@ class Rollout:
         )
 
     def siblings(self, fp: str, opened: Sequence[str] = ()) -> list[Indexer]:
-        """The other complete versions with the model of ``fp`` (but those in
-        ``opened``), each opened for its vectors; the caller closes them."""
+        """``Catalog.siblings`` of ``fp``, each opened for its vectors; the caller
+        closes them."""
         model = self.settings_for(fp).model
-        return [
-            self.indexer(other)
-            for other, v in self.catalog.versions.items()
-            if other != fp
-            and other not in opened
-            and v.status == "complete"
-            and v.params.get("model") == model
-        ]
+        return [self.indexer(other) for other in self.catalog.siblings(fp, model, opened)]
 
     def store(self, fp: str) -> Store:
         return make_store(self.settings_for(fp))
