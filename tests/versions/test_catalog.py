@@ -341,6 +341,6 @@ def test_the_catalog_checks_every_index_setting() -> None:
     """A new index setting needs its place in the catalog's check, or a version
     recording it is unreadable (quantization was left out once)."""
     from mdindex.config import INDEX_KEYS
-    from mdindex.versions.catalog import _Params
+    from mdindex.versions.catalog_file import _Params
 
     assert set(INDEX_KEYS) <= set(_Params.model_fields)

@@ -30,15 +30,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from mdindex.config import WHEN_SET_KEYS, Settings, iso_639_1
+from mdindex.config import WHEN_SET_KEYS, Settings
 from mdindex.errors import ConfigError, StateError
 from mdindex.index.planning import now_iso
 from mdindex.jsonfile import load_json, write_json
 from mdindex.runtime import code_versions, fingerprint, physical_name, version_of
+from mdindex.versions.catalog_file import CatalogFile, VersionFile, first_line
 
 Status = Literal["building", "complete", "dropping"]
 
@@ -103,14 +102,14 @@ class Catalog:
         path = catalog_path(settings)
         try:
             raw = load_json(path)  # bounded: '[' * 100000 raised RecursionError (exit 3)
-            checked = _CatalogFile.model_validate(raw)
+            checked = CatalogFile.model_validate(raw)
             checked.check(settings.collection)
             versions = {fp: _checked_version(fp, v) for fp, v in checked.versions.items()}
         except FileNotFoundError:
             return cls(path, settings.collection)
         except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
             raise ConfigError(
-                f"versions: {path} is unreadable ({_first_line(exc)}); restore it, or remove "
+                f"versions: {path} is unreadable ({first_line(exc)}); restore it, or remove "
                 "it to adopt the collections afresh"
             ) from None
         return cls(
@@ -287,97 +286,6 @@ def reader_settings(settings: Settings) -> Settings:
     return Catalog.load(settings).reader_settings(settings)
 
 
-# -- what a catalog file may hold ----------------------------------------------
-
-_FP = r"^[0-9a-f]{12}$"
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class _Params(_Strict):
-    """The index settings a version records (``settings.index.params()``), typed as
-    the settings are."""
-
-    model: str | None = Field(default=None, max_length=4096)
-    strategy: Literal["heading", "token", "semantic"] | None = None
-    max_tokens: int | None = Field(default=None, ge=8)
-    max_chars: int | None = Field(default=None, ge=16)
-    overlap_tokens: int | None = Field(default=None, ge=0)
-    noise_sections: list[Annotated[str, Field(max_length=1024)]] | None = None
-    prepend_context: bool | None = None
-    sparse_vectors: bool | None = None
-    semantic_threshold: float | None = Field(default=None, ge=-1.0, le=1.0, strict=False)
-    min_sentences: int | None = Field(default=None, ge=1)
-    embedding_model: str | None = Field(default=None, max_length=4096)
-    language: str | None = Field(default=None, max_length=4)
-    embedding_input_type: bool | None = None
-    query_prompt: str | None = Field(default=None, max_length=200)
-    document_prompt: str | None = Field(default=None, max_length=200)
-    quantization: Literal["none", "int8"] | None = None
-
-    @field_validator("language")
-    @classmethod
-    def _language(cls, value: str | None) -> str | None:
-        # what the language setting takes: [a-z]{2} let "cn" through, a country
-        if value is not None and value != "auto" and not iso_639_1(value):
-            raise ValueError(f"language must be auto or an ISO 639-1 code, not {value!r}")
-        return value
-
-
-class _Code(_Strict):
-    """The code versions a fingerprint was made with (``runtime.code_versions``)."""
-
-    chunker: int = Field(ge=1, le=1_000_000)
-    sparse: dict[Annotated[str, Field(max_length=40)], float | int | str] | None = Field(
-        max_length=16
-    )
-
-
-class _Version(_Strict):
-    collection: str
-    params: _Params
-    status: Literal["building", "complete", "dropping"] = "building"
-    created_at: str = ""
-    completed_at: str = ""
-    live_since: str = ""
-    points: int = Field(default=0, ge=0)
-    documents: int = Field(default=0, ge=0)
-    embedded: int = Field(default=0, ge=0)
-    code: _Code | None = None  # None: a catalog from before versions recorded it
-
-
-class _Pin(_Strict):
-    fingerprint: Annotated[str, Field(pattern=_FP)]
-    over: Annotated[str, Field(pattern=_FP)]
-
-
-class _CatalogFile(_Strict):
-    alias: str
-    live: Annotated[str, Field(pattern=_FP)] | None = None
-    pinned: _Pin | None = None
-    versions: dict[Annotated[str, Field(pattern=_FP)], _Version] = Field(default_factory=dict)
-    switching: Annotated[str, Field(pattern=_FP)] | None = None
-    adopted_from: str | None = None
-
-    def check(self, collection: str) -> None:
-        """What types alone cannot say: every name belongs to this collection."""
-        if self.alias != collection:
-            raise ValueError(f"alias {self.alias[:80]!r} is not the collection {collection!r}")
-        for fp, version in self.versions.items():
-            if version.collection != physical_name(collection, fp):
-                raise ValueError(
-                    f"version {fp} names collection {version.collection[:80]!r}, "
-                    f"not {physical_name(collection, fp)!r}"
-                )
-        for name, named in (("live", self.live), ("switching", self.switching)):
-            if named is not None and named not in self.versions:
-                raise ValueError(f"{name} names {named}, which is no version")
-        if self.adopted_from is not None and self.adopted_from != collection:
-            raise ValueError(f"adopted_from {self.adopted_from[:80]!r} is not {collection!r}")
-
-
 # The code versions every release before the catalog recorded them made
 # fingerprints with: CHUNKER_VERSION 1 and 2, BM25 before and after the
 # per-language analysis (analysis 2). An old catalog's version is checked
@@ -386,7 +294,7 @@ _BM25_1 = {"k": 1.2, "b": 0.75, "avg_len": 256.0, "tokenizer": "code"}
 _LEGACY_SPARSE = (_BM25_1 | {"analysis": 2}, _BM25_1)
 
 
-def _checked_version(fp: str, version: _Version) -> Version:
+def _checked_version(fp: str, version: VersionFile) -> Version:
     """A version as the catalog records it, once its settings and code versions
     are found to give its fingerprint (a hand-edited ``params.model`` otherwise
     named any model for a version another one built)."""
@@ -404,11 +312,3 @@ def _checked_version(fp: str, version: _Version) -> Version:
             "do not give its fingerprint: they are not what it was built with"
         )
     return Version(**(version.model_dump() | {"params": params, "code": code}))
-
-
-def _first_line(exc: BaseException) -> str:
-    if isinstance(exc, ValidationError):
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "catalog"
-        return f"{where[:120]}: {err['msg']}"
-    return " ".join(str(exc).split())[:200]
