@@ -38,6 +38,7 @@ def verify(env: Env, code: str, src: str | None) -> dict[str, Any]:
     return {
         "code": code,
         "verify_s": out["wall_s"],
+        "cpu_s": out["cpu_s"],
         "peak_rss_mb": out["peak_rss_mb"],
         "in_sync": report["in_sync"],
     }
@@ -79,7 +80,7 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
     cpu = cpu_name()
     print(f"mdindex verify at two sizes; {cpu}; stand-in embedder")
-    print(table(rows, ["files", "points", "code", "verify_s", "peak_rss_mb", "in_sync"]))
+    print(table(rows, ["files", "points", "code", "verify_s", "cpu_s", "peak_rss_mb", "in_sync"]))
     write_json("verify_memory", {"cpu": cpu, "rows": rows})
 
 
