@@ -3,15 +3,21 @@ checked against the model's (its ``edge_config.json`` records how it was made)."
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mdindex.embedding.sparse import SPARSE_NAME
 from mdindex.errors import LayoutMismatch, LockError, StoreError, StoreMismatch
+from mdindex.sinks.base import INDEXED_KEYS, MIN_FREE_BYTES, Point, free_bytes
 
 if TYPE_CHECKING:
     from qdrant_edge import EdgeShard
+
+log = logging.getLogger(__name__)
 
 CONFIG_FILE = "edge_config.json"
 # Scalar quantization maps the 0.99 quantile of the values to int8's range (as
@@ -122,3 +128,53 @@ def check_existing(config: dict[str, Any], path: Path, dimension: int, sparse: b
     if sparse and not has_sparse:
         raise LayoutMismatch(f"edge store {path} has no {SPARSE_NAME!r} sparse vector")
     return has_sparse
+
+
+def ensure_indexes(shard: EdgeShard, call: Callable[..., Any]) -> None:
+    """The keyword payload indexes filters use, created where missing (``call``:
+    the store's retry loop, as ``call(what, fn)``)."""
+    from qdrant_edge import PayloadSchemaType, UpdateOperation
+
+    have = set(call("info", lambda: shard.info().payload_schema))
+    for key in INDEXED_KEYS:
+        if key not in have:
+            op = UpdateOperation.create_field_index(key, PayloadSchemaType.Keyword)
+            call(f"payload index {key}", lambda op=op: shard.update(op))
+
+
+def vector_of(point: Point, has_sparse: bool) -> Any:
+    """A point's vectors as the bindings take them: dense, and sparse when kept."""
+    from qdrant_edge import SparseVector
+
+    dense = point.vector if isinstance(point.vector, list) else list(point.vector)
+    if point.sparse is None or not has_sparse:
+        return dense
+    return {"": dense, SPARSE_NAME: SparseVector(point.sparse.indices, point.sparse.values)}
+
+
+def update(shard: EdgeShard, path: Path, op: Any) -> None:
+    """One update of the shard at ``path``. Edge writes through memory maps: on a
+    full disk a write does not fail, the kernel kills the process with SIGBUS.
+    So a nearly full disk is refused here, as an error the retry loop understands."""
+    free = free_bytes(path)
+    if free is not None and free < MIN_FREE_BYTES:
+        raise OSError(
+            errno.ENOSPC,
+            f"No space left on device: under {MIN_FREE_BYTES >> 20} MB free for the edge store",
+        )
+    shard.update(op)
+
+
+def shard_info(shard: EdgeShard, config: dict[str, Any]) -> dict[str, Any]:
+    """What status shows of an open shard; nothing when it cannot tell (status
+    must answer even when the store cannot)."""
+    try:
+        info = shard.info()
+        return {
+            "segments": info.segments_count,
+            "indexed_points": info.indexed_vectors_count,
+            "quantization": quantization_of(config),
+        }
+    except Exception as exc:
+        log.debug("edge info: %s", exc)
+        return {}

@@ -6,7 +6,6 @@ Index building, which edge leaves to its caller: ``optimize``.
 
 from __future__ import annotations
 
-import errno
 import logging
 import shutil
 from collections.abc import Callable, Iterator, Sequence
@@ -18,8 +17,6 @@ from mdindex.embedding.sparse import SPARSE_NAME, Sparse
 from mdindex.errors import StoreError
 from mdindex.retry import short
 from mdindex.sinks.base import (
-    INDEXED_KEYS,
-    MIN_FREE_BYTES,
     Hit,
     Point,
     Retrier,
@@ -27,7 +24,6 @@ from mdindex.sinks.base import (
     StoreQuery,
     files_signature,
     folder_bytes,
-    free_bytes,
     paged,
     sparse_by_id,
     waiting_for_lock,
@@ -38,9 +34,12 @@ from mdindex.sinks.edge.shard import (
     CONFIG_FILE,
     check_existing,
     create,
+    ensure_indexes,
     load,
-    quantization_of,
     read_config,
+    shard_info,
+    update,
+    vector_of,
 )
 
 if TYPE_CHECKING:
@@ -95,7 +94,7 @@ class EdgeStore(Scrolling):
         if self._sparse is None:
             if not self.exists():
                 return False
-            self._sparse = SPARSE_NAME in (self._config().get("sparse_vectors") or {})
+            self._sparse = SPARSE_NAME in (read_config(self.path).get("sparse_vectors") or {})
         return self._sparse
 
     @property
@@ -136,14 +135,10 @@ class EdgeStore(Scrolling):
                     log.debug("closing edge shard: %s", exc)
                 self._shard = None
 
-    def _config(self) -> dict[str, Any]:
-        """The shard's own record of how it was created."""
-        return read_config(self.path)
-
     def ensure_collection(self, dimension: int, sparse: bool = True) -> None:
         """Create the shard with its payload indexes, or refuse one whose vectors differ."""
         if self.exists():
-            self._sparse = check_existing(self._config(), self.path, dimension, sparse)
+            self._sparse = check_existing(read_config(self.path), self.path, dimension, sparse)
             self.open()
             return
         log.info("creating edge store %s (%d-d cosine)", self.path, dimension)
@@ -159,16 +154,7 @@ class EdgeStore(Scrolling):
             ),
         )
         self._sparse = sparse
-        self._ensure_indexes()
-
-    def _ensure_indexes(self) -> None:
-        from qdrant_edge import PayloadSchemaType, UpdateOperation
-
-        have = set(self._retry("info", lambda: self.shard.info().payload_schema))
-        for key in INDEXED_KEYS:
-            if key not in have:
-                op = UpdateOperation.create_field_index(key, PayloadSchemaType.Keyword)
-                self._retry(f"payload index {key}", lambda op=op: self.shard.update(op))  # type: ignore[misc]
+        ensure_indexes(self.shard, self._retry)
 
     def count(self) -> int:
         from qdrant_edge import CountRequest
@@ -202,30 +188,13 @@ class EdgeStore(Scrolling):
 
         step = self._step
         for lo in range(0, len(points), step):
-            batch = [EdgePoint(p.id, self._vector(p), p.payload) for p in points[lo : lo + step]]
+            batch = [
+                EdgePoint(p.id, vector_of(p, self.has_sparse), p.payload)
+                for p in points[lo : lo + step]
+            ]
             op = UpdateOperation.upsert_points(batch)
-            self._retry("upsert", lambda op=op: self._update(op))  # type: ignore[misc]
+            self._retry("upsert", lambda op=op: update(self.shard, self.path, op))  # type: ignore[misc]
         return len(points)
-
-    def _vector(self, point: Point) -> Any:
-        from qdrant_edge import SparseVector
-
-        dense = point.vector if isinstance(point.vector, list) else list(point.vector)
-        if point.sparse is None or not self.has_sparse:
-            return dense
-        return {"": dense, SPARSE_NAME: SparseVector(point.sparse.indices, point.sparse.values)}
-
-    def _update(self, op: Any) -> None:
-        # Edge writes through memory maps: on a full disk a write does not fail,
-        # the kernel kills the process with SIGBUS. So a nearly full disk is
-        # refused here, as an error the retry loop understands.
-        free = free_bytes(self.path)
-        if free is not None and free < MIN_FREE_BYTES:
-            raise OSError(
-                errno.ENOSPC,
-                f"No space left on device: under {MIN_FREE_BYTES >> 20} MB free for the edge store",
-            )
-        self.shard.update(op)
 
     def delete(self, ids: Sequence[str]) -> int:
         from qdrant_edge import UpdateOperation
@@ -235,7 +204,7 @@ class EdgeStore(Scrolling):
             return 0
         for i in range(0, len(ids), self._step):
             op = UpdateOperation.delete_points(list(ids[i : i + self._step]))
-            self._retry("delete", lambda op=op: self._update(op))  # type: ignore[misc]
+            self._retry("delete", lambda op=op: update(self.shard, self.path, op))  # type: ignore[misc]
         return len(ids)
 
     def _records(
@@ -291,14 +260,7 @@ class EdgeStore(Scrolling):
         if self._shard is None or not self._retry.lock.acquire(blocking=False):
             return out  # closed, or busy building its index
         try:
-            info = self._shard.info()
-            out |= {
-                "segments": info.segments_count,
-                "indexed_points": info.indexed_vectors_count,
-                "quantization": quantization_of(self._config()),
-            }
-        except Exception as exc:  # status must answer even when the store cannot
-            log.debug("edge info: %s", exc)
+            out |= shard_info(self._shard, read_config(self.path))
         finally:
             self._retry.lock.release()
         return out
@@ -330,7 +292,7 @@ class EdgeStore(Scrolling):
         if not self.exists():
             return False
         info = self._retry("info", lambda: self.shard.info())
-        return wants_index(info, self._config(), self.index_min_points)
+        return wants_index(info, read_config(self.path), self.index_min_points)
 
     def settle(self, idle: Callable[[], bool] | None = None) -> bool:
         """Build the HNSW index in a child process if it pays off (``optimize``);
