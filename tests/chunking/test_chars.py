@@ -196,6 +196,7 @@ CHINESE = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_thai_and_chinese_notes_are_stored_within_both_bounds(make_settings: Any) -> None:
     """Backfilled with the real model: a Thai paragraph written without spaces

@@ -55,6 +55,7 @@ markdown = st.tuples(frontmatter, st.lists(block, max_size=25)).map(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["heading", "token", "semantic"])
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=markdown, limit=st.sampled_from([24, 64, 254]), stable=st.booleans())
@@ -74,6 +75,7 @@ def test_invariants_on_generated_markdown(
     check(doc, chunker.chunk(doc), c, chunker)
 
 
+@pytest.mark.slow
 @needs_corpus
 @pytest.mark.corpus
 @pytest.mark.parametrize("strategy", ["heading", "token", "semantic"])

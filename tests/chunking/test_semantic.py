@@ -44,6 +44,7 @@ def test_sentences_are_embedded_in_one_call(counter, tiny) -> None:
     assert len(tiny.calls) == 1 and len(tiny.calls[0]) == 41
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_semantic_with_the_real_model_splits_topics(counter, real_embedder) -> None:
     cats = "Cats are small furry pets. Cats purr when they are happy. Many cats love to sleep."

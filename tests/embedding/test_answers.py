@@ -224,6 +224,7 @@ def test_found_examples_stay_fixed(served: Any) -> None:
         check(served, example["texts"], base64.b64decode(example["body"]), example["exact"])
 
 
+@pytest.mark.slow
 @settings(
     max_examples=300,
     deadline=None,

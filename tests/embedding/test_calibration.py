@@ -350,6 +350,7 @@ QUESTIONS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_an_index_built_by_two_backends_answers_as_one(
     tmp_path: Path, onnx_cache: Path, real_embedder: Any, monkeypatch: pytest.MonkeyPatch

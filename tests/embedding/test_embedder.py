@@ -107,6 +107,7 @@ def test_heading_chunks_carry_their_ids_to_the_embedder(
     assert embedder.texts_pretokenized == summary.chunks_embedded
 
 
+@pytest.mark.slow
 def test_a_query_is_answered_between_the_batches_of_a_long_embedding(
     real_embedder: ModelEmbedder,
 ) -> None:

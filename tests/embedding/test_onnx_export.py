@@ -32,6 +32,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ModelEmbed
     return cache, embedder
 
 
+@pytest.mark.slow
 def test_a_first_load_exports_measures_and_caches(measured: tuple[Path, ModelEmbedder]) -> None:
     cache, embedder = measured
     choice = embedder.choice
@@ -66,6 +67,7 @@ def test_a_cached_choice_is_reused_without_measuring(measured: tuple[Path, Model
     assert len(list((cache / "calibration").glob("*.json"))) == 1
 
 
+@pytest.mark.slow
 def test_a_changed_model_measures_again(
     tmp_path: Path, measured: tuple[Path, ModelEmbedder]
 ) -> None:
@@ -85,6 +87,7 @@ def test_a_changed_model_measures_again(
     assert export.weights_sha256 != first.weights_sha256
 
 
+@pytest.mark.slow
 def test_onnx_vectors_match_torch_within_the_gate(
     measured: tuple[Path, ModelEmbedder], real_embedder: ModelEmbedder
 ) -> None:
@@ -101,6 +104,7 @@ def test_onnx_vectors_match_torch_within_the_gate(
     assert float(np.min(np.sum(got * want, axis=1))) > 0.9999
 
 
+@pytest.mark.slow
 def test_an_export_changed_after_it_was_checked_is_not_used(
     measured: tuple[Path, ModelEmbedder], real_embedder: ModelEmbedder, tmp_path: Path
 ) -> None:

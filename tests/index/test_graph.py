@@ -321,6 +321,7 @@ def test_found_graphs_stay_fixed(tmp_path: Path) -> None:
         check_graph(tmp_path / str(i), **load(path))
 
 
+@pytest.mark.slow
 @settings(
     max_examples=150,
     deadline=None,

@@ -393,6 +393,7 @@ def test_questions_and_two_versions_through_a_running_daemon(
     assert code == 0
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 def test_a_hostile_questions_file_is_read_in_linear_time(tmp_path: Path) -> None:
     """Found by a hostile review: a 1,000-character quote against a 5 MB

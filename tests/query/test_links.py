@@ -367,6 +367,7 @@ def _second_parser_count(text: str, body_start: int) -> int:
     return count
 
 
+@pytest.mark.slow
 @needs_corpus
 def test_every_local_link_of_the_corpus_is_resolved_or_reported(tmp_path: Path) -> None:
     state = State(tmp_path / "state.db")

@@ -163,6 +163,7 @@ def test_a_file_swapped_after_the_check_is_never_read(
     assert reads > 100 and leaked == 0
 
 
+@pytest.mark.slow
 def test_the_stale_check_streams_and_bounds_what_it_reads(tmp_path: Path, notes: Path) -> None:
     """Issue 23, defect 6: a search's stale check read whole files: an indexed file
     grown to 1.5 GB took the process from 332 MB to 1.8 GB per search."""
@@ -189,6 +190,7 @@ def test_the_stale_check_streams_and_bounds_what_it_reads(tmp_path: Path, notes:
         tracemalloc.stop()
 
 
+@pytest.mark.slow
 def test_a_read_cut_inside_a_character_decodes(tmp_path: Path, notes: Path) -> None:
     """Issue 23, defect 14: a read of a file over 2 MB failed ("invalid UTF-8")
     when the 2 MB cut fell inside a multi-byte character."""
