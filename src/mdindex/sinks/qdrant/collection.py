@@ -4,6 +4,7 @@ storage and quantization (``ClusterSpec``), local mode's SQLite settings."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from mdindex.embedding.sparse import SPARSE_NAME
 from mdindex.errors import LayoutMismatch, StoreMismatch
 from mdindex.retry import short
+from mdindex.sinks.base import INDEXED_KEYS, Point
 
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient
@@ -158,3 +160,53 @@ def alias_target(client: QdrantClient, alias: str) -> str | None:
     """The collection ``alias`` names, or None."""
     aliases = client.get_aliases().aliases
     return next((a.collection_name for a in aliases if a.alias_name == alias), None)
+
+
+def create_indexes(call: Callable[..., Any], client: QdrantClient, collection: str) -> None:
+    """The keyword payload indexes filters use (a server's; local mode has none),
+    through the store's retry loop (``call(what, fn)``)."""
+    from qdrant_client import models as qm
+
+    for key in INDEXED_KEYS:
+        call(
+            f"payload index {key}",
+            lambda key=key: client.create_payload_index(
+                collection, key, qm.PayloadSchemaType.KEYWORD, wait=True
+            ),
+        )
+
+
+def point_struct(point: Point, has_sparse: bool) -> Any:
+    """A point as qdrant-client writes it: dense, and sparse when the collection keeps it."""
+    from qdrant_client import models as qm
+
+    vector: Any = list(point.vector)
+    if point.sparse is not None and has_sparse:
+        sparse = qm.SparseVector(indices=point.sparse.indices, values=point.sparse.values)
+        vector = {"": vector, SPARSE_NAME: sparse}
+    return qm.PointStruct(id=point.id, vector=vector, payload=point.payload)
+
+
+def delete_points(
+    call: Callable[..., Any],
+    client: QdrantClient,
+    collection: str,
+    ids: list[str],
+    step: int,
+    ordering: Any,
+) -> int:
+    """Delete points by ID, ``step`` at a time; returns how many were asked."""
+    from qdrant_client import models as qm
+
+    for i in range(0, len(ids), step):
+        batch = ids[i : i + step]
+        call(
+            "delete",
+            lambda batch=batch: client.delete(
+                collection,
+                points_selector=qm.PointIdsList(points=batch),
+                wait=True,
+                ordering=ordering,
+            ),
+        )
+    return len(ids)

@@ -17,7 +17,6 @@ from mdindex.embedding.sparse import SPARSE_NAME, Sparse
 from mdindex.errors import StoreError
 from mdindex.outside import redact
 from mdindex.sinks.base import (
-    INDEXED_KEYS,
     Hit,
     Point,
     Retrier,
@@ -34,15 +33,19 @@ from mdindex.sinks.qdrant.clients import (
     connect_server,
     folder_lock,
     release,
+    said,
     transient,
 )
 from mdindex.sinks.qdrant.collection import (
     ClusterSpec,
     alias_target,
     check_existing,
+    create_indexes,
+    delete_points,
     describe_server,
     local_signature,
     point_alias,
+    point_struct,
     tune_local,
 )
 from mdindex.sinks.qdrant.query import docs_filter, request
@@ -119,15 +122,7 @@ class QdrantStore(Scrolling):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             self._client = waiting_for_lock(lambda: self._call("open", self._connect))
-        for warning in caught:
-            text = str(warning.message).splitlines()[0]
-            log.warning("qdrant-client: %s", text)
-            if "not recommended" in text:
-                log.warning(
-                    "a store this size is better on qdrant-edge (bench/stores.py: edits 6-10x "
-                    "faster, reopening 8-16x, a sixth of the memory); `mdindex migrate --to edge` "
-                    "moves it without embedding, then use --store edge"
-                )
+        said(caught)
         return self
 
     def _connect(self) -> QdrantClient:
@@ -165,39 +160,28 @@ class QdrantStore(Scrolling):
 
     def ensure_collection(self, dimension: int, sparse: bool = True) -> None:
         """Create the collection, or refuse one whose vector settings differ."""
-        from qdrant_client import models as qm
-
         if self.exists():
             info = self._call(
                 "collection info", lambda: self.client.get_collection(self.collection)
             )
             self._sparse = check_existing(info, self.collection, dimension, sparse)
-            self._tune_local()
+            tune_local(self.client, self.collection)
             return
         log.info(
             "creating collection %s (%d-d cosine) at %s", self.collection, dimension, self.where
         )
         # Local mode has no shards, replicas or quantization; a server gets them all.
         spec = ClusterSpec() if self.local else self.cluster
-        create = spec.create_params(dimension, sparse)
+        params = spec.create_params(dimension, sparse)
         self._call(
-            "create collection", lambda: self.client.create_collection(self.collection, **create)
+            "create collection", lambda: self.client.create_collection(self.collection, **params)
         )
         self._sparse = sparse
         if self.local:
             log.info("embedded store: payload indexes are not supported in local mode; skipped")
-            self._tune_local()
+            tune_local(self.client, self.collection)
             return
-        for key in INDEXED_KEYS:
-            self._call(
-                f"payload index {key}",
-                lambda key=key: self.client.create_payload_index(  # type: ignore[misc]
-                    self.collection, key, qm.PayloadSchemaType.KEYWORD, wait=True
-                ),
-            )
-
-    def _tune_local(self) -> None:
-        tune_local(self.client, self.collection)
+        create_indexes(self._call, self.client, self.collection)
 
     def count(self) -> int:
         if not self.exists():
@@ -224,19 +208,9 @@ class QdrantStore(Scrolling):
 
     def upsert(self, points: Sequence[Point]) -> int:
         """Write points in batches bounded by count and bytes; returns points written."""
-        from qdrant_client import models as qm
-
         written = 0
         for group in batches(points, self.batch_points, self.batch_bytes):
-            batch = []
-            for point in group:
-                vector: Any = list(point.vector)
-                if point.sparse is not None and self.has_sparse:
-                    sparse = qm.SparseVector(
-                        indices=point.sparse.indices, values=point.sparse.values
-                    )
-                    vector = {"": vector, SPARSE_NAME: sparse}
-                batch.append(qm.PointStruct(id=point.id, vector=vector, payload=point.payload))
+            batch = [point_struct(point, self.has_sparse) for point in group]
             written += self._upsert_batch(batch)
         return written
 
@@ -246,30 +220,16 @@ class QdrantStore(Scrolling):
         return None if self.local else qm.WriteOrdering(self.cluster.write_ordering)
 
     def _upsert_batch(self, batch: list[Any]) -> int:
+        ordering = self._ordering()
         self._call(
             "upsert",
-            lambda: self.client.upsert(
-                self.collection, points=batch, wait=True, ordering=self._ordering()
-            ),
+            lambda: self.client.upsert(self.collection, points=batch, wait=True, ordering=ordering),
         )
         return len(batch)
 
     def delete(self, ids: Sequence[str]) -> int:
-        from qdrant_client import models as qm
-
-        ids = list(ids)
-        for i in range(0, len(ids), self.batch_points * 4):
-            batch = ids[i : i + self.batch_points * 4]
-            self._call(
-                "delete",
-                lambda batch=batch: self.client.delete(  # type: ignore[misc]
-                    self.collection,
-                    points_selector=qm.PointIdsList(points=batch),
-                    wait=True,
-                    ordering=self._ordering(),
-                ),
-            )
-        return len(ids)
+        step, ordering = self.batch_points * 4, self._ordering()
+        return delete_points(self._call, self.client, self.collection, list(ids), step, ordering)
 
     def _records(
         self, where: Any, payload: Sequence[str] | bool, with_vectors: bool, page: int
