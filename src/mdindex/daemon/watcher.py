@@ -311,6 +311,8 @@ if sys.platform == "linux":
             """Opens in ``folder``, which watchdog watches, reach the handler from
             now on; False when it is not watched (the barrier is then not made)."""
             inotify = self._inotify_fd
+            if inotify is None:  # watchdog 7.1.1 types it optional: not started yet
+                return False
             mask = InotifyConstants.IN_OPEN | InotifyConstants.IN_MASK_ADD
             with inotify._lock:  # watchdog adds and removes its watches under it
                 wd = inotify_add_watch(inotify._inotify_fd, os.fsencode(folder), mask)
