@@ -11,6 +11,8 @@ import math
 import re
 from typing import Any
 
+from mdindex.outside import shown
+
 FRONTMATTER_MAX_BYTES = 64 * 1024
 _FM_CLOSE = re.compile(r"^(?:---|\.\.\.)[ \t]*$", re.MULTILINE)
 
@@ -122,6 +124,9 @@ def payload_meta(data: dict[Any, Any]) -> tuple[dict[str, Any], list[str]]:
             problems.append(f"frontmatter.{key[:40]} is too large; dropped (over {MAX_META_BYTES})")
             if size <= MAX_META_BYTES:
                 break
+    # a key is the document's: a line break or ESC in it must not start a line
+    # or drive the terminal where the reason is printed
+    problems = [shown(p) for p in problems]
     if len(problems) > MAX_PROBLEMS:  # one file, a few lines: 60 KB of NaNs made 10,000
         more = len(problems) - MAX_PROBLEMS
         problems = [*problems[:MAX_PROBLEMS], f"and {more} more frontmatter values like these"]
