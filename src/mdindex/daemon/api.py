@@ -94,12 +94,10 @@ class DaemonApi:
             barrier = self.shared.watcher.barrier()
             if barrier is None:
                 return False
-            # events lost (the kernel's queue overflowed) lose the barrier's too: no
-            # use waiting for it, the scan decides at once
-            while not barrier.passed.wait(0.05):
-                if self.shared.watcher.overflowed.is_set() or time.monotonic() >= deadline:
-                    self.shared.watcher.forget(barrier)
-                    return False
+            # events lost (the kernel's queue overflowed) lose the barrier's too:
+            # the wait gives up at once and the scan decides
+            if not self.shared.watcher.wait(barrier, deadline - time.monotonic()):
+                return False
         return True
 
     def versions(self, action: str, fingerprints: list[str]) -> dict[str, Any]:

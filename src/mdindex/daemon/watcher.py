@@ -26,6 +26,7 @@ import queue
 import stat
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +70,9 @@ EVENTS: list[type[FileSystemEvent]] = [
 # Entries looked at, per root, for a file to open as a barrier (a listing costs
 # about a microsecond an entry; the file found is kept for the next barrier).
 BARRIER_SEARCH = 5_000
+# How long a barrier waits before its opens are asked for again: a folder
+# watchdog watches anew drops them within its thread's next read (milliseconds).
+REARM_S = 0.5
 
 
 class Barrier:
@@ -154,6 +158,31 @@ class Watcher:
                 self.forget(barrier)
                 return None
         return barrier
+
+    def wait(self, barrier: Barrier, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for ``barrier`` to pass; False at once
+        when the kernel's queue overflowed (its opens are lost with the rest).
+        A folder watched anew while a barrier was being set (moved back, say)
+        loses its opens when watchdog's thread gets to it: every
+        ``REARM_S`` the files still waited for are asked for and opened again.
+        A later open still comes after every event from before the barrier."""
+        deadline = time.monotonic() + timeout
+        rearm = time.monotonic() + REARM_S
+        while not barrier.passed.wait(0.05):
+            now = time.monotonic()
+            if self.overflowed.is_set() or now >= deadline:
+                self.forget(barrier)
+                return False
+            if now >= rearm:
+                rearm = now + REARM_S
+                with self._lock:
+                    observer, waiting = self._observer, list(barrier.waiting)
+                if not isinstance(observer, _Observer):
+                    continue  # stopped meanwhile; the deadline ends the wait
+                for path in waiting:
+                    if observer.watch_opens(os.path.dirname(path)):
+                        _open_and_close(path)
+        return True
 
     def opened(self, path: str) -> None:
         """An open reached the handler: the barriers waiting for it move on."""
