@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 import mdindex
-from mdindex.api import Hit, Index, Status, Version
+from mdindex.api import Dropped, Hit, Index, Status, Switch, Version
 from mdindex.errors import ConfigError, MdindexError, StoreUnavailable
-from mdindex.versions.catalog import reader_settings
+from mdindex.runtime import version_of
+from mdindex.versions.catalog import Catalog, reader_settings
 from tests.conftest import TinyEmbedder, rollout_for, stored_points
 from tests.daemon.test_as_a_process import start, stop
 
@@ -104,6 +105,8 @@ def test_help_shows_the_api() -> None:
     ).stdout
     for call in ("sync(", "backfill(", "search(", "status(", "links(", "eval(", "versions"):
         assert call in out, call
+    for call in ("connect(", "versions(", "use_version(", "drop_versions(", "serve_mcp("):
+        assert call in out, call
     assert mdindex.Index is Index and set(mdindex.__all__) <= set(dir(mdindex))
 
 
@@ -126,7 +129,7 @@ def test_search_answers_typed_hits_and_versions(tmp_path: Path) -> None:
             point["text"],
         )
         assert hit.heading_path == tuple(point["heading_path"])
-    [version] = index.versions
+    [version] = index.versions()
     assert isinstance(version, Version) and version.live and version.status == "complete"
     assert version.documents == 1 and version.points == len(stored)
 
@@ -144,3 +147,81 @@ def test_bad_arguments_are_the_error_tree(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailable, match="no watch daemon"):
         Index.connect(tmp_path / ".state" / "mdindex.sock")
     assert issubclass(ConfigError, mdindex.MdindexError) and mdindex.MdindexError is MdindexError
+
+
+def two_versions(state: Path) -> tuple[str, str]:
+    """examples/docs indexed by token chunks, then by headings (live, what the
+    settings ask for); their fingerprints."""
+    for strategy in ("token", "heading"):
+        with Index(["examples/docs"], state_dir=state, strategy=strategy) as index:
+            assert not index.sync().errors
+    token = Index(["examples/docs"], state_dir=state, strategy="token").settings
+    return version_of(token), version_of(Index(["examples/docs"], state_dir=state).settings)
+
+
+def add_otters() -> None:
+    page = Path("examples/docs/guide/configuration.md")
+    page.write_text(page.read_text() + f"\n## Otters\n\n{OTTERS}\n")
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_versions_are_listed_used_and_dropped_here(copy: Path) -> None:
+    """No daemon: the old version is caught up with an edit, made live, and the
+    other one dropped, as `mdindex versions use|drop` do."""
+    state = copy / ".mdindex"
+    token, heading = two_versions(state)
+    index = Index(["examples/docs"], state_dir=state)
+    rows = {v.fingerprint: (v.live, v.target, v.status, v.documents) for v in index.versions()}
+    assert rows == {heading: (True, True, "complete", 3), token: (False, False, "complete", 3)}
+    add_otters()
+    switch = index.use_version(token[:8])
+    assert switch == Switch(target=token, live=token, daemon=False, summary=switch.summary)
+    assert switch.done and switch.summary is not None and switch.summary.files_changed == 1
+    assert Catalog.load(index.settings).live == token
+    assert reader_settings(index.settings).strategy == "token"
+    [stored] = otters_stored(state)  # in the token version's points, now live
+    [hit] = index.search(OTTERS, k=1)
+    assert hit.fields["content_hash"] == stored["content_hash"] and OTTERS in hit.text
+    with pytest.raises(ConfigError, match="is live"):
+        index.drop_versions([token])
+    with pytest.raises(ConfigError, match="names no version"):
+        index.use_version("ffffffff")
+    assert index.drop_versions() == Dropped([heading], daemon=False)
+    assert list(Catalog.load(index.settings).versions) == [token]
+    assert [v.fingerprint for v in index.versions()] == [token]
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_a_daemon_on_a_temporary_socket_is_connected_to_and_switches(copy: Path) -> None:
+    """A state path too long for a socket's name: the daemon listens in a
+    temporary folder, and Index.connect finds it from the state folder (as the
+    command line does), searches through it, and has it use and drop versions."""
+    state = copy / ("s" * 100) / ".mdindex"
+    token, heading = two_versions(state)
+    proc, found = start(copy / "examples" / "docs", state)
+    try:
+        assert Path(found.socket).parent != state  # the fallback: not in the state folder
+        with pytest.raises(StoreUnavailable, match="give its state folder"):
+            Index.connect(found.socket)
+        with Index.connect(state) as index:
+            assert index.settings.state_dir == state
+            assert index.status(wait=60).caught_up is True  # its start reconciled
+            rows = {v.fingerprint: v.live for v in index.versions()}
+            assert rows == {heading: True, token: False}
+            add_otters()
+            switch = index.use_version(token[:8], timeout=120)
+            assert switch == Switch(target=token, live=token, daemon=True)
+            assert index.status(wait=60).caught_up is True
+            [hit] = index.search(OTTERS, k=1)
+            assert OTTERS in hit.text and hit.doc_path == "guide/configuration.md"
+            assert index.drop_versions() == Dropped([heading], daemon=True)
+            assert [v.fingerprint for v in index.versions()] == [token]
+        assert Index.connect(state / "mdindex.sock").daemon_running()
+    finally:
+        code, _ = stop(proc)
+    assert code == 0
+    assert Catalog.load(Index(state_dir=state).settings).live == token
+    [stored] = otters_stored(state)  # the edit, in the token version it switched to
+    assert stored["doc_path"] == "guide/configuration.md"

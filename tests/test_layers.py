@@ -24,7 +24,7 @@ LAYERS = [
     ("versions",),
     ("query",),
     ("daemon",),
-    ("api",),
+    ("answers", "api"),
     ("cli", "__main__"),
 ]
 MAX_MODULE_LINES = 400

@@ -17,10 +17,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Hit", "Index", "MdindexError", "Status", "Summary", "Version", "__version__"]
+__all__ = [
+    "Dropped",
+    "Hit",
+    "Index",
+    "MdindexError",
+    "Status",
+    "Summary",
+    "Switch",
+    "Version",
+    "__version__",
+]
 
 if TYPE_CHECKING:
-    from mdindex.api import Hit, Index, Status, Summary, Version
+    from mdindex.api import Dropped, Hit, Index, Status, Summary, Switch, Version
     from mdindex.errors import MdindexError
 
 

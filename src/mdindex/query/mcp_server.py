@@ -61,9 +61,10 @@ INSTRUCTIONS = (
 
 
 class Backend(Protocol):
-    """Where search, status and refresh are answered: ``client.IndexClient`` (the
-    daemon, or the store opened here, found anew for every call), or the
-    daemon's own tools when it serves MCP itself."""
+    """Where search, status and refresh are answered: ``mdindex.Index`` for
+    `mdindex mcp` (the daemon, or the store opened here, found anew for every
+    call, as Python and the command line ask it), or the daemon's own tools
+    when it serves MCP itself."""
 
     def search(self, query: Query) -> list[dict[str, Any]]: ...
 

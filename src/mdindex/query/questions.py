@@ -75,6 +75,25 @@ class Question:
 # -- questions ------------------------------------------------------------------
 
 
+def chosen_questions(
+    settings: Settings, questions: str | Path | None, headings: int | None, seed: int
+) -> list[Question]:
+    """`mdindex eval`'s questions: those of the file ``questions``, or ``headings``
+    sections' heading paths, picked with ``seed`` (ConfigError unless one of them)."""
+    if (questions is None) == (headings is None):
+        raise ConfigError("eval: give a QUESTIONS file, or --headings for the heading self-check")
+    settings.require_roots()
+    if questions is not None:
+        return load_questions(settings, Path(questions))
+    assert headings is not None
+    if not 1 <= headings <= MAX_QUESTIONS:
+        raise ConfigError(f"eval: --headings must be 1 to {MAX_QUESTIONS}")
+    asked = heading_questions(settings, headings, seed)
+    if not asked:
+        raise ConfigError("eval: the live index holds no sections with headings")
+    return asked
+
+
 def load_questions(settings: Settings, path: Path) -> list[Question]:
     """The questions of a file, each gold checked against the live index and
     the file as it is now; ConfigError (one line naming the question) if not."""

@@ -80,6 +80,13 @@ class Progress:
     files_seen: int
 
 
+def one_fingerprint(fingerprints: Sequence[str]) -> str:
+    """The one FINGERPRINT `versions use` takes (ConfigError if not one)."""
+    if len(fingerprints) != 1:
+        raise ConfigError("versions use: give one FINGERPRINT (see mdindex versions list)")
+    return fingerprints[0]
+
+
 @dataclass
 class Catalog:
     """Every version of one configured collection, and which one is live."""
@@ -192,9 +199,7 @@ class Catalog:
 
     def to_use(self, fingerprints: Sequence[str]) -> str:
         """The one complete version that `versions use` names (ConfigError if not)."""
-        if len(fingerprints) != 1:
-            raise ConfigError("versions use: give one FINGERPRINT (see mdindex versions list)")
-        fp = self.find(fingerprints[0])
+        fp = self.find(one_fingerprint(fingerprints))
         status = self.versions[fp].status
         if status != "complete":
             raise ConfigError(f"versions: {fp} is {status}; only a complete version can be used")

@@ -37,6 +37,7 @@ from mdindex.errors import ConfigError, PruneRefused, SpaceRefused, StoreError
 from mdindex.index import guard
 from mdindex.index.groups import GROUP_CHARS
 from mdindex.index.indexer import Hooks, Indexer
+from mdindex.index.lock import WriterLock
 from mdindex.index.planning import now_iso
 from mdindex.index.summary import Summary
 from mdindex.index.writer import crash_point
@@ -319,6 +320,27 @@ class Rollout:
                 self.record(fp, indexer)
         self.switch(fp)
         return summary
+
+
+def use_version(
+    settings: Settings, fingerprint: str, hooks: Hooks | None = None, loaded: Loaded | None = None
+) -> tuple[str, Summary | None]:
+    """`versions use` with no daemon: under the writer lock, the version named
+    caught up (when roots are set) and switched to; its fingerprint, and the sync."""
+    with WriterLock(settings.state_dir, settings.collection, "versions use"):
+        rollout = Rollout(settings, loaded=loaded).open()
+        fp = rollout.catalog.to_use([fingerprint])
+        return fp, rollout.use(fp, hooks=hooks)
+
+
+def drop_versions(settings: Settings, fingerprints: Sequence[str]) -> list[str]:
+    """`versions drop` with no daemon: under the writer lock, those named, or every old one."""
+    with WriterLock(settings.state_dir, settings.collection, "versions drop"):
+        rollout = Rollout(settings).open()
+        targets = rollout.catalog.to_drop(settings, fingerprints)
+        for fp in targets:
+            rollout.drop(fp)
+    return targets
 
 
 def check_space(settings: Settings, live: Store) -> None:
