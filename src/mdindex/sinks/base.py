@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 from mdindex.embedding.sparse import Sparse
 from mdindex.errors import LockError, StoreError, StoreUnavailable
 from mdindex.retry import retry, short
+from mdindex.sinks.folder import check_writable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -216,6 +217,11 @@ class Scrolling:
         return {str(r.id): str((r.payload or {}).get("vector_key", "")) for r in records}
 
 
+# The calls that write points: refused while a local store's folder cannot take
+# a write, which would SIGBUS (``folder.check_writable``).
+WRITES = ("upsert", "delete")
+
+
 class Retrier:
     """Runs store calls under one lock, retrying transient failures within a
     budget (``mdindex.retry``), and translating the rest to StoreError."""
@@ -239,6 +245,8 @@ class Retrier:
     def __call__(self, what: str, fn: Callable[[], T]) -> T:
         def locked() -> T:
             with self.lock:
+                if what in WRITES and self.path is not None:
+                    check_writable(self.path)
                 return fn()
 
         return retry(
@@ -348,7 +356,7 @@ def diagnose(path: Path | None) -> str:
         if stat.f_bavail * stat.f_frsize < MIN_FREE_BYTES:
             return " (the store's disk is full)"
         if not os.access(probe, os.W_OK):
-            return " (the store folder is not writable by this user)"
+            return " (the store folder is not writable: immutable, or not this user's)"
     except OSError:
         pass
     return ""

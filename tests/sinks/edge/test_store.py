@@ -112,3 +112,78 @@ def test_a_search_through_the_index_finds_what_an_exact_scan_finds(
             assert abs(h.score - float(vectors[h.payload["i"]] @ q)) < 1e-4
     assert found / (10 * len(queries)) >= 0.98
     store.close()
+
+
+def _can_chattr() -> bool:
+    import shutil
+    import subprocess
+    import tempfile
+
+    if not shutil.which("chattr"):
+        return False
+    with tempfile.TemporaryDirectory() as folder:
+        done = subprocess.run(["chattr", "+i", folder], capture_output=True)
+        subprocess.run(["chattr", "-i", folder], capture_output=True)
+    return done.returncode == 0
+
+
+chattr = pytest.mark.skipif(not _can_chattr(), reason="needs chattr +i (root on ext4 or xfs)")
+
+
+def immutable(folder: Path, on: bool) -> None:
+    import subprocess
+
+    subprocess.run(["chattr", "-R", "+i" if on else "-i", str(folder)], check=True)
+
+
+# Run as a process of its own: SIGBUS would take pytest with it.
+IMMUTABLE = """
+import json, subprocess, sys, uuid
+from pathlib import Path
+from mdindex.errors import StoreUnavailable
+from mdindex.sinks import Point
+from mdindex.sinks.base import StoreQuery
+from mdindex.sinks.edge import EdgeStore
+
+store = EdgeStore("c", path=Path(sys.argv[1]), retry_budget_s=0.2)
+store.open()
+vectors = json.loads(sys.argv[2])
+subprocess.run(["chattr", "-R", "+i", sys.argv[1]], check=True)
+error = ""
+try:
+    store.upsert([Point(str(uuid.UUID(int=99)), vectors[0], {"i": 99})])
+except StoreUnavailable as exc:
+    error = str(exc)
+hits = store.search(StoreQuery(k=1, dense=vectors[3]))
+store.close()
+print(json.dumps({"error": error, "hit": hits[0].payload["i"]}))
+"""
+
+
+@chattr
+def test_an_immutable_shard_is_refused_searched_and_closed_without_sigbus(tmp_path: Path) -> None:
+    """`chattr -R +i` under an open shard: edge's next write through its maps, or
+    its close, killed the process with SIGBUS. Now the write is a StoreUnavailable
+    naming the cause, searches go on, and the process ends normally."""
+    import json
+    import subprocess
+    import sys
+
+    store, vectors = filled(tmp_path, 20, 8)
+    store.close()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", IMMUTABLE, str(store.path), json.dumps(vectors.tolist())],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        immutable(store.path, False)
+    assert done.returncode == 0, done.stderr  # -7 (SIGBUS) before
+    got = json.loads(done.stdout)
+    assert "Permission denied writing the store folder (immutable" in got["error"]
+    assert got["hit"] == 3
+    reopened = EdgeStore("c", path=tmp_path / "c")
+    assert reopened.count() == 20  # the refused point never written
+    reopened.close()

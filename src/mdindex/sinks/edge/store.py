@@ -41,6 +41,7 @@ from mdindex.sinks.edge.shard import (
     update,
     vector_of,
 )
+from mdindex.sinks.folder import left_open, unwritable
 
 if TYPE_CHECKING:
     from qdrant_edge import EdgeShard
@@ -127,13 +128,13 @@ class EdgeStore(Scrolling):
 
     def close(self) -> None:
         with self._retry.lock:
-            if self._shard is not None:
+            if self._shard is not None and not left_open(self._shard, self.path):
                 try:
                     self._shard.flush()
                     self._shard.close()
                 except Exception as exc:  # closing must never mask the real outcome
                     log.debug("closing edge shard: %s", exc)
-                self._shard = None
+            self._shard = None
 
     def ensure_collection(self, dimension: int, sparse: bool = True) -> None:
         """Create the shard with its payload indexes, or refuse one whose vectors differ."""
@@ -288,8 +289,9 @@ class EdgeStore(Scrolling):
     # -- index building ----------------------------------------------------
 
     def wants_index(self) -> bool:
-        """Enough points, and enough of them unindexed (``optimize.wants_index``)."""
-        if not self.exists():
+        """Enough points, and enough of them unindexed (``optimize.wants_index``),
+        in a shard that can be written (closing one that cannot: ``left_open``)."""
+        if not self.exists() or unwritable(self.path) is not None:
             return False
         info = self._retry("info", lambda: self.shard.info())
         return wants_index(info, read_config(self.path), self.index_min_points)

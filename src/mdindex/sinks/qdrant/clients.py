@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mdindex.errors import LockError, StoreError
+from mdindex.sinks.folder import left_open
 
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient
@@ -29,7 +30,9 @@ _LOCAL_LOCKS: dict[Path, threading.RLock] = {}
 @atexit.register
 def _close_local_clients() -> None:
     """Clients a caller never closed, closed while the interpreter still can."""
-    for client, _ in list(_LOCAL_CLIENTS.values()):
+    for folder, (client, _) in list(_LOCAL_CLIENTS.items()):
+        if left_open(client, folder):
+            continue
         try:
             client.close()
         except Exception as exc:  # exiting anyway
@@ -108,6 +111,8 @@ def release(client: QdrantClient, path: Path | None) -> None:
         _, users = _LOCAL_CLIENTS.pop(key, (None, 1))
         if users > 1:  # another version in the folder still uses it
             _LOCAL_CLIENTS[key] = (client, users - 1)
+            return
+        if left_open(client, path):
             return
     try:
         client.close()
