@@ -225,3 +225,20 @@ def test_a_daemon_on_a_temporary_socket_is_connected_to_and_switches(copy: Path)
     assert Catalog.load(Index(state_dir=state).settings).live == token
     [stored] = otters_stored(state)  # the edit, in the token version it switched to
     assert stored["doc_path"] == "guide/configuration.md"
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_verify_finds_and_repairs_an_edit_not_synced(copy: Path) -> None:
+    state = copy / ".mdindex"
+    with Index(["examples/docs"], state_dir=state) as index:
+        index.sync()
+        assert index.verify().in_sync
+        add_otters()  # written, not synced
+        report = index.verify()
+        differ = report.missing + report.stale + report.graph
+        assert not report.in_sync and {e["doc_path"] for e in differ} == {"guide/configuration.md"}
+        assert otters_stored(state) == []
+        assert index.verify(repair=True).repaired
+        [stored] = otters_stored(state)
+        assert stored["section"] == "Otters" and index.verify().in_sync

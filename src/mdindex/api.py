@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from mdindex.answers import Dropped, Hit, Status, Switch, Version
@@ -24,10 +23,10 @@ from mdindex.index.search import Query, parse_where
 from mdindex.index.summary import Summary
 from mdindex.query.client import IndexClient, find_daemon
 from mdindex.runtime import Loaded
-from mdindex.versions.catalog import Catalog
+from mdindex.versions.catalog import Catalog, reader_settings
 
 if TYPE_CHECKING:
-    from mdindex.index.indexer import Indexer
+    from mdindex.index.verify import VerifyReport
 
 log = logging.getLogger(__name__)
 
@@ -86,20 +85,13 @@ class Index:
         else:
             index = cls(state_dir=path.parent, collection=path.stem, **settings)
         if not index.daemon_running():
-            raise StoreUnavailable(
-                f"no watch daemon holds the index of {path} (give its state folder)"
-            )
+            raise StoreUnavailable(f"no watch daemon holds {path}; give its state folder")
         return index
 
     def __enter__(self) -> Index:
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -141,11 +133,7 @@ class Index:
         if ray and not dry_run:
             from mdindex import distributed
 
-            address = ray if isinstance(ray, str) else None
-
-            def run(indexer: Indexer, prune: bool, force: bool) -> Summary:
-                return distributed.backfill(indexer, address, prune=prune, force=force)
-
+            run = distributed.on_cluster(ray if isinstance(ray, str) else None)
         s = self.settings
         with WriterLock(s.state_dir, s.collection, "backfill"):
             rollout = Rollout(s, loaded=self._loaded).open()
@@ -156,6 +144,17 @@ class Index:
                 force=force,
                 run=run,
             )
+
+    def verify(self, *, repair: bool = False, force: bool = False) -> VerifyReport:
+        """`mdindex verify`: the live version's points against the files; ``repair``
+        fixes them, under backfill's guard on deletions (``force`` overrides it)."""
+        from mdindex.index.verify import verify
+        from mdindex.runtime import make_indexer
+
+        self.settings.require_roots()
+        lock = WriterLock(self.settings.state_dir, self.settings.collection, "verify")
+        with lock, make_indexer(reader_settings(self.settings)) as indexer:
+            return verify(indexer, repair=repair, force=force)
 
     # -- reading ----------------------------------------------------------------
 

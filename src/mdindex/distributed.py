@@ -318,6 +318,15 @@ def write_batch(
     )
 
 
+def on_cluster(address: str | None) -> Callable[[Indexer, bool, bool], Summary]:
+    """A rollout's ``run(indexer, prune, force)``: the backfill on Ray at ``address``."""
+
+    def run(indexer: Indexer, prune: bool, force: bool) -> Summary:
+        return backfill(indexer, address, prune=prune, force=force)
+
+    return run
+
+
 def backfill(
     indexer: Indexer,
     address: str | None,

@@ -27,10 +27,9 @@ from mdindex.index.lock import WriterLock
 from mdindex.index.payload import public
 from mdindex.index.planning import DocWork
 from mdindex.index.search import MAX_K, Query, parse_where
-from mdindex.index.verify import verify
 from mdindex.outside import integer, shown
-from mdindex.runtime import make_indexer, make_models
-from mdindex.versions.catalog import one_fingerprint, reader_settings
+from mdindex.runtime import make_models
+from mdindex.versions.catalog import one_fingerprint
 
 log = logging.getLogger("mdindex")
 
@@ -256,12 +255,7 @@ def _nested(key: str, value: Any, indent: str = "") -> list[str]:
 
 
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
-    settings.require_roots()
-    with (
-        WriterLock(settings.state_dir, settings.collection, "verify"),
-        make_indexer(reader_settings(settings)) as indexer,
-    ):
-        report = verify(indexer, repair=args.repair, force=args.force)
+    report = Index.from_settings(settings).verify(repair=args.repair, force=args.force)
     data = report.as_dict()
     lines = [
         f"missing: {len(report.missing)}, stale: {len(report.stale)}, "
