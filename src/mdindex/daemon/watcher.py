@@ -67,12 +67,8 @@ EVENTS: list[type[FileSystemEvent]] = [
     FileClosedEvent,
     FileOpenedEvent,  # the barrier's
 ]
-# Entries looked at, per root, for a file to open as a barrier (a listing costs
-# about a microsecond an entry; the file found is kept for the next barrier).
-BARRIER_SEARCH = 5_000
-# How long a barrier waits before its opens are asked for again: a folder
-# watchdog watches anew drops them within its thread's next read (milliseconds).
-REARM_S = 0.5
+BARRIER_SEARCH = 5_000  # entries looked at per root for a barrier's file (~1 us each)
+REARM_S = 0.5  # a barrier's opens, asked again (a folder watched anew drops them)
 
 
 class Barrier:
@@ -160,12 +156,10 @@ class Watcher:
         return barrier
 
     def wait(self, barrier: Barrier, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for ``barrier`` to pass; False at once
-        when the kernel's queue overflowed (its opens are lost with the rest).
-        A folder watched anew while a barrier was being set (moved back, say)
-        loses its opens when watchdog's thread gets to it: every
-        ``REARM_S`` the files still waited for are asked for and opened again.
-        A later open still comes after every event from before the barrier."""
+        """Up to ``timeout`` s for ``barrier`` to pass; False at once on an overflow
+        (its opens are lost too). A folder watched anew (moved back) drops the
+        opens: every ``REARM_S`` the files waited for are asked for and opened
+        again, a later mark that still follows every event before the first."""
         deadline = time.monotonic() + timeout
         rearm = time.monotonic() + REARM_S
         while not barrier.passed.wait(0.05):
@@ -178,7 +172,7 @@ class Watcher:
                 with self._lock:
                     observer, waiting = self._observer, list(barrier.waiting)
                 if not isinstance(observer, _Observer):
-                    continue  # stopped meanwhile; the deadline ends the wait
+                    continue  # stopped meanwhile: the deadline ends the wait
                 for path in waiting:
                     if observer.watch_opens(os.path.dirname(path)):
                         _open_and_close(path)
