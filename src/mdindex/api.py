@@ -23,7 +23,7 @@ from mdindex.index.search import Query, parse_where
 from mdindex.index.summary import Summary
 from mdindex.query.client import IndexClient, find_daemon
 from mdindex.runtime import Loaded
-from mdindex.versions.catalog import Catalog, reader_settings
+from mdindex.versions.catalog import Catalog, reader_settings, require_live
 
 if TYPE_CHECKING:
     from mdindex.index.verify import VerifyReport
@@ -152,6 +152,7 @@ class Index:
         from mdindex.runtime import make_indexer
 
         self.settings.require_roots()
+        require_live(self.settings)  # a verify creates no collection
         lock = WriterLock(self.settings.state_dir, self.settings.collection, "verify")
         with lock, make_indexer(reader_settings(self.settings)) as indexer:
             return verify(indexer, repair=repair, force=force)

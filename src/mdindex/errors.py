@@ -19,6 +19,7 @@ MdindexError
 └── StoreError             Qdrant refused an operation
     ├── StoreMismatch      existing collection has other vector settings  (exit 2)
     │   └── LayoutMismatch the collection lacks the sparse vector its version has
+    ├── CollectionMissing  the live version has no collection in the store (exit 2)
     └── StoreUnavailable   unreachable or refusing writes after retries   (exit 3)
 
 At the command line's boundary, an OSError from outside this tree (a state dir
@@ -120,6 +121,13 @@ class StoreMismatch(StoreError):
 
 class LayoutMismatch(StoreMismatch):
     """An older collection without the sparse vector: the sync core rebuilds it."""
+
+
+class CollectionMissing(StoreError):
+    """The catalog's live version has no collection in the store (deleted by
+    hand, another store path): a read-only command says so and creates nothing."""
+
+    exit_code = EXIT_USAGE
 
 
 class StoreUnavailable(StoreError):

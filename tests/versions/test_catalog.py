@@ -344,3 +344,52 @@ def test_the_catalog_checks_every_index_setting() -> None:
     from mdindex.versions.catalog_file import _Params
 
     assert set(INDEX_KEYS) <= set(_Params.model_fields)
+
+
+def _collections(s: Any) -> list[str]:
+    """What the store holds, as its engine lists it."""
+    if s.store == "edge":
+        folder = Path(s.state_dir) / "edge"
+        return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    from qdrant_client import QdrantClient
+
+    client = QdrantClient(path=str(s.store_path))
+    try:
+        return sorted(c.name for c in client.get_collections().collections)
+    finally:
+        client.close()
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_a_live_version_without_its_collection_is_refused_and_nothing_created(
+    tmp_path: Path, engine: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its collection gone from the store, the live version answered "no results"
+    with exit 0, and verify created an empty collection. Now each read-only
+    command exits 2 with one line naming it, and the store is left as it was."""
+    from mdindex.runtime import make_store
+    from tests.cli_helper import in_process
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nLava flows downhill.\n")
+    s = settings_for(tmp_path, [root])
+    state = ("--state-dir", str(s.state_dir))
+    assert in_process(capsys, "backfill", root, *state).returncode == 0
+    live = Catalog.load(s).live
+    assert live is not None
+    store = make_store(reader_settings(s))  # its collection deleted, as by hand
+    store.drop()
+    store.close()
+    before = _collections(s)
+    assert physical_name(s.collection, live) not in before
+    for args in (("search", "lava"), ("status",), ("status", root), ("verify", root)):
+        done = in_process(capsys, *args, *state)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"live version {live} has no collection" in lines[0], args
+        assert "mdindex backfill" in lines[0]
+        assert _collections(s) == before, args
+    assert in_process(capsys, "backfill", root, *state).returncode == 0  # builds it again
+    assert physical_name(s.collection, live) in _collections(s)

@@ -337,6 +337,7 @@ class IndexClient:
     def search_here(self, query: Query) -> list[dict[str, Any]]:
         """Search without a daemon: the live version's model and store, opened here."""
         from mdindex.runtime import make_models, make_store, version_of
+        from mdindex.versions.catalog import require_live
 
         live = self.live_settings()
         fp = version_of(live)
@@ -346,6 +347,7 @@ class IndexClient:
         store = make_store(live)
         try:
             store.open()
+            require_live(self.settings)
             return models.search(store, query)
         except ValueError as exc:
             raise ConfigError(f"search: {exc}") from None

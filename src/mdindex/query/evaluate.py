@@ -122,6 +122,8 @@ def _open_version(settings: Settings, catalog: Any, fp: str) -> tuple[Ask, Calla
     store = make_store(vs)
     try:
         store.open()
+        if not store.exists():  # searching it would create nothing, and find nothing
+            raise ConfigError(f"version {fp} has no collection in the store ({store.where})")
     except MdindexError as exc:
         raise ConfigError(f"eval: version {fp}: {exc}") from None
 

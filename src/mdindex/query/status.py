@@ -66,8 +66,9 @@ def offline_status(settings: Settings) -> dict[str, Any]:
     """Status without a daemon: the state's counts and failures, and a scan of
     the roots for what has changed since (nothing is written)."""
     from mdindex.runtime import make_indexer
-    from mdindex.versions.catalog import Catalog, reader_settings
+    from mdindex.versions.catalog import Catalog, reader_settings, require_live
 
+    require_live(settings)
     live = reader_settings(settings)
     if not settings.root_list():
         return _without_roots(settings, live)

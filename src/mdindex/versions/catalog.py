@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mdindex.config import WHEN_SET_KEYS, Settings
-from mdindex.errors import ConfigError, StateError
+from mdindex.errors import CollectionMissing, ConfigError, StateError
 from mdindex.index.planning import now_iso
 from mdindex.jsonfile import load_json, write_json
-from mdindex.runtime import code_versions, fingerprint, physical_name, version_of
+from mdindex.runtime import code_versions, fingerprint, make_store, physical_name, version_of
 from mdindex.versions.catalog_file import CatalogFile, VersionFile, first_line
 
 Status = Literal["building", "complete", "dropping"]
@@ -289,6 +289,25 @@ def catalog_path(settings: Settings) -> Path:
 def reader_settings(settings: Settings) -> Settings:
     """The settings searches use now (see ``Catalog.reader_settings``)."""
     return Catalog.load(settings).reader_settings(settings)
+
+
+def require_live(settings: Settings) -> None:
+    """A read-only command's first check: CollectionMissing when the catalog
+    names a live version the store has no collection for, rather than "no
+    results" from an index that is not there, or one created empty. Nothing
+    is created."""
+    catalog = Catalog.load(settings)
+    if catalog.live is None:
+        return
+    store = make_store(catalog.reader_settings(settings))
+    try:
+        if not store.exists():
+            raise CollectionMissing(
+                f"live version {catalog.live} has no collection in the store ({store.where}); "
+                "run `mdindex backfill` to build it again, or `mdindex versions use` another"
+            )
+    finally:
+        store.close()
 
 
 # The code versions every release before the catalog recorded them made
