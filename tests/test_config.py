@@ -297,3 +297,25 @@ def test_quantization_is_an_edge_setting_and_a_new_version(tmp_path: Path) -> No
     assert (store.quantization, store.on_disk_vectors) == ("int8", True)  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match="quantization applies to a Qdrant server or to store"):
         load_settings({**state, "store": "client", "quantization": "int8"})
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'strategy = "' + "x" * 4000 + '"',
+        "max_tokens = " + "9" * 4000 + ".5",
+        "semantic_threshold = 1e400",
+        'language = "' + "中" * 4000 + '"',
+        "batch_size = " + "-9" * 2000,
+        'model_languages = ["' + "x" * 4000 + '"]',
+        'fusion = "' + "\x1b" * 4000 + '"',
+    ],
+)
+def test_a_huge_value_is_quoted_in_at_most_a_line(tmp_path: Path, line: str) -> None:
+    """Found by a hostile review: a 4 KB or 4,000-digit value was repeated whole
+    in the error (4,079 characters)."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(line.replace("\x1b", "\\u001b") + "\n")
+    with pytest.raises(ConfigError) as exc:
+        load_settings({}, cfg)
+    assert "\n" not in str(exc.value) and len(str(exc.value)) < 250, str(exc.value)

@@ -73,10 +73,14 @@ CATALOG = {
 }  # fmt: skip
 
 numbers = st.one_of(
-    st.integers(min_value=-(10**30), max_value=10**30), st.floats(), st.sampled_from([1e400, -0.0])
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(),
+    st.sampled_from([1e400, -0.0, 1e300, -1e300, 10**4000]),
 )
+# a string that is a lone surrogate, a time past year 9999, one too long to quote
+odd_text = st.sampled_from(["\ud800", "a\udfffb", "99999-01-01T00:00:00Z", "9" * 4000])
 values = st.recursive(
-    st.none() | st.booleans() | numbers | st.text(max_size=10),
+    st.none() | st.booleans() | numbers | st.text(max_size=10) | odd_text,
     lambda inner: (
         st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
     ),
@@ -103,12 +107,16 @@ def _mutated(draw: st.DrawFn, base: Any) -> Any:
 
 @st.composite
 def files(draw: st.DrawFn, base: Any) -> bytes:
-    kind = draw(st.sampled_from(["mutated", "mutated", "mutated", "deep", "raw"]))
+    kind = draw(st.sampled_from(["mutated", "mutated", "mutated", "deep", "raw", "twice"]))
     if kind == "deep":
         return draw(st.sampled_from([b"[", b'{"a":', b'[{"k":'])) * draw(st.integers(60, 20000))
     if kind == "raw":
         return draw(st.binary(max_size=300))
-    text = json.dumps(_mutated(draw, base), allow_nan=True)
+    data = _mutated(draw, base)
+    text = json.dumps(data, allow_nan=True)
+    if kind == "twice" and isinstance(data, dict) and data:  # a key given again, last
+        key = draw(st.sampled_from(sorted(data)))
+        text = text[:-1] + f", {json.dumps(key)}: {json.dumps(draw(values), allow_nan=True)}}}"
     if draw(st.booleans()):  # json writes inf as Infinity; 1e400 is how others write it
         text = text.replace("Infinity", "1e400")
     return text.encode()
@@ -133,9 +141,17 @@ def check_files(
     s.state_dir.mkdir(parents=True, exist_ok=True)
     (s.state_dir / "mdindex.versions.json").write_bytes(catalog)
     try:
+        refused = None
+        parse_json(catalog)
+    except JsonRefused as exc:
+        refused = exc  # a key twice, a lone surrogate: nothing of it is used
+    try:
         Catalog.load(s)
+        assert refused is None, refused
     except ConfigError as exc:
         assert "\n" not in str(exc) and "unreadable" in str(exc), str(exc)
+        # a value from the file is quoted in at most a line (4,079 characters were)
+        assert len(str(exc).replace(str(s.state_dir), "")) < 400, str(exc)
 
     info = resolve_model("all-MiniLM-L6-v2")
     folder = onnx_export._export_dir(info, cache)
@@ -191,6 +207,84 @@ def test_a_number_past_a_floats_range_is_refused_as_infinity_is() -> None:
     assert parse_json("[1e308, -1e308, 1e-400, 2.5]") == [1e308, -1e308, 0.0, 2.5]
     assert parse_json("[0.00001e313, 1e0099]") == [1e308, 1e99]
     assert parse_json("[1" + "0" * 400 + "]") == [10**400]  # a whole number stays one
+
+
+def test_a_key_given_twice_is_refused_naming_it() -> None:
+    """Found by a hostile review: json kept the last of two values for a key,
+    silently; a catalog or an answer that says two things says neither."""
+    for bad, key in (
+        ('{"a": 1, "a": 2}', "'a'"),
+        ('{"v": [{"x": 1, "y": 2, "x": 1}]}', "'x'"),
+        ('{"' + "k" * 500 + '": 1, "' + "k" * 500 + '": 1}', "… (500 characters)"),
+    ):
+        with pytest.raises(JsonRefused) as caught:
+            parse_json(bad)
+        assert str(caught.value).startswith("key ") and key in str(caught.value)
+        assert str(caught.value).endswith(" is given twice in an object")
+        assert len(str(caught.value)) < 160
+    assert parse_json('[{"a": 1}, {"a": 2}]') == [{"a": 1}, {"a": 2}]
+
+
+def test_a_lone_surrogate_is_refused_a_pair_is_one_character() -> None:
+    """Found by a hostile review: "\\ud800" was read as a str that failed later,
+    when written as UTF-8 (a payload, a log, an answer)."""
+    for bad in ('["\\ud800"]', '{"\\udc00": 1}', '{"a": ["x\\uDBFFy"]}', '"\\ude00\\ud83d"'):
+        with pytest.raises(JsonRefused, match="lone surrogate"):
+            parse_json(bad)
+    assert parse_json('["\\ud83d\\ude00", "\\\\ud800"]') == ["\U0001f600", "\\ud800"]
+    with pytest.raises(JsonRefused, match="lone surrogate"):  # its bytes: json passes them
+        parse_json(b'["\xed\xa0\x80"]')
+
+
+def test_catalog_and_cache_refuse_keys_twice_surrogates_and_unbounded_times(
+    tmp_path: Path,
+) -> None:
+    """A catalog is one ConfigError line, a calibration cache is measured again."""
+    s = settings_for(tmp_path, [])
+    s.state_dir.mkdir(parents=True, exist_ok=True)
+    path = s.state_dir / "mdindex.versions.json"
+    good = json.dumps(CATALOG)
+    version = f'"collection": "mdindex__{FP}", "status": "complete"'
+    for bad, why in [
+        (good[:-1] + ', "live": null}', "key 'live' is given twice"),
+        (good.replace('"status"', '"status": "building", "status"'), "'status' is given twice"),
+        (good.replace('"mdindex"', '"mdindex\\ud800"', 1), "lone surrogate"),
+        *(
+            (good.replace(version, f"{version}, {field}: {value}"), why)
+            for field in ('"created_at"', '"completed_at"', '"live_since"')
+            for value, why in [
+                ("1e300", "Input should be a valid string"),
+                ('"-1e300"', "must be an ISO 8601 time, not '-1e300'"),
+                ('"99999-01-01T00:00:00Z"', "time, not '99999-01-01T00:00:00Z'"),
+                ('"' + "9" * 4000 + '"', "time, not '" + "9" * 79 + "… (4,000 characters)"),
+            ]
+        ),
+    ]:
+        path.write_text(bad)
+        with pytest.raises(ConfigError) as caught:
+            Catalog.load(s)
+        line = str(caught.value)
+        assert "unreadable" in line and why in line and "\n" not in line, (bad[:200], line)
+        assert len(line.replace(str(path), "")) < 300, line
+    path.write_text(good.replace(version, f'{version}, "created_at": "2026-12-04T09:33:51.123Z"'))
+    assert Catalog.load(s).versions[FP].created_at == "2026-12-04T09:33:51.123Z"
+
+    cache = tmp_path / "cache"
+    choice = calibration._read_choice(dict(CHOICE, name="onnx-fp32"), ["onnx-fp32"])
+    calibration.save(cache, KEY, choice)
+    (cached,) = (cache / "calibration").glob("*.json")
+    assert calibration.cached(cache, KEY) is not None
+    whole = cached.read_text()
+    for bad in (
+        whole.replace('"key": {', '"key": {"cpu": "c", ', 1),
+        whole.replace('"reason": "why"', '"reason": "wh\\udfffy"'),
+        whole.replace('"measured_at": "2026-01-01"', '"measured_at": "99999-01-01"'),
+        whole.replace('"measured_at": "2026-01-01"', '"measured_at": 1e300'),
+    ):
+        assert bad != whole
+        cached.write_text(bad)
+        assert calibration.cached(cache, KEY) is None
+        assert calibration.recorded(cache, "m1") is None
 
 
 def test_found_examples_stay_fixed(tmp_path: Path) -> None:

@@ -2,7 +2,9 @@
 backend measurement, the ONNX export's record, lock and guard files, an
 embedding server's answers, questions files) goes through one bounded reader:
 at most so many bytes, at most ``MAX_DEPTH`` levels, no NaN or Infinity
-(nor a number past a float's range, such as 1e400). Each
+(nor a number past a float's range, such as 1e400), no key given twice in
+an object (json kept the last one, silently), no lone surrogate in a string
+(json made "\\ud800" a str that then failed when written as UTF-8). Each
 caller says what a refusal means for it (a damaged cache is measured again, a
 damaged catalog is a one-line error). And one writer: all or nothing, even
 across a power cut."""
@@ -16,6 +18,8 @@ import re
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from mdindex.outside import quoted
 
 # Nothing mdindex writes nests past 8 levels; json's C parser recurses per
 # level and `'[' * 100000` raised RecursionError from it, which no caller caught.
@@ -44,12 +48,53 @@ def parse_json(
         raise JsonRefused(f"more than {max_bytes:,} bytes")
     if nesting(data) > max_depth:
         raise JsonRefused(f"nested deeper than {max_depth} levels")
+    floats = _finite if _may_overflow(data) else None
     try:
-        if _may_overflow(data):
-            return json.loads(data, parse_constant=_no_constant, parse_float=_finite)
-        return json.loads(data, parse_constant=_no_constant)
+        value = json.loads(
+            data, parse_constant=_no_constant, parse_float=floats, object_pairs_hook=_once
+        )
+    except JsonRefused:
+        raise
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise JsonRefused(f"not JSON: {str(exc).splitlines()[0][:120]}") from None
+    if _SURROGATE.search(data) and not _encodable(value):
+        raise JsonRefused("a string holds a lone surrogate (\\ud800 to \\udfff unpaired)")
+    return value
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are each given once."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise JsonRefused(f"key {quoted(key)} is given twice in an object")
+            seen.add(key)
+    return out
+
+
+# A surrogate half, escaped or as the bytes json decodes with "surrogatepass":
+# only text holding one can hold a lone one.
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+
+
+def _encodable(value: Any) -> bool:
+    """Every string in ``value`` (keys too) writes as UTF-8: a pair of halves
+    is one character, a lone half is not."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            stack += item
+    return True
 
 
 def nesting(data: bytes) -> int:

@@ -1,11 +1,13 @@
 """Values from outside (files, servers, requests) at the one place each kind
-enters: a number checked before it is used as one, text escaped before a
-terminal shows it, a URL's password masked before a log does (``redact``),
-and a key read from the environment or a systemd credential (``secret``)."""
+enters: a number (or a time) checked before it is used as one, text escaped before a
+terminal shows it, a value quoted in an error line cut short (``quoted``), a
+URL's password masked before a log does (``redact``), and a key read from the
+environment or a systemd credential (``secret``)."""
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import math
 import os
 import re
@@ -35,6 +37,19 @@ def number(value: Any, what: str, lo: float, hi: float) -> float:
     if not math.isfinite(out) or not lo <= out <= hi:
         raise ValueError(f"{what} must be {bounds}, not {out:.6g}")
     return out
+
+
+def stamp(value: Any, what: str) -> str:
+    """A time as mdindex records one (ISO 8601, ``planning.now_iso``), or "" for
+    none; ValueError in one line otherwise: a number (1e300), a year past 9999,
+    a 4 KB string."""
+    if value == "":
+        return ""
+    if isinstance(value, str) and len(value) <= 40:
+        with contextlib.suppress(ValueError):
+            dt.datetime.fromisoformat(value)
+            return value
+    raise ValueError(f"{what} must be an ISO 8601 time, not {quoted(value)}")
 
 
 def _bound(value: float) -> str:
@@ -72,6 +87,34 @@ def shown(value: Any) -> Any:
     if isinstance(value, list):
         return [shown(v) for v in value]
     return value
+
+
+# The most of a value from outside an error line quotes: a 4,000-digit number or
+# a 4 KB mode once made a 4,079-character line.
+QUOTED_CHARS = 80
+
+
+def quoted(value: Any, limit: int = QUOTED_CHARS) -> str:
+    """A value from outside as an error line quotes it: its repr, at most
+    ``limit`` characters of that and then how long the value was ('xxx…
+    (4,000 characters)); an integer past 100 digits by its size (repr
+    refuses one of over 4,300 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 332:
+        return f"a number of about {int(value.bit_length() * math.log10(2)):,} digits"
+    if isinstance(value, str):
+        return cut(repr(value[: limit + 1]), limit, len(value))
+    text = repr(value)
+    return cut(text, limit, len(text))
+
+
+def cut(text: str, limit: int = QUOTED_CHARS, size: int | None = None) -> str:
+    """``text`` escaped as ``shown`` does, and at most ``limit`` characters of
+    it, then how long it was (``size``, by default its length)."""
+    size = len(text) if size is None else size
+    out: str = shown(text[: limit + 1])
+    if len(out) <= limit and size <= limit:
+        return out
+    return f"{out[:limit]}… ({size:,} characters)"
 
 
 def _kind(value: Any) -> str:

@@ -3,6 +3,7 @@ unknown rather than wrong on English that is too short to tell."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -86,3 +87,13 @@ def test_detection_never_fails_on_any_text(text: str) -> None:
     assert len(detect(text, min_weight=0)) in (0, 2)
     doc = parse_document(f"---\nlang: {text[:20]!r}\n---\n{text}", "n.md")
     assert doc.lang == "" or len(doc.lang) == 2
+
+
+@pytest.mark.parametrize(
+    "value", ["9" * 4000, "-" + "9" * 4000, "1e400", "x" * 4000, "[" + "9" * 4000 + "]"]
+)
+def test_a_huge_frontmatter_language_is_quoted_in_at_most_a_line(value: str) -> None:
+    """Every surface quotes at most ~80 characters of a hostile value."""
+    doc = parse_document(f"---\nlang: {value}\n---\n# T\n\nSome words here.\n", "a.md")
+    assert any("lang" in w for w in doc.warnings), doc.warnings
+    assert all(len(w) < 200 and "\n" not in w for w in doc.warnings), doc.warnings

@@ -423,3 +423,88 @@ def test_number_arguments_go_through_the_one_checked_conversion(
     ]:
         assert ask("refresh", {"timeout_s": timeout}) == f"refresh: timeout_s: {reason}"
     assert ask("refresh", {"timeout_s": "60"}) == "ok" and asked[-1] == 60.0
+
+
+# -- generated hostile arguments ------------------------------------------------
+
+HOSTILE = Path(__file__).with_name("examples") / "mcp"
+LINE_CHARS = 400  # a tool error's line: the argument's name, the reason, a quote of 80
+
+
+def _huge() -> Any:
+    from hypothesis import strategies as st
+
+    big = st.sampled_from([10**4000, -(10**4000), 1e308, float("inf"), "9" * 4000, "x" * 5000])
+    text = st.text(max_size=50) | st.text(min_size=300, max_size=3000) | big
+    return st.one_of(text, big, st.lists(text, max_size=3), st.dictionaries(text, text, max_size=2))
+
+
+def test_generated_arguments_are_answered_or_refused_in_one_short_line(
+    tmp_path: Path, notes: Path
+) -> None:
+    """Found by a hostile review: a 4 KB mode or a 4,000-digit number was
+    repeated whole in the tool's error line."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from mdindex.query.mcp_server import build_server
+    from tests.regressions import found, kept, load
+
+    s = load_settings({"roots": [str(notes)], "state_dir": str(tmp_path / "state")})
+    run_backfill(s, TinyEmbedder())
+
+    class Nothing:
+        def search(self, query: Any) -> list[dict[str, Any]]:
+            return []
+
+        def status(self) -> dict[str, Any]:
+            return {}
+
+        def refresh(self, timeout_s: float) -> dict[str, Any]:
+            return {}
+
+    server = build_server(s, Nothing(), allow_refresh=True)
+    names = {
+        "search": ["query", "k", "root", "path", "where", "mode", "tag", "lang"],
+        "read": ["root", "path", "start_line", "end_line"],
+        "related": ["root", "path"],
+        "refresh": ["timeout_s"],
+    }
+
+    def check(example: dict[str, Any]) -> None:
+        async def call() -> str:
+            try:
+                await server.call_tool(example["tool"], example["arguments"])
+            except ToolError as exc:
+                return str(exc)
+            return "ok"
+
+        line = asyncio.run(call())
+        assert "\n" not in line and len(line) <= LINE_CHARS, (len(line), line[:600])
+
+    for path in found(HOSTILE):
+        check(load(path))
+
+    @settings(
+        max_examples=60,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    @given(data=st.data())
+    def generated(data: st.DataObject) -> None:
+        tool = data.draw(st.sampled_from(sorted(names)))
+        keys = data.draw(st.lists(st.sampled_from(names[tool]), unique=True, min_size=1))
+        arguments = {"query": "keys", "root": "notes", "path": "guide/keys.md"}
+        arguments = {k: v for k, v in arguments.items() if k in names[tool]}
+        arguments |= {key: data.draw(_huge()) for key in keys}
+        example = {"tool": tool, "arguments": arguments}
+        # JSON (ints of 4,000 digits are kept as written); inf is no JSON
+        if "inf" in repr(arguments):
+            del example["arguments"]
+            example["arguments"] = {k: v for k, v in arguments.items() if "inf" not in repr(v)}
+        with kept(HOSTILE, example):
+            check(example)
+
+    generated()

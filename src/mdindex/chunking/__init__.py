@@ -9,6 +9,7 @@ from mdindex.chunking import heading, token
 from mdindex.documents.types import Chunk, Document
 from mdindex.embedding.tokens import TokenCounter
 from mdindex.errors import ConfigError
+from mdindex.outside import quoted
 
 if TYPE_CHECKING:
     from mdindex.embedding.embedder import Embedder
@@ -43,7 +44,7 @@ class Chunker:
         max_chars: int | None = None,
     ) -> None:
         if strategy not in STRATEGIES:
-            raise ConfigError(f"strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")
+            raise ConfigError(f"strategy: {quoted(strategy)} is not one of {', '.join(STRATEGIES)}")
         if overlap_tokens >= counter.limit:
             raise ConfigError(
                 f"overlap_tokens: {overlap_tokens} must be below the chunk limit of "

@@ -15,6 +15,7 @@ from pydantic_settings import EnvSettingsSource
 
 from mdindex.config.settings import Settings
 from mdindex.errors import ConfigError
+from mdindex.outside import quoted
 
 # Environment variables that are not settings keys but are still ours.
 _EXTRA_ENV = {
@@ -80,6 +81,9 @@ def describe_validation_error(exc: ValidationError) -> str:
     if not err["loc"] and re.match(r"^[a-z_]+: ", msg):
         return msg  # a check across fields that names its own key
     got = err.get("input")
-    quoted = isinstance(got, str) and repr(got[:40].strip().lower()) in msg.lower()
-    shown = "" if isinstance(got, dict) or got is None or quoted else f" (got {got!r})"
+    # our own checks say what they got ("..., not 'cn'"); pydantic's do not
+    said = ", not " in msg or (
+        isinstance(got, str) and repr(got[:40].strip().lower()) in msg.lower()
+    )
+    shown = "" if isinstance(got, dict) or got is None or said else f" (got {quoted(got)})"
     return f"{key}: {msg}{shown}"

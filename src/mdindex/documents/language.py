@@ -19,6 +19,7 @@ from functools import cache
 from typing import Any
 
 from mdindex.documents.types import Document
+from mdindex.outside import quoted
 
 PREFIX_CHARS = 2000
 # The languages told apart: those with their own stemmer, stop words or script,
@@ -95,8 +96,7 @@ def from_frontmatter(meta: dict[str, Any]) -> tuple[str | None, str | None]:
         code = normal_code(value) if isinstance(value, str) else None
         if code is not None:
             return code, None
-        shown = repr(value)[:40]
-        return None, f"frontmatter {key}: {shown} is not a language code; detected instead"
+        return None, f"frontmatter {key}: {quoted(value)} is not a language code; detected instead"
     return None, None
 
 

@@ -52,6 +52,7 @@ from numpy.typing import NDArray
 from mdindex.embedding.machine import cpu_identity, version
 from mdindex.embedding.samples import LONG_TEXTS, TEXTS
 from mdindex.jsonfile import load_json, write_json
+from mdindex.outside import stamp
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +170,7 @@ def _read_choice(data: dict[str, Any], names: Sequence[str] = INTERCHANGEABLE) -
         isinstance(text, str) for text in (choice.reason, choice.source, choice.measured_at)
     ):
         raise ValueError(f"no candidate: {choice.name!r}")
+    stamp(choice.measured_at, "measured_at")
     if choice.texts is not None or choice.expected_s:
         raise ValueError("a run's choice, not a measurement")
     for field_name, (low, high) in BOUNDS.items():

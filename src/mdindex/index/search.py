@@ -28,7 +28,7 @@ from mdindex.documents.tags import normal_tag
 from mdindex.embedding.embedder import Embedder
 from mdindex.embedding.sparse import SparseEncoder
 from mdindex.index.payload import public
-from mdindex.outside import integer
+from mdindex.outside import integer, quoted
 from mdindex.sinks import Store
 from mdindex.sinks.base import Hit, SearchFilter, StoreQuery
 
@@ -88,15 +88,17 @@ class Query:
         if not 1 <= self.k <= MAX_K:
             raise ValueError(f"k must be 1 to {MAX_K}, not {self.k}")
         if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {quoted(self.mode)}")
         if self.fusion not in FUSIONS:
-            raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, not {self.fusion!r}")
+            raise ValueError(
+                f"fusion must be one of {', '.join(FUSIONS)}, not {quoted(self.fusion)}"
+            )
         object.__setattr__(self, "tags", tuple(normal_tag(t) for t in self.tags))
         if self.lang:
             code = normal_code(self.lang) if isinstance(self.lang, str) else None
             if code is None:
                 raise ValueError(
-                    f"lang must be a language code (en, zh, ru), not {str(self.lang)[:40]!r}"
+                    f"lang must be a language code (en, zh, ru), not {quoted(self.lang)}"
                 )
             object.__setattr__(self, "lang", code)
         values = (self.text, self.path, *self.roots, *self.tags)
@@ -118,7 +120,7 @@ class Query:
         for key, value in self.where:
             if not _META_KEY.match(key):
                 raise ValueError(
-                    f"--where key {key[:40]!r} must be a frontmatter field name "
+                    f"--where key {quoted(key)} must be a frontmatter field name "
                     "(letters, digits, _ . -)"
                 )
             if len(value) > 256:
@@ -193,7 +195,7 @@ def parse_where(value: Any) -> tuple[tuple[str, str], ...]:
     for item in _strings(value, "where"):
         key, sep, val = item.partition("=")
         if not sep:
-            raise ValueError(f"--where {item[:40]!r} must be key=value")
+            raise ValueError(f"--where {quoted(item)} must be key=value")
         out.append((key.strip(), val.strip()))
     return tuple(out)
 

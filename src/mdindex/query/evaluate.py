@@ -19,6 +19,7 @@ from mdindex.documents.language import detect
 from mdindex.embedding.model import model_languages_of
 from mdindex.errors import ConfigError, MdindexError
 from mdindex.index.search import MODES, QUERY_MIN_WEIGHT, Query
+from mdindex.outside import quoted
 from mdindex.query.client import IndexClient
 from mdindex.query.questions import Question
 
@@ -71,7 +72,7 @@ def compare(
     for mode in modes:
         if mode not in MODES:
             mode = printable(mode[:40])
-            raise ConfigError(f"eval: mode must be one of {', '.join(MODES)}, not {mode!r}")
+            raise ConfigError(f"eval: mode must be one of {', '.join(MODES)}, not {quoted(mode)}")
     catalog = Catalog.load(settings)
     live = catalog.live or ""
     fps = (

@@ -27,7 +27,7 @@ from mdindex.documents.parsing import github_slug
 from mdindex.errors import ConfigError
 from mdindex.index import graph
 from mdindex.jsonfile import parse_json
-from mdindex.outside import shown
+from mdindex.outside import quoted, shown
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ def _why(link: graph.LinkRow) -> str:
     if link.problem:
         return link.problem
     if link.kind in (WIKI, EMBED):
-        return f"no note named {link.target!r}"
+        return f"no note named {quoted(link.target)}"
     return f"no indexed document at {link.target or '(the root)'}"
 
 
@@ -221,14 +221,15 @@ class _Looker:
         """Why an attachment cannot be found ("" when it is there)."""
         base = self.roots.get(link.root)
         if base is None:
-            return f"root {link.root!r} is not configured here, so its files cannot be checked"
+            where = quoted(link.root)
+            return f"root {where} is not configured here, so its files cannot be checked"
         if link.kind not in (WIKI, EMBED):
             return _find_inside(base, link.target)
         if link.root not in self._names:
             self._names[link.root] = _file_names(base)
         found = self._names[link.root].get(link.target.rpartition("/")[2].lower())
         if found is None:
-            return f"no file named {link.target!r} in the root"
+            return f"no file named {quoted(link.target)} in the root"
         # as the markdown form is: a link that leads outside is not "found"
         return _find_inside(base, found)
 

@@ -28,11 +28,11 @@ from typing import Annotated, Any, Protocol
 from pydantic import BeforeValidator
 
 from mdindex.config import Settings
-from mdindex.documents.files import Failure, FileRef, PathFilter, printable, stat_file
+from mdindex.documents.files import Failure, FileRef, PathFilter, stat_file
 from mdindex.documents.reading import decode, read_bytes, text_digest
 from mdindex.errors import MdindexError
 from mdindex.index.search import MAX_K, Query
-from mdindex.outside import integer, number
+from mdindex.outside import cut, integer, number, quoted, shown
 from mdindex.query.links import live_state, related
 
 log = logging.getLogger(__name__)
@@ -88,25 +88,25 @@ def locate_document(settings: Settings, root: str, path: str, *, indexed: bool =
     match = next((r for r in settings.root_list() if r.label == root), None)
     if match is None:
         labels = ", ".join(r.label for r in settings.root_list()) or "none configured"
-        raise ValueError(f"no root labelled {root[:64]!r} (roots: {labels})")
+        raise ValueError(f"no root labelled {quoted(root)} (roots: {labels})")
     if not path or "\x00" in path or "\\" in path or len(path) > 4096:
         raise ValueError("path must be a relative POSIX path inside the root")
     parts = path.split("/")
     if path.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        raise ValueError(f"path {printable(path[:80])!r} must be relative, without . or .. parts")
-    shown = f"{root}:{printable(path[:200])}"
+        raise ValueError(f"path {quoted(path)} must be relative, without . or .. parts")
+    where = f"{root}:{cut(path)}"
     accept = PathFilter(settings.include, settings.exclude)
     if not accept(path):
-        raise ValueError(f"{shown} is not an indexed document (hidden, or outside include/exclude)")
+        raise ValueError(f"{where} is not an indexed document (hidden, or outside include/exclude)")
     found = stat_file(match, path, accept, settings.follow_symlinks)
     if found is None:
-        raise ValueError(f"no such document: {shown} (or a link, which is not read)")
+        raise ValueError(f"no such document: {where} (or a link, which is not read)")
     if isinstance(found, Failure):
-        raise ValueError(f"{shown}: {found.reason}")
+        raise ValueError(f"{where}: {found.reason}")
     if found.size > settings.max_file_bytes:
-        raise ValueError(f"{shown} is over max_file_bytes ({settings.max_file_bytes})")
+        raise ValueError(f"{where} is over max_file_bytes ({settings.max_file_bytes})")
     if indexed and not is_indexed(settings, root, path):
-        raise ValueError(f"{shown} is not an indexed document")
+        raise ValueError(f"{where} is not an indexed document")
     return found
 
 
@@ -137,7 +137,7 @@ def read_document(
     try:
         data = read_bytes(ref.path, settings.max_file_bytes, ref, head=MAX_READ_BYTES + 1)
     except MdindexError as exc:
-        raise ValueError(f"{root}:{printable(path[:200])}: {exc}") from None
+        raise ValueError(f"{root}:{cut(path)}: {exc}") from None
     truncated = len(data) > MAX_READ_BYTES
     # a cut may fall inside a character: it is left out, not refused
     text = decode(data[:MAX_READ_BYTES], cut=True) if truncated else decode(data)
@@ -232,11 +232,11 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
     server = Server("mdindex", instructions=INSTRUCTIONS, log_level="WARNING")
 
     def checked(fn: Callable[[], Any]) -> Any:
-        """A tool's work; what goes wrong is one printable line to the assistant."""
+        """A tool's work; what goes wrong is one line to the assistant, escaped."""
         try:
             return fn()
         except (ValueError, MdindexError) as exc:
-            raise ToolError(printable(str(exc).splitlines()[0] if str(exc) else "")) from None
+            raise ToolError(shown(str(exc).splitlines()[0] if str(exc) else "")) from None
 
     @server.tool(
         name="search",

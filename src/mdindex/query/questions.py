@@ -38,6 +38,7 @@ from mdindex.documents.reading import decode, read_bytes
 from mdindex.errors import ConfigError, MdindexError
 from mdindex.index.search import Query
 from mdindex.jsonfile import parse_json
+from mdindex.outside import quoted
 from mdindex.query.mcp_server import indexed_documents, locate_document
 
 # Each question is a search per version and mode: 2,000 of them, three modes and
@@ -203,7 +204,7 @@ def _gold(item: Any, texts: _Texts) -> Gold:
         # the words in order, any whitespace between them (a quote may be re-wrapped)
         found = texts.find(root, path, " ".join(quote.split()))
         if found is None:
-            raise ValueError(f"quote {printable(quote[:60])!r} is not in {shown}")
+            raise ValueError(f"quote {quoted(printable(quote))} is not in {shown}")
         return Gold(root, path, *found)
     if "lines" in item:
         first, last = _pair(item["lines"], "lines")

@@ -36,6 +36,7 @@ from mdindex.config import WHEN_SET_KEYS, Settings
 from mdindex.errors import CollectionMissing, ConfigError, StateError
 from mdindex.index.planning import now_iso
 from mdindex.jsonfile import load_json, write_json
+from mdindex.outside import quoted
 from mdindex.runtime import code_versions, fingerprint, make_store, physical_name, version_of
 from mdindex.versions.catalog_file import CatalogFile, VersionFile, first_line
 
@@ -192,7 +193,7 @@ class Catalog:
         if len(found) != 1:
             known = ", ".join(sorted(self.versions)) or "none"
             what = "matches several versions" if found else "names no version"
-            raise ConfigError(f"versions: {prefix!r} {what} (known: {known})")
+            raise ConfigError(f"versions: {quoted(prefix)} {what} (known: {known})")
         return found[0]
 
     # -- the rules of `versions use|drop`, for the CLI and the daemon alike -----

@@ -6,9 +6,17 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from mdindex.config import iso_639_1
+from mdindex.outside import quoted, stamp
 from mdindex.runtime import physical_name
 
 _FP = r"^[0-9a-f]{12}$"
@@ -44,7 +52,7 @@ class _Params(_Strict):
     def _language(cls, value: str | None) -> str | None:
         # what the language setting takes: [a-z]{2} let "cn" through, a country
         if value is not None and value != "auto" and not iso_639_1(value):
-            raise ValueError(f"language must be auto or an ISO 639-1 code, not {value!r}")
+            raise ValueError(f"language must be auto or an ISO 639-1 code, not {quoted(value)}")
         return value
 
 
@@ -69,6 +77,12 @@ class VersionFile(_Strict):
     embedded: int = Field(default=0, ge=0)
     code: _Code | None = None  # None: a catalog from before versions recorded it
 
+    @field_validator("created_at", "completed_at", "live_since")
+    @classmethod
+    def _stamp(cls, value: str, info: ValidationInfo) -> str:
+        # shown by `versions` and sorted on: year 99999 or 4 KB of digits is damage
+        return stamp(value, str(info.field_name))
+
 
 class _Pin(_Strict):
     fingerprint: Annotated[str, Field(pattern=_FP)]
@@ -86,18 +100,18 @@ class CatalogFile(_Strict):
     def check(self, collection: str) -> None:
         """What types alone cannot say: every name belongs to this collection."""
         if self.alias != collection:
-            raise ValueError(f"alias {self.alias[:80]!r} is not the collection {collection!r}")
+            raise ValueError(f"alias {quoted(self.alias)} is not the collection {collection!r}")
         for fp, version in self.versions.items():
             if version.collection != physical_name(collection, fp):
                 raise ValueError(
-                    f"version {fp} names collection {version.collection[:80]!r}, "
+                    f"version {fp} names collection {quoted(version.collection)}, "
                     f"not {physical_name(collection, fp)!r}"
                 )
         for name, named in (("live", self.live), ("switching", self.switching)):
             if named is not None and named not in self.versions:
                 raise ValueError(f"{name} names {named}, which is no version")
         if self.adopted_from is not None and self.adopted_from != collection:
-            raise ValueError(f"adopted_from {self.adopted_from[:80]!r} is not {collection!r}")
+            raise ValueError(f"adopted_from {quoted(self.adopted_from)} is not {collection!r}")
 
 
 def first_line(exc: BaseException) -> str:

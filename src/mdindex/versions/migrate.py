@@ -20,6 +20,7 @@ from mdindex.embedding.sparse import SparseEncoder, sparse_text
 from mdindex.errors import ConfigError, StoreError
 from mdindex.index.consistency import store_identity
 from mdindex.index.state import State
+from mdindex.outside import quoted
 from mdindex.runtime import make_store, state_path
 from mdindex.sinks import Point, Store
 from mdindex.versions.catalog import Catalog
@@ -85,7 +86,7 @@ def target_settings(settings: Settings, to: str) -> Settings:
     elif to.startswith(("http://", "https://")):
         changes = {"qdrant_url": to}
     else:
-        raise ConfigError(f"--to: {to!r} is not client, edge or an http(s):// server URL")
+        raise ConfigError(f"--to: {quoted(to)} is not client, edge or an http(s):// server URL")
     return settings.model_copy(update=changes)
 
 
