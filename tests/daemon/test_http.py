@@ -256,3 +256,84 @@ def test_connections_cut_short_leave_no_traceback(
     assert request(port, "/healthz")[0] == 200
     err = capfd.readouterr().err
     assert "Traceback" not in err and "BrokenPipe" not in err, err[:2000]
+
+
+@pytest.mark.slow
+def test_a_parameter_given_twice_is_refused_naming_it(daemon: Running) -> None:
+    """Found by a hostile review: `lang=en&lang=zh` searched as the first,
+    silently. root, where, tag (and fingerprint) may repeat; nothing else."""
+    port, token = tcp_port(daemon), token_of(daemon)
+    auth = {"Authorization": f"Bearer {token}"}
+    for query, key, times in [
+        ("q=apples&lang=en&lang=zh", "lang", 2),
+        ("q=apples&k=3&k=5", "k", 2),
+        ("q=apples&q=pears", "q", 2),
+        ("q=apples&mode=sparse&mode=", "mode", 2),
+        ("q=apples&fusion=rrf&fusion=rrf&fusion=rrf", "fusion", 3),
+    ]:
+        code, body = request(port, f"/search?{query}", auth)
+        assert code == 400, (query, body)
+        assert body == {"error": f"'{key}' is given {times} times; give it once"}, body
+    code, body = request(port, "/status?wait=1&wait=0", auth)
+    assert code == 400 and body["error"] == "'wait' is given 2 times; give it once"
+    code, body = request(port, "/reconcile?force=0&force=1", auth, method="POST")
+    assert code == 400 and body["error"] == "'force' is given 2 times; give it once"
+    code, hits = request(port, "/search?q=apples&root=notes&root=other&tag=a&tag=b", auth)
+    assert code == 200 and hits == []
+    code, hits = request(port, "/search?q=apples&root=notes&root=other&mode=sparse", auth)
+    assert code == 200 and [h["doc_path"] for h in hits] == ["a.md"]
+
+
+HTTP_EXAMPLES = Path(__file__).with_name("examples") / "http"
+HTTP_LINE = 300  # the reason and a quote of at most 80 characters
+
+
+@pytest.mark.slow
+def test_generated_search_parameters_are_answered_or_refused_in_one_short_line(
+    daemon: Running,
+) -> None:
+    """Found by a hostile review: a 4 KB mode, a 4,000-digit number were
+    repeated whole in the error (4,079 characters)."""
+    import urllib.parse
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from tests.regressions import found, kept, load
+
+    port, token = tcp_port(daemon), token_of(daemon)
+    auth = {"Authorization": f"Bearer {token}"}
+    keys = ["q", "k", "mode", "fusion", "lang", "path", "root", "where", "tag", "per_section"]
+    value = st.one_of(
+        st.text(max_size=20),
+        st.text(min_size=100, max_size=2000),
+        st.sampled_from(["9" * 4000, "1e400", "-1e300", "x" * 4000, "apples", "3", "sparse"]),
+    )
+
+    def check(pairs: list[list[str]]) -> None:
+        code, body = request(
+            port, "/search?" + urllib.parse.urlencode([tuple(p) for p in pairs]), auth
+        )
+        assert code in (200, 400), (code, body)
+        if code == 400:
+            line = body["error"]
+            assert "\n" not in line and len(line) <= HTTP_LINE, (len(line), line[:500])
+
+    for path in found(HTTP_EXAMPLES):
+        check(load(path))
+
+    @settings(
+        max_examples=60,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    @given(st.lists(st.tuples(st.sampled_from(keys), value), max_size=5))
+    def generated(given_pairs: list[tuple[str, str]]) -> None:
+        pairs = [["q", "apples"], *([k, v] for k, v in given_pairs)]
+        with kept(HTTP_EXAMPLES, pairs):
+            check(pairs)
+
+    generated()
+    code, body = request(port, "/search?q=apples", auth | {"Host": "h" * 5000})
+    assert code == 403 and len(body["error"]) <= HTTP_LINE, body

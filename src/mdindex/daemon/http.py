@@ -44,7 +44,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from mdindex.daemon.connections import WORK_SLOTS, Connections
 from mdindex.daemon.metrics import Metrics
 from mdindex.errors import ConfigError, MdindexError
-from mdindex.outside import integer, number
+from mdindex.outside import integer, number, quoted
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,21 @@ MAX_MCP_BODY = 1 << 20  # a tool call is a few hundred bytes
 OPEN_PATHS = ("/healthz", "/metrics")  # no token: they say nothing about the documents
 MAX_WAIT_S = 3600.0  # /status?wait=1&timeout=S
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+# The parameters a request may give more than once; any other given twice is
+# refused (`lang=en&lang=zh` searched English alone, silently).
+REPEATABLE = ("root", "where", "tag", "fingerprint")
+
+
+def parameters(query: str) -> dict[str, list[str]]:
+    """A request's query parameters, those left empty left out as before;
+    ValueError naming one given twice (empty or not) that may be given once."""
+    given = urllib.parse.parse_qs(query, keep_blank_values=True)
+    for key, values in given.items():
+        if len(values) > 1 and key not in REPEATABLE:
+            raise ValueError(f"{quoted(key)} is given {len(values)} times; give it once")
+    return {key: kept for key, values in given.items() if (kept := [v for v in values if v])}
 
 
 class Api:
@@ -146,8 +161,8 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def _get(self, url: urllib.parse.SplitResult) -> None:
-        query = urllib.parse.parse_qs(url.query)
         try:
+            query = parameters(url.query)
             if url.path == "/healthz":
                 ok, reason = self.api.health()
                 self._json(
@@ -157,10 +172,8 @@ class _Handler(BaseHTTPRequestHandler):
                 body = generate_latest(self.api.metrics.registry)
                 self._send(200, CONTENT_TYPE_LATEST, body)
             elif url.path == "/search":
-                # one value each, but root, where and tag may repeat
                 params: dict[str, Any] = {
-                    key: values if key in ("root", "where", "tag") else values[0]
-                    for key, values in query.items()
+                    key: values if key in REPEATABLE else values[0] for key, values in query.items()
                 }
                 if not str(params.get("q", "")).strip():
                     self._json(400, {"error": "q is required"})
@@ -182,7 +195,11 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/mcp":
             self._mcp(body)
             return
-        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        try:
+            query = parameters(urllib.parse.urlsplit(self.path).query)
+        except ValueError as exc:
+            self._json(400, {"error": str(exc)})
+            return
         if path == "/versions" and self.api.versions is not None:
             action = (query.get("action") or [""])[0]
             if action not in ("use", "drop"):
@@ -228,7 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.allowed_hosts is not None:
             host = (self.headers.get("Host") or "").strip().lower()
             if host not in self.allowed_hosts:
-                self._json(403, {"error": f"Host {host!r} is not this endpoint"})
+                self._json(403, {"error": f"Host {quoted(host)} is not this endpoint"})
                 return False
         if path in OPEN_PATHS:
             return True
