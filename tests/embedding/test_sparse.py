@@ -114,3 +114,52 @@ def test_analysis_never_fails_on_any_text(text: str, lang: str) -> None:
     assert doc.indices == sorted(set(doc.indices)) and all(v > 0 for v in doc.values)
     q = enc.query(text, [lang])
     assert q.indices == sorted(set(q.indices)) and set(q.values) <= {1.0}
+
+
+# -- invisible characters (issue 33) -------------------------------------------
+
+from mdindex.embedding.sparse import INVISIBLE  # noqa: E402
+
+HIDDEN = [chr(c) for c in sorted(INVISIBLE)]
+
+
+def test_invisible_characters_inside_words_hide_nothing() -> None:
+    """Found by a hostile review: a zero-width space inside a word (common in
+    text pasted from the web, and between Chinese words) split it or joined a
+    sentence into one term, so a sparse search for the word missed the note."""
+    assert {"\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u200e", "\u200f"} <= set(HIDDEN)
+    assert {chr(c) for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]} <= set(HIDDEN)
+    enc = SparseEncoder()
+    for lang, note, word in [
+        ("en", "The volcano erupted and lava reached the sea.", "volcano"),
+        ("zh", "火山喷发时熔岩流入大海。", "熔岩"),
+        ("", "Tune the superconductor magnets.", "superconductor"),
+    ]:
+        for mark in HIDDEN:
+            hidden = note.replace(word, word[0] + mark + word[1:]).replace(" ", mark + " ")
+            doc = enc.document(hidden, lang)
+            assert doc == enc.document(note, lang), (lang, hex(ord(mark)))
+            query = enc.query(word, [lang])
+            assert query.indices and set(query.indices) <= set(doc.indices)
+            # and a query holding one finds the clean note
+            marked = enc.query(word[:1] + mark + word[1:], [lang])
+            assert marked == query and set(marked.indices) <= set(enc.document(note, lang).indices)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.text(max_size=8) | st.sampled_from(["熔岩", "volcano", "日本語"]), max_size=12),
+    st.lists(st.sampled_from(HIDDEN), max_size=12),
+    st.sampled_from(["", "en", "zh", "ja", "th", "ru"]),
+    st.randoms(use_true_random=False),
+)
+def test_invisible_characters_anywhere_leave_the_vectors_as_they_were(
+    pieces: list[str], marks: list[str], lang: str, rnd: Any
+) -> None:
+    clean = "".join(pieces).translate(INVISIBLE)
+    hidden = list(clean)
+    for mark in marks:
+        hidden.insert(rnd.randint(0, len(hidden)), mark)
+    enc = SparseEncoder()
+    assert enc.document("".join(hidden), lang) == enc.document(clean, lang)
+    assert enc.query("".join(hidden), [lang]) == enc.query(clean, [lang])

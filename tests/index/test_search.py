@@ -537,3 +537,35 @@ def test_hybrid_leaves_out_a_model_that_cannot_read_the_question(
         assert ask("deploy", "hybrid", ("en",)) == ask("deploy", "hybrid", ("*",))
     finally:
         scored.close()
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_zero_width_space_inside_words_hides_no_note_from_sparse_search(
+    tmp_path: Path, store: str
+) -> None:
+    """Issue 33, found by a hostile review: U+200B inside a word (pasted from
+    the web, or between Chinese words) hid the note from a sparse search for
+    the word. Only the analysis drops it: the stored text keeps every character."""
+    root = tmp_path / "notes"
+    zw = "\u200b"
+    zh = f"# 火山\n\n火山喷发时熔{zw}岩流入大{zw}海，渔民看{zw}见了。\n"
+    en = f"# Volcano\n\nThe vol{zw}cano erupted{zw} and la\u2060va reached the sea.\n"
+    write(root, "zh.md", zh)
+    write(root, "en.md", en)
+    write(root, "clean.md", "# Chess\n\nThe knight forks the rook and the queen.\n")
+    s = settings_for(tmp_path, [root], store=store)
+    run_backfill(s, TinyEmbedder())
+    texts = {"zh.md": zh, "en.md": en}
+    for p in stored_points(s).values():
+        if p["doc_path"] in texts:  # offsets and text as the file has them, U+200B kept
+            assert texts[p["doc_path"]][p["char_start"] : p["char_end"]] == p["text"]
+    assert any(zw in p["text"] for p in stored_points(s).values())
+    with build_indexer(s, TinyEmbedder()) as indexer:
+
+        def ask(text: str) -> list[str]:
+            return [h["doc_path"] for h in indexer.search(Query(text, k=3, mode="sparse"))]
+
+        assert ask("熔岩")[:1] == ["zh.md"] and ask("大海")[:1] == ["zh.md"]
+        assert ask("volcano")[:1] == ["en.md"] and ask("lava")[:1] == ["en.md"]
+        assert ask(f"kni{zw}ght")[:1] == ["clean.md"]  # a query holding one finds the clean note
+        assert ask("\u202equeen\u202c")[:1] == ["clean.md"]

@@ -14,7 +14,7 @@ from mdindex.embedding.sparse import SparseEncoder
 from mdindex.errors import ConfigError
 from mdindex.runtime import code_versions, fingerprint, physical_name, version_of
 from mdindex.versions.catalog import Catalog, Version, reader_settings
-from tests.conftest import TinyEmbedder, run_rollout, settings_for
+from tests.conftest import TinyEmbedder, run_rollout, settings_for, stored_points
 
 
 @pytest.mark.parametrize(
@@ -291,6 +291,43 @@ def test_a_catalog_from_before_code_versions_loads_and_records_them(tmp_path: Pa
     assert written[first]["code"] == {"chunker": 1, "sparse": BM25_1}
     assert written[current]["code"] == code_versions(params)
     assert Catalog.load(s).versions[first].code == {"chunker": 1, "sparse": BM25_1}
+
+
+def test_an_index_of_the_previous_analysis_is_an_older_version_not_damage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BM25 analysis 3 (invisible characters dropped, issue 33) changes every
+    fingerprint. An index built by the release before (analysis 2, recorded
+    with its version, or an older catalog that recorded nothing) still loads
+    and is searched as it was, and the next backfill builds this release's
+    version beside it and switches."""
+    from mdindex.embedding import sparse
+
+    assert SparseEncoder.params()["analysis"] == 3
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nThe vol\u200bcano erupted.\n")
+    s = settings_for(tmp_path, [root])
+    with monkeypatch.context() as m:  # the release before
+        m.setitem(sparse.PARAMS, "analysis", 2)
+        run_rollout(s, TinyEmbedder())
+        old = version_of(s)
+    assert old != version_of(s)
+    path = s.state_dir / "mdindex.versions.json"
+    raw = json.loads(path.read_text())
+    assert raw["versions"][old]["code"]["sparse"]["analysis"] == 2
+    for recorded in (raw, {**raw, "versions": {old: {
+        k: v for k, v in raw["versions"][old].items() if k != "code"
+    }}}):  # fmt: skip
+        path.write_text(json.dumps(recorded))
+        loaded = Catalog.load(s)
+        assert loaded.live == old and loaded.versions[old].code["sparse"]["analysis"] == 2
+        assert version_of(reader_settings(s)) == old  # searched as it was built
+    run_rollout(s, TinyEmbedder())
+    loaded = Catalog.load(s)
+    assert loaded.live == version_of(s) != old
+    assert loaded.versions[version_of(s)].code == code_versions(s.index.params())
+    assert {p["doc_path"] for p in stored_points(s).values()} == {"a.md"}
 
 
 def test_a_language_no_setting_takes_is_refused_in_the_catalog(

@@ -25,6 +25,12 @@ How text is analysed depends on the document's language (payload ``lang``):
   Korean and Thai, written without spaces, the Multilingual tokenizer, which
   segments them into words.
 
+Zero-width and direction characters (``INVISIBLE``) are taken out of the
+text first, a document's and a query's alike: a zero-width space inside a
+word split it into two terms, or joined a Chinese sentence's words into
+none, so the note could not be found by the word. Only the analysis drops
+them; the stored text, and its offsets, keep every character.
+
 A query is analysed the same two ways, English and as its own language. So
 an English question still matches English notes term for term, and English
 terms in a Chinese note; a Chinese one finds its words in Chinese notes.
@@ -45,15 +51,24 @@ from typing import Any
 
 SPARSE_NAME = "bm25"
 # Standard BM25 constants; avg_len in tokens is about a heading chunk's length.
-# analysis 2: per language (above); before it, Code and English for everything.
-# "tokenizer" is the English analysis's.
+# analysis 3: invisible characters dropped first; 2: per language (above);
+# before it, Code and English for everything. "tokenizer" is the English
+# analysis's.
 PARAMS: dict[str, Any] = {
     "k": 1.2,
     "b": 0.75,
     "avg_len": 256.0,
     "tokenizer": "code",
-    "analysis": 2,
+    "analysis": 3,
 }
+# Characters that show nothing and join or split no word for a reader: zero
+# width space, non-joiner and joiner, word joiner, byte order mark (zero width
+# no-break space), soft hyphen, and the bidirectional marks, embeddings,
+# overrides and isolates.
+INVISIBLE = dict.fromkeys(
+    [0x00AD, 0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF, 0x200E, 0x200F,
+     *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+)  # fmt: skip
 # qdrant-edge's Snowball stemmers and stop word lists, by ISO 639-1 code.
 STEMMERS = {
     "ar": "Arabic", "hy": "Armenian", "da": "Danish", "nl": "Dutch", "fi": "Finnish",
@@ -124,6 +139,7 @@ class SparseEncoder:
 
     def document(self, text: str, lang: str = "") -> Sparse:
         """A document's vector, analysed as its language (``lang``, "" unknown)."""
+        text = text.translate(INVISIBLE)
         english = self._bm25("en").embed_document(text)
         if analysis_of(lang) == "en":
             return _sorted(english)
@@ -139,6 +155,7 @@ class SparseEncoder:
     def query(self, text: str, langs: Sequence[str] = ()) -> Sparse:
         """A query's vector: the terms of its English analysis and of each of
         ``langs``' (every term weighs 1, as qdrant-edge weighs query terms)."""
+        text = text.translate(INVISIBLE)
         terms: set[int] = set()
         for key in dict.fromkeys(["en", *(analysis_of(lang) for lang in langs)]):
             terms.update(int(i) for i in self._bm25(key).embed_query(text).indices)

@@ -315,6 +315,8 @@ def require_live(settings: Settings) -> None:
 # fingerprints with: CHUNKER_VERSION 1 and 2, BM25 before and after the
 # per-language analysis (analysis 2). An old catalog's version is checked
 # against each in turn, and the one that gives its fingerprint is recorded.
+# Later analyses (3: invisible characters dropped) came after the catalog
+# recorded code versions, so a version built before one is known by its record.
 _BM25_1 = {"k": 1.2, "b": 0.75, "avg_len": 256.0, "tokenizer": "code"}
 _LEGACY_SPARSE = (_BM25_1 | {"analysis": 2}, _BM25_1)
 
