@@ -98,7 +98,14 @@ def _key(**over: str) -> dict[str, str]:
 
 
 def test_a_saved_choice_is_found_under_its_key_only(tmp_path: Path) -> None:
-    choice = Choice("onnx", "fp32", "why", {"onnx-fp32": 50.0}, source="measured", measured_at="t")
+    choice = Choice(
+        "onnx",
+        "fp32",
+        "why",
+        {"onnx-fp32": 50.0},
+        source="measured",
+        measured_at="2026-01-01T00:00:00+00:00",
+    )
     calibration.save(tmp_path, _key(), choice)
     again = calibration.cached(tmp_path, _key())
     assert again is not None

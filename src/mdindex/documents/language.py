@@ -96,7 +96,10 @@ def from_frontmatter(meta: dict[str, Any]) -> tuple[str | None, str | None]:
         code = normal_code(value) if isinstance(value, str) else None
         if code is not None:
             return code, None
-        return None, f"frontmatter {key}: {quoted(value)} is not a language code; detected instead"
+        return (
+            None,
+            f"frontmatter {key}: {quoted(value, 40)} is not a language code; detected instead",
+        )
     return None, None
 
 

@@ -27,7 +27,7 @@ from mdindex.documents.parsing import github_slug
 from mdindex.errors import ConfigError
 from mdindex.index import graph
 from mdindex.jsonfile import parse_json
-from mdindex.outside import quoted, shown
+from mdindex.outside import cut, quoted, shown
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +88,7 @@ def related(settings: Settings, root: str, path: str) -> dict[str, Any]:
         db = _need(maybe)
         this = graph.node(db, root, path) if len(root) + len(path) < 8192 else None
         if this is None:
-            shown = printable(f"{root[:64]}:{path[:200]}")
-            raise ConfigError(f"{shown} is not an indexed document")
+            raise ConfigError(f"{cut(root)}:{cut(path)} is not an indexed document")
         look = _Looker(db, root_folders(settings, db))
         outgoing, unresolved, external = [], [], []
         for link in graph.outgoing(db, root, path):
