@@ -240,3 +240,32 @@ def test_status_wait_scans_where_no_barrier_can_be_set(tmp_path: Path) -> None:
         assert [p["doc_path"] for p in d.points().values()] == ["empty/deeper/x.md"]
     finally:
         d.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_status_wait_with_the_store_down_is_not_caught_up_with_the_reason(
+    tmp_path: Path, root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store that refuses while `status --wait` waits: the daemon's error came
+    back as a refused request, and the command exited 3. The contract's
+    `--wait` answers are 0 or 4: now it is 4, with the store's reason in one line."""
+    from tests.cli_helper import in_process
+
+    url = "http://127.0.0.1:9"  # nothing listens: every store call fails
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS, qdrant_url=url)
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        (root / "c.md").write_text("# C\n\nWritten while the store is down.\n")
+        status = d.daemon.api.status(wait=2)
+        assert status["caught_up"] is False and "unreachable" in status["reason"]
+        assert d.thread.is_alive()
+        args = ("--state-dir", str(s.state_dir), "--qdrant-url", url)
+        done = in_process(capsys, "status", "--wait", "--timeout", "2", *args)
+        assert done.returncode == 4, done.stderr
+        # stderr holds this process's daemon's log too: the command's own line
+        line = [x for x in done.stderr.splitlines() if "status --wait: not caught up:" in x]
+        assert len(line) == 1 and "unreachable" in line[0], done.stderr
+    finally:
+        d.stop()
+    assert d.exit_code == 0

@@ -20,7 +20,7 @@ from mdindex.daemon.http import LOOPBACK, Api, HttpServer
 from mdindex.daemon.mcp_http import McpBridge
 from mdindex.daemon.shared import Shared
 from mdindex.daemon.token import load_token, write_token
-from mdindex.errors import StoreError
+from mdindex.errors import MdindexError, StoreError
 from mdindex.index.indexer import Indexer
 from mdindex.index.lock import socket_path, token_path
 from mdindex.index.search import Query
@@ -108,9 +108,12 @@ class DaemonApi:
         """The status fields. With ``wait``, first wait up to that many seconds
         for every change made before the call to be searchable."""
         d = self.shared
-        caught_up, how = None, ""
+        caught_up, how, failure = None, "", ""
         if wait is not None:
-            result, how = self.caught_up(wait)
+            try:
+                result, how = self.caught_up(wait)
+            except MdindexError as exc:  # a store or embedder down: not caught up, and why
+                result, failure = {}, str(exc)
             # deletions the guard refused are changes still to be made
             caught_up = bool(result) and not result.get("refused") and not d.health.refused
         gauges = d.health.gauges
@@ -128,7 +131,7 @@ class DaemonApi:
             failed=gauges.failed,
             last_sync=gauges.last_sync,
             phase=d.phase,
-            reason=d.health.reason,
+            reason=d.health.reason or failure,
             embedding=indexer.embedding_status() if indexer is not None else {},
             versions=gauges.versions,
             unresolved_links=gauges.unresolved_links,
