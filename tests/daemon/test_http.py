@@ -337,3 +337,33 @@ def test_generated_search_parameters_are_answered_or_refused_in_one_short_line(
     generated()
     code, body = request(port, "/search?q=apples", auth | {"Host": "h" * 5000})
     assert code == 403 and len(body["error"]) <= HTTP_LINE, body
+
+
+@pytest.mark.slow
+def test_an_mcp_body_with_a_key_twice_or_a_lone_surrogate_is_refused(daemon: Running) -> None:
+    """Found by a hostile review: the SDK's JSON reader kept the last of a key
+    given twice ("name": "status", "name": "search") and read "\\ud800"."""
+    port, token = tcp_port(daemon), token_of(daemon)
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+    }
+    call = '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": %s}'
+    for params, why in [
+        ('{"name": "status", "name": "search", "arguments": {"query": "x"}}', "'name'"),
+        ('{"name": "search", "arguments": {"query": "x", "query": "y"}}', "'query'"),
+        ('{"name": "search", "arguments": {"query": "\\ud800"}}', "lone surrogate"),
+        ('{"name": "search", "arguments": {"k": 1e400}}', "past a float's range"),
+    ]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            conn.request("POST", "/mcp", body=(call % params).encode(), headers=headers)
+            resp = conn.getresponse()
+            code, body = resp.status, json.loads(resp.read())
+        finally:
+            conn.close()
+        assert code == 400 and why in body["error"], (params, body)
+        assert body["error"].startswith("the MCP request is refused: ")
+        assert "\n" not in body["error"] and len(body["error"]) < 200
+    assert request(port, "/healthz")[0] == 200

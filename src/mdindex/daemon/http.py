@@ -44,6 +44,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from mdindex.daemon.connections import WORK_SLOTS, Connections
 from mdindex.daemon.metrics import Metrics
 from mdindex.errors import ConfigError, MdindexError
+from mdindex.jsonfile import JsonRefused, parse_json
 from mdindex.outside import integer, number, quoted
 
 log = logging.getLogger(__name__)
@@ -226,6 +227,11 @@ class _Handler(BaseHTTPRequestHandler):
         bridge = self.api.mcp
         if bridge is None:
             self._json(404, {"error": "MCP is not served here"})
+            return
+        try:  # the SDK's reader keeps the last of a key given twice, silently
+            parse_json(body or b"{}", MAX_MCP_BODY)
+        except JsonRefused as exc:
+            self._json(400, {"error": f"the MCP request is refused: {exc}"})
             return
         headers = [(k, v) for k, v in self.headers.items() if k.lower() != "authorization"]
         status, out_headers, answer = bridge.handle(self.command, self.path, headers, body)
