@@ -21,6 +21,7 @@ MODEL = "tiny-bow"
 class HostileServer:
     def __init__(self) -> None:
         self.answer: bytes | Callable[[list[str]], bytes] | None = None
+        self.models: list[Any] = [{"id": MODEL}]  # what /models lists
         self.requests = 0
         self.tiny = TinyEmbedder()
         server = self
@@ -32,7 +33,7 @@ class HostileServer:
                 pass
 
             def do_GET(self) -> None:
-                self.reply(json.dumps({"object": "list", "data": [{"id": MODEL}]}).encode())
+                self.reply(json.dumps({"object": "list", "data": server.models}).encode())
 
             def do_POST(self) -> None:
                 size = int(self.headers.get("Content-Length") or 0)

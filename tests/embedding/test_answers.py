@@ -56,6 +56,7 @@ def check(
         got = embedder.embed(texts)
     except MdindexError as exc:
         assert "\n" not in str(exc) and "127.0.0.1" in str(exc), str(exc)
+        assert len(str(exc)) < 400, str(exc)  # a value of the answer is quoted short
         return
     finally:
         server.answer = None
@@ -123,10 +124,10 @@ numbers = st.one_of(
     st.integers(),
     st.integers(min_value=-(10**400), max_value=10**400),
     st.floats(),
-    st.sampled_from([0, 1, -1, 0.5, 1e39, -1e39, 1e308, 2**63, 2**64]),
+    st.sampled_from([0, 1, -1, 0.5, 1e39, -1e39, 1e308, 2**63, 2**64, 10**4000]),
 )
 json_values = st.recursive(
-    st.none() | st.booleans() | numbers | st.text(max_size=8),
+    st.none() | st.booleans() | numbers | st.text(max_size=8) | st.just("x" * 4000),
     lambda inner: (
         st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
     ),
@@ -210,7 +211,18 @@ def body_of(server: HostileServer, texts: list[str], steps: list[Any]) -> bytes:
 raw_bodies = st.one_of(
     st.binary(max_size=200),
     st.sampled_from(
-        [b"[" * 100_000, b'{"data": ' + b"[" * 5000, b"{" * 3000, b"", b"null", b'"\\ud800"']
+        [
+            b"[" * 100_000,
+            b'{"data": ' + b"[" * 5000,
+            b"{" * 3000,
+            b"",
+            b"null",
+            b'"\\ud800"',
+            # a key given twice: which one is meant is not known
+            b'{"data": [{"index": 0, "embedding": [1.0, 0.0]}], "data": []}',
+            b'{"data": [{"index": 0, "index": 0, "embedding": [1.0, 0.0]}]}',
+            b'{"data": [{"index": 0, "embedding": [1.0, 0.0], "object": "\\udc00"}]}',
+        ]
     ),
     st.integers(1, 200_000).map(
         lambda n: b'{"data": [{"index": 0, "embedding": [' + b"1" * n + b"]}]}"
@@ -242,3 +254,29 @@ def test_generated_hostile_answers(
     example = {"texts": texts, "body": base64.b64encode(body).decode(), "exact": exact}
     with kept(EXAMPLES, example):
         check(served, texts, body, exact)
+
+
+@pytest.mark.parametrize(
+    "models",
+    [
+        [{"id": "x" * 4000}],
+        [{"id": f"model-{i}"} for i in range(1000)],
+        [{"id": 10**4000}, {"id": "\x1b]0;owned\x07" * 100}],
+    ],
+)
+def test_a_hostile_model_list_is_quoted_short(models: list[Any]) -> None:
+    """Found by a hostile review: the models a server lists were repeated in
+    the error line, ten of them, each up to 200 characters."""
+    from mdindex.errors import ConfigError
+
+    with hostile_server() as server:
+        server.models = models
+        embedder = RemoteEmbedder(server.url, MODEL, key="", retry_budget_s=0.5, batch=64)
+        try:
+            with pytest.raises(ConfigError) as caught:
+                embedder.load()
+        finally:
+            embedder.close()
+    line = str(caught.value)
+    assert f"does not serve model {MODEL!r}; it serves " in line, line
+    assert "\n" not in line and "\x1b" not in line and len(line) < 400, line

@@ -33,7 +33,7 @@ from mdindex.embedding.connections import Connections, ServerRefused
 from mdindex.embedding.model import ModelInfo
 from mdindex.embedding.reference import gate
 from mdindex.errors import ConfigError, EmbeddingError, MdindexError
-from mdindex.outside import redact, secret, shown
+from mdindex.outside import quoted, redact, secret
 
 if TYPE_CHECKING:
     import numpy as np
@@ -224,11 +224,14 @@ class RemoteEmbedder:
             raise self._lasting(exc) from exc
         listed = data.get("data") if isinstance(data, dict) else None
         listed = listed if isinstance(listed, list) else []  # a hostile answer: not listed
-        served = [shown(str(m.get("id"))[:200]) for m in listed if isinstance(m, dict)]
+        served = [str(m.get("id")) for m in listed if isinstance(m, dict)]
         if served and self.model_name not in served:
+            # a hostile server's list: a few names, each quoted short
+            names = ", ".join(quoted(s, 40) for s in served[:5])
+            more = f" and {len(served) - 5:,} more" if len(served) > 5 else ""
             raise ConfigError(
-                f"embedding server {self.where} does not serve model {self.model_name!r}; "
-                f"it serves {', '.join(repr(s) for s in served[:10])} (set embedding_model)"
+                f"embedding server {self.where} does not serve model "
+                f"{quoted(self.model_name)}; it serves {names}{more} (set embedding_model)"
             )
 
     def _lasting(self, exc: ServerRefused) -> MdindexError:
