@@ -18,8 +18,7 @@ MdindexError
 ├── StateError             the local state refuses writes (disk full, read-only) (exit 3)
 └── StoreError             Qdrant refused an operation
     ├── StoreMismatch      existing collection has other vector settings  (exit 2)
-    │   ├── LayoutMismatch the collection lacks the sparse vector its version has
-    │   └── ModelMismatch  its vectors are not the configured model's (a forged catalog)
+    │   └── LayoutMismatch the collection lacks the sparse vector its version has
     ├── CollectionMissing  the live version has no collection in the store (exit 2)
     └── StoreUnavailable   unreachable or refusing writes after retries   (exit 3)
 
@@ -122,11 +121,6 @@ class StoreMismatch(StoreError):
 
 class LayoutMismatch(StoreMismatch):
     """An older collection without the sparse vector: the sync core rebuilds it."""
-
-
-class ModelMismatch(StoreMismatch):
-    """A stored vector embedded again with the configured model differs: the
-    catalog names a model that did not build the version. Never repaired."""
 
 
 class CollectionMissing(StoreError):

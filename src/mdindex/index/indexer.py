@@ -35,7 +35,6 @@ from mdindex.index.changes import Changes, Key
 from mdindex.index.groups import GROUP_CHARS, GROUP_DOCS, Groups
 from mdindex.index.lookahead import Lookahead
 from mdindex.index.planning import DocWork, Planner, now_iso
-from mdindex.index.probe import probe_model
 from mdindex.index.state import State
 from mdindex.index.summary import Summary
 from mdindex.index.view import LAST_RUN_EMBEDDING, IndexView
@@ -84,7 +83,6 @@ class Indexer(IndexView):
             on_progress=self.hooks.on_progress,
         )
         self._store_checked = False
-        self._model_checked = False
         self.writer = Writer(
             store,
             state,
@@ -132,13 +130,6 @@ class Indexer(IndexView):
             consistency.rebuild_state(self.store, self.state, reason)
         self.state.put("store", consistency.store_identity(self.store))
         self._store_checked = True
-
-    def check_model(self) -> None:
-        """A stored vector against the model (``probe``), once, before the first
-        text is embedded (a run that reuses every vector embeds none)."""
-        if not self._model_checked:
-            probe_model(self.settings, self.detector, self.groups, self.writer.vectors)
-            self._model_checked = True
 
     def store_unchanged_since_last_run(self) -> bool:
         sig = self.store.signature()
@@ -240,8 +231,6 @@ class Indexer(IndexView):
 
             def push(works: list[DocWork]) -> None:
                 nonlocal staged
-                if not self._model_checked and writer.vectors.unknown_keys(works):
-                    self.check_model()  # before the first text is embedded
                 nxt = writer.stage(works, pool, staged)
                 if staged is not None:
                     writer.write(staged, summary)
