@@ -99,7 +99,13 @@ def test_a_cached_measurement_decides_without_measuring(
     calibration.save(
         cache,
         key,
-        calibration.Choice(backend, precision, "planted", source="measured", measured_at="2026-01-01T00:00:00+00:00"),
+        calibration.Choice(
+            backend,
+            precision,
+            "planted",
+            source="measured",
+            measured_at="2026-01-01T00:00:00+00:00",
+        ),
     )
     (saved,) = (cache / "calibration").glob("*.json")
     before = saved.read_bytes()
@@ -107,7 +113,10 @@ def test_a_cached_measurement_decides_without_measuring(
     loaded = load(info, Wanted(device="cpu", cache_dir=cache))
 
     assert (loaded.choice.name, loaded.choice.source) == (planted, "cache")
-    assert (loaded.choice.reason, loaded.choice.measured_at) == ("planted", "2026-01-01T00:00:00+00:00")
+    assert (loaded.choice.reason, loaded.choice.measured_at) == (
+        "planted",
+        "2026-01-01T00:00:00+00:00",
+    )
     if backend == "onnx":
         assert isinstance(loaded.engine, OnnxRunner)
         assert loaded.model is None  # torch's copy is let go
