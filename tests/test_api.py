@@ -242,3 +242,81 @@ def test_verify_finds_and_repairs_an_edit_not_synced(copy: Path) -> None:
         assert index.verify(repair=True).repaired
         [stored] = otters_stored(state)
         assert stored["section"] == "Otters" and index.verify().in_sync
+
+
+def test_a_string_where_a_list_goes_is_one_root_or_tag(tmp_path: Path) -> None:
+    """roots="docs" was searched as the roots d, o, c and s (no hit, no error);
+    drop_versions("ab12") dropped any version starting with a, b, 1 or 2."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("---\ntags: [animals]\n---\n# Otters\n\nOtters hold hands.\n")
+    index = Index([f"notes={docs}"], state_dir=tmp_path / "state", sparse_vectors=True)
+    rollout_for(index.settings, TinyEmbedder()).backfill()
+    for filters in ({"roots": "notes"}, {"tags": "animals"}, {"roots": ["notes"]}):
+        hits = index.search("otters", mode="sparse", **filters)
+        assert [h.doc_path for h in hits] == ["a.md"], filters
+    [version] = index.versions()
+    with pytest.raises(ConfigError, match=f"{version.fingerprint} is live"):
+        index.drop_versions(version.fingerprint)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"query": None},
+        {"query": 5},
+        {"query": b"otters"},
+        {"k": 2.5},
+        {"k": True},
+        {"k": 10**100},
+        {"path": None},
+        {"path": 5},
+        {"roots": 5},
+        {"roots": [None]},
+        {"tags": [1]},
+        {"tags": 5},
+        {"per_section": "maybe"},
+    ],
+)
+def test_a_search_argument_of_another_type_is_a_config_error(
+    tmp_path: Path, arguments: dict[str, Any]
+) -> None:
+    """A TypeError or AttributeError came out of Index.search, where docs/python.md
+    promises a ConfigError; a k of 100 digits was repeated whole."""
+    index = Index([tmp_path], state_dir=tmp_path / ".state")
+    query = arguments.pop("query", "otters")
+    with pytest.raises(ConfigError) as raised:
+        index.search(query, **arguments)
+    assert len(str(raised.value)) < 200 and "\n" not in str(raised.value)
+
+
+def test_an_opening_argument_of_another_kind_is_a_config_error(tmp_path: Path) -> None:
+    """state_dir a file, config a folder, roots a number, status(wait="x"): the
+    standard library's errors came out, not the error tree."""
+    afile = tmp_path / "a.md"
+    afile.write_text("# A\n")
+    index = Index([tmp_path], state_dir=tmp_path / ".state")
+    for call in (
+        lambda: Index([tmp_path], state_dir=afile).sync(),
+        lambda: Index([tmp_path], config=tmp_path),
+        lambda: Index(5, state_dir=tmp_path / ".state"),  # type: ignore[arg-type]
+        lambda: Index([tmp_path], state_dir=5),  # type: ignore[arg-type]
+        lambda: index.status(wait="x"),  # type: ignore[arg-type]
+        lambda: index.status(wait=float("nan")),
+        lambda: index.status(wait=-1),
+    ):
+        with pytest.raises(ConfigError):
+            call()
+
+
+@pytest.mark.parametrize("name", ["../outside", "a/b", "..", "", "-x", "a\x00b", "x" * 300])
+def test_a_collection_name_is_no_path(tmp_path: Path, name: str) -> None:
+    """collection="../x" wrote x.lock, x.versions.json and x__FP.sqlite3 beside
+    the state folder, "a/b" a folder inside it."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nApples.\n")
+    state = tmp_path / "deep" / "state"
+    with pytest.raises(ConfigError, match="collection"):
+        Index([docs], state_dir=state, collection=name)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs"]

@@ -319,3 +319,17 @@ def test_a_huge_value_is_quoted_in_at_most_a_line(tmp_path: Path, line: str) -> 
     with pytest.raises(ConfigError) as exc:
         load_settings({}, cfg)
     assert "\n" not in str(exc.value) and len(str(exc.value)) < 250, str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "content", [b"a = " + b"[" * 100_000, b"a = { x = " * 50_000, b"a = '\xff'", b"#" * (2 << 20)]
+)
+def test_a_config_file_that_cannot_be_read_is_one_line(tmp_path: Path, content: bytes) -> None:
+    """A deep one was a RecursionError, one not UTF-8 a UnicodeDecodeError (exit 3,
+    "internal error"); /dev/zero was read until memory ran out."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_bytes(content)
+    for path in (cfg, tmp_path, Path("/dev/zero")):
+        with pytest.raises(ConfigError) as exc:
+            load_settings({}, path)
+        assert "\n" not in str(exc.value) and str(path) in str(exc.value)

@@ -21,6 +21,7 @@ from mdindex.errors import ConfigError, StoreUnavailable
 from mdindex.index.lock import WriterLock
 from mdindex.index.search import Query, parse_where
 from mdindex.index.summary import Summary
+from mdindex.outside import number, quoted, strings
 from mdindex.query.client import IndexClient, find_daemon
 from mdindex.runtime import Loaded
 from mdindex.versions.catalog import Catalog, reader_settings, require_live
@@ -54,11 +55,10 @@ class Index:
     ) -> None:
         overrides = dict(settings)
         if roots:
-            many = [roots] if isinstance(roots, str | Path) else roots
-            overrides["roots"] = [str(r) for r in many]
+            overrides["roots"] = [str(r) for r in _paths(roots, "roots", many=True)]
         if state_dir is not None:
-            overrides["state_dir"] = Path(state_dir)
-        self._open(load_settings(overrides, Path(config) if config else None))
+            [overrides["state_dir"]] = _paths(state_dir, "state_dir")
+        self._open(load_settings(overrides, _paths(config, "config")[0] if config else None))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Index:
@@ -68,7 +68,7 @@ class Index:
         return index
 
     def _open(self, settings: Settings) -> None:
-        self.settings: Settings = settings
+        self.settings: Settings = _checked(settings)
         self._client = IndexClient(settings)
         self._loaded = Loaded()  # the models syncs here loaded
 
@@ -183,10 +183,10 @@ class Index:
                     text=query,
                     k=k,
                     mode=mode or self.settings.search_mode,
-                    roots=tuple(roots),
+                    roots=strings(roots, "roots"),
                     path=path,
                     where=parse_where(dict(where) if isinstance(where, Mapping) else where),
-                    tags=tuple(tags),
+                    tags=strings(tags, "tags"),
                     fusion=self.settings.fusion,
                     per_section=per_section,
                     lang=lang,
@@ -199,7 +199,7 @@ class Index:
         """How fresh the index is; with ``wait``, once every change made before
         the call is searchable or ``wait`` seconds passed (``caught_up`` says
         which). Without a daemon the roots are scanned (nothing is written)."""
-        return Status.from_dict(self._client.status(wait))
+        return Status.from_dict(self._client.status(None if wait is None else _seconds(wait)))
 
     # -- versions ---------------------------------------------------------------
 
@@ -235,7 +235,7 @@ class Index:
         daemon when one holds the store."""
         from mdindex.versions import rollout
 
-        fps = list(fingerprints)
+        fps = [fingerprints] if isinstance(fingerprints, str) else list(fingerprints)
         if self.daemon_running():
             return Dropped(self._client.versions("drop", fps)["dropped"], daemon=True)
         return Dropped(rollout.drop_versions(self.settings, fps), daemon=False)
@@ -284,6 +284,34 @@ class Index:
 
         asked = chosen_questions(self.settings, questions, headings, seed)
         return evaluate.compare(self.settings, self._client, asked, versions, list(modes))
+
+
+def _checked(settings: Settings) -> Settings:
+    folder = settings.state_dir
+    if any(p.exists() and not p.is_dir() for p in (folder, *folder.parents)):
+        raise ConfigError(f"state_dir: {quoted(str(folder))} is not a folder")
+    return settings
+
+
+def _seconds(wait: Any) -> float:
+    from mdindex.daemon.http import MAX_WAIT_S  # the HTTP server: not for every call
+
+    try:
+        return number(wait, "status: wait", 0, MAX_WAIT_S)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _paths(value: Any, name: str, many: bool = False) -> list[Path]:
+    """A path argument (or several, with ``many``) as paths; ConfigError otherwise."""
+    values = [value] if isinstance(value, str | Path) or not many else value
+    try:
+        if all(isinstance(v, str | Path) for v in values):
+            return [Path(v) for v in values]
+    except TypeError:  # roots=5
+        pass
+    kind = "a path or a list of paths" if many else "a path"
+    raise ConfigError(f"{name} must be {kind}, not {quoted(value)}")
 
 
 class _McpAnswers:

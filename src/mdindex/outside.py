@@ -12,6 +12,7 @@ import math
 import os
 import re
 import unicodedata
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +141,38 @@ def secret(env: str, credential: str) -> str | None:
         if path.is_file():
             return path.read_text(encoding="utf-8").strip() or None
     return None
+
+
+def string(value: Any, name: str) -> str:
+    """A string argument, as it is; ValueError in one line for any other type."""
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string")
+    return value
+
+
+def flag(value: Any, name: str) -> bool:
+    """A boolean, or the text of one (true/false, yes/no, 1/0)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "0", "false", "no"):
+        return value.lower() in ("1", "true", "yes")
+    raise ValueError(f"{name} must be true or false")
+
+
+def strings(value: Any, name: str) -> tuple[str, ...]:
+    """One string or several (any iterable but a mapping) as a tuple: ``roots="docs"``
+    is one root, not the roots d, o, c and s."""
+    if not isinstance(value, str | Mapping | bytes):
+        with contextlib.suppress(TypeError):
+            value = tuple(value)
+    return tuple(_strings(value, name))
+
+
+def _strings(value: Any, name: str) -> list[str]:
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise ValueError(f"{name} must be a string or a list of strings")

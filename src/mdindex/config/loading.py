@@ -31,14 +31,28 @@ _EXTRA_ENV = {
 _TEST_ENV = ("MDINDEX_TEST_", "MDINDEX_FAULTS")
 
 
+# A config file is a few hundred bytes; /dev/zero as one was read until memory ran out.
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
-            data = tomllib.load(fh)
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError as exc:
         raise ConfigError(f"config: file {path} not found; fix --config or MDINDEX_CONFIG") from exc
+    except OSError as exc:  # a folder, no permission
+        raise ConfigError(f"config: cannot read {path}: {exc.strerror}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config: {path} is over {MAX_CONFIG_BYTES >> 20} MB")
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"config: {path} is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config: {path} is not valid TOML ({exc})") from exc
+    except RecursionError:  # tomllib recurses into each [ or {
+        raise ConfigError(f"config: {path} nests too deep") from None
     # Accept both a flat file and one with an [mdindex] table.
     if isinstance(data.get("mdindex"), dict) and len(data) == 1:
         data = data["mdindex"]

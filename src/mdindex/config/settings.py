@@ -84,7 +84,9 @@ class Settings(BaseSettings):
     _version: tuple[str, dict[str, Any]] | None = PrivateAttr(default=None)
 
     roots: StrList = Field(default_factory=list)
-    collection: str = "mdindex"
+    # A file name in the state folder and a collection's on a server: "../x" wrote
+    # x.lock and x.versions.json beside the state folder, "a/b" a folder inside it.
+    collection: str = Field(default="mdindex", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
     qdrant_path: Path | None = None
     qdrant_url: str | None = None
     qdrant_grpc: bool = False

@@ -28,7 +28,7 @@ from mdindex.documents.tags import normal_tag
 from mdindex.embedding.embedder import Embedder
 from mdindex.embedding.sparse import SparseEncoder
 from mdindex.index.payload import public
-from mdindex.outside import integer, quoted
+from mdindex.outside import flag, integer, quoted, string, strings
 from mdindex.sinks import Store
 from mdindex.sinks.base import Hit, SearchFilter, StoreQuery
 
@@ -81,12 +81,24 @@ class Query:
     lang: str = ""  # only documents in this language, and the query analysed as it
 
     def __post_init__(self) -> None:
+        # The Python API builds a Query from its caller's arguments: a type is checked
+        # here too, as from_params checks it (path=None was a TypeError, not this line).
+        if not isinstance(self.text, str):
+            raise ValueError(f"the query must be a string, not {quoted(self.text)}")
         if not self.text.strip():
             raise ValueError("the query is empty")
         if len(self.text) > MAX_QUERY_CHARS:
             raise ValueError(f"the query is over {MAX_QUERY_CHARS} characters")
-        if not 1 <= self.k <= MAX_K:
-            raise ValueError(f"k must be 1 to {MAX_K}, not {self.k}")
+        object.__setattr__(self, "k", integer(self.k, "k", 1, MAX_K))
+        object.__setattr__(self, "per_section", flag(self.per_section, "per_section"))
+        object.__setattr__(self, "path", string(self.path, "path"))
+        for name in ("roots", "tags"):
+            object.__setattr__(self, name, strings(getattr(self, name), name))
+        if not all(isinstance(kv, tuple) and len(kv) == 2 for kv in self.where):
+            raise ValueError("where must hold (key, value) pairs")
+        for key, value in self.where:
+            string(key, "where key")
+            string(value, "where value")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {quoted(self.mode)}")
         if self.fusion not in FUSIONS:
@@ -139,14 +151,14 @@ class Query:
         return cls(
             text=text,
             k=integer(params.get("k", 5), "k", 1, MAX_K),
-            mode=_string(params.get("mode") or default_mode, "mode"),
-            roots=tuple(_strings(params.get("root"), "root")),
-            path=_string(params.get("path") or "", "path"),
+            mode=string(params.get("mode") or default_mode, "mode"),
+            roots=strings(params.get("root"), "root"),
+            path=string(params.get("path") or "", "path"),
             where=parse_where(params.get("where")),
-            tags=tuple(_strings(params.get("tag"), "tag")),
-            fusion=_string(params.get("fusion") or default_fusion, "fusion"),
-            per_section=_flag(params.get("per_section", True), "per_section"),
-            lang=_string(params.get("lang") or "", "lang"),
+            tags=strings(params.get("tag"), "tag"),
+            fusion=string(params.get("fusion") or default_fusion, "fusion"),
+            per_section=flag(params.get("per_section", True), "per_section"),
+            lang=string(params.get("lang") or "", "lang"),
         )
 
     def as_params(self) -> list[tuple[str, Any]]:
@@ -190,9 +202,9 @@ def parse_where(value: Any) -> tuple[tuple[str, str], ...]:
     if value is None or value == "":
         return ()
     if isinstance(value, Mapping):
-        return tuple((_string(k, "where key"), _scalar(v)) for k, v in value.items())
+        return tuple((string(k, "where key"), _scalar(v)) for k, v in value.items())
     out = []
-    for item in _strings(value, "where"):
+    for item in strings(value, "where"):
         key, sep, val = item.partition("=")
         if not sep:
             raise ValueError(f"--where {quoted(item)} must be key=value")
@@ -211,36 +223,12 @@ def candidates(value: str) -> tuple[str | int | bool, ...]:
     return tuple(out)
 
 
-def _string(value: Any, name: str) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{name} must be a string")
-    return value
-
-
-def _flag(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "0", "false", "no"):
-        return value.lower() in ("1", "true", "yes")
-    raise ValueError(f"{name} must be true or false")
-
-
 def _scalar(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | str):
         return str(value)
     raise ValueError("a where value must be a string, an integer or a boolean")
-
-
-def _strings(value: Any, name: str) -> list[str]:
-    if value is None or value == "":
-        return []
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
-        return list(value)
-    raise ValueError(f"{name} must be a string or a list of strings")
 
 
 def search(
