@@ -208,6 +208,9 @@ def test_a_daemon_on_a_temporary_socket_is_connected_to_and_switches(copy: Path)
         with Index.connect(state) as index:
             assert index.settings.state_dir == state
             assert index.status(wait=60).caught_up is True  # its start reconciled
+            assert index.sync().daemon is True  # was "roots: no folder to index"
+            with pytest.raises(ConfigError, match="timeout"):
+                index.use_version(token, timeout=float("nan"))  # its switch was not waited for
             rows = {v.fingerprint: v.live for v in index.versions()}
             assert rows == {heading: True, token: False}
             add_otters()

@@ -126,9 +126,9 @@ class Index:
         from mdindex.index.indexer import Hooks
         from mdindex.versions.rollout import Rollout
 
-        self.settings.require_roots()
-        if not ray and self.daemon_running():
+        if not ray and self.daemon_running():  # its roots: Index.connect names none
             return self._client.backfill(dry_run, prune, force)
+        self.settings.require_roots()
         run = None
         if ray and not dry_run:
             from mdindex import distributed
@@ -199,7 +199,9 @@ class Index:
         """How fresh the index is; with ``wait``, once every change made before
         the call is searchable or ``wait`` seconds passed (``caught_up`` says
         which). Without a daemon the roots are scanned (nothing is written)."""
-        return Status.from_dict(self._client.status(None if wait is None else _seconds(wait)))
+        return Status.from_dict(
+            self._client.status(None if wait is None else _seconds(wait, "wait"))
+        )
 
     # -- versions ---------------------------------------------------------------
 
@@ -223,7 +225,7 @@ class Index:
         from mdindex.versions import rollout
 
         if self.daemon_running():
-            target, live = self._client.use(fingerprint, timeout)
+            target, live = self._client.use(fingerprint, _seconds(timeout, "timeout"))
             return Switch(target=target, live=live, daemon=True)
         hooks = Hooks(on_progress=progress)
         fp, summary = rollout.use_version(self.settings, fingerprint, hooks, self._loaded)
@@ -293,11 +295,11 @@ def _checked(settings: Settings) -> Settings:
     return settings
 
 
-def _seconds(wait: Any) -> float:
+def _seconds(value: Any, what: str) -> float:
     from mdindex.daemon.http import MAX_WAIT_S  # the HTTP server: not for every call
 
     try:
-        return number(wait, "status: wait", 0, MAX_WAIT_S)
+        return number(value, what, 0, MAX_WAIT_S)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
