@@ -199,9 +199,7 @@ class Index:
         """How fresh the index is; with ``wait``, once every change made before
         the call is searchable or ``wait`` seconds passed (``caught_up`` says
         which). Without a daemon the roots are scanned (nothing is written)."""
-        return Status.from_dict(
-            self._client.status(None if wait is None else _seconds(wait, "wait"))
-        )
+        return Status.from_dict(self._client.status(_seconds(wait, "wait")))
 
     # -- versions ---------------------------------------------------------------
 
@@ -295,9 +293,12 @@ def _checked(settings: Settings) -> Settings:
     return settings
 
 
-def _seconds(value: Any, what: str) -> float:
+def _seconds(value: Any, what: str) -> Any:
+    """None stays None (no wait); anything else is checked as the CLI's --timeout."""
     from mdindex.daemon.http import MAX_WAIT_S  # the HTTP server: not for every call
 
+    if value is None:
+        return None
     try:
         return number(value, what, 0, MAX_WAIT_S)
     except ValueError as exc:
