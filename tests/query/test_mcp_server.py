@@ -508,3 +508,67 @@ def test_generated_arguments_are_answered_or_refused_in_one_short_line(
             check(example)
 
     generated()
+
+
+def test_a_resource_that_cannot_be_read_says_why_in_one_line(tmp_path: Path, notes: Path) -> None:
+    """A resource read of a document not indexed, or a path with .. parts, was
+    "Error creating resource from template URI" to the client (the reason withheld)
+    and a traceback at ERROR in the server's log for every such request."""
+    from mcp.server.mcpserver.exceptions import ResourceError, UnexpectedResourceError
+
+    from mdindex.query.mcp_server import build_server
+
+    s = load_settings({"roots": [f"notes={notes}"], "state_dir": str(tmp_path / "state")})
+    run_backfill(s, TinyEmbedder())
+    (notes / "new.md").write_text("# New\n\nNot indexed yet.\n")
+
+    class Nothing:
+        def search(self, query: Any) -> list[dict[str, Any]]:
+            return []
+
+        def status(self) -> dict[str, Any]:
+            return {}
+
+        def refresh(self, timeout_s: float) -> dict[str, Any]:
+            return {}
+
+    server = build_server(s, Nothing(), allow_refresh=False)
+    [text] = asyncio.run(server.read_resource("mdindex://notes/guide/otters.md"))
+    assert text.content == (notes / "guide/otters.md").read_text()
+    for uri, reason in [
+        ("mdindex://notes/new.md", "notes:new.md is not an indexed document"),
+        ("mdindex://notes/gone.md", "no such document: notes:gone.md"),
+        ("mdindex://notes/guide%2F..%2Fotters.md", "without . or .. parts"),
+        ("mdindex://other/guide/otters.md", "no root labelled 'other'"),
+    ]:
+        with pytest.raises(ResourceError) as raised:
+            asyncio.run(server.read_resource(uri))
+        assert not isinstance(raised.value, UnexpectedResourceError), uri
+        assert reason in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_root_may_be_given_as_one_string_as_a_tag_may(tmp_path: Path, notes: Path) -> None:
+    """{"root": "notes"} was refused ("root: Input should be a valid list"), where
+    {"tag": "security"} is taken: both are one filter or a list of them."""
+    from mdindex.query.mcp_server import build_server
+
+    s = load_settings({"roots": [f"notes={notes}"], "state_dir": str(tmp_path / "state")})
+    asked = []
+
+    class Recorder:
+        def search(self, query: Any) -> list[dict[str, Any]]:
+            asked.append(query)
+            return []
+
+        def status(self) -> dict[str, Any]:
+            return {}
+
+        def refresh(self, timeout_s: float) -> dict[str, Any]:
+            return {}
+
+    server = build_server(s, Recorder(), allow_refresh=False)
+    for root in ("notes", ["notes"]):
+        arguments = {"query": "otters", "root": root, "tag": "animals"}
+        result = asyncio.run(server.call_tool("search", arguments))
+        assert "hits" in str(result), result
+    assert [(q.roots, q.tags) for q in asked] == [(("notes",), ("animals",))] * 2

@@ -198,7 +198,7 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
     """The MCP server: tools and resources over ``backend`` (any transport)."""
     from mcp import types
     from mcp.server.mcpserver import MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.exceptions import ResourceError, ToolError
     from pydantic import ValidationError
 
     class Server(MCPServer):
@@ -252,7 +252,7 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
     def search(
         query: str,
         k: HitCount = 5,
-        root: list[str] | None = None,
+        root: list[str] | str | None = None,
         path: str = "",
         where: list[str] | None = None,
         mode: str = "",
@@ -334,7 +334,12 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
         mime_type="text/markdown",
     )
     def document(root: str, path: str) -> str:
-        return str(checked(lambda: read_document(settings, root, path))["text"])
+        # ResourceError: the SDK gives the client its line and logs it at INFO; a
+        # ToolError here was "Error creating resource" and a traceback at ERROR
+        try:
+            return str(read_document(settings, root, path)["text"])
+        except (ValueError, MdindexError) as exc:
+            raise ResourceError(shown(str(exc).splitlines()[0] if str(exc) else "")) from None
 
     return server
 
