@@ -366,6 +366,10 @@ def test_versions_use_and_drop_through_the_running_daemon(
     assert main(["backfill", str(root), *state]) == 0  # the daemon's own: a reconcile
     assert json.loads(capsys.readouterr().out)["errors"] == []
 
+    # an empty fingerprint names no version, as without a daemon (it dropped every old one)
+    assert main(["versions", "drop", "", *state]) == 2
+    assert "'' names no version" in capsys.readouterr().err
+    assert set(Catalog.load(old).versions) == {version_of(old), version_of(token)}
     assert main(["versions", "drop", *state]) == 0
     assert json.loads(capsys.readouterr().out) == {"dropped": [version_of(token)]}
     assert list(Catalog.load(old).versions) == [version_of(old)]

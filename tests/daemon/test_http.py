@@ -367,3 +367,13 @@ def test_an_mcp_body_with_a_key_twice_or_a_lone_surrogate_is_refused(daemon: Run
         assert body["error"].startswith("the MCP request is refused: ")
         assert "\n" not in body["error"] and len(body["error"]) < 200
     assert request(port, "/healthz")[0] == 200
+
+
+def test_an_empty_fingerprint_is_kept_where_other_empty_parameters_are_not() -> None:
+    """`versions drop ""` through the daemon sent fingerprint= and the daemon, which
+    leaves empty parameters out, dropped every old version; without it, refused."""
+    from mdindex.daemon.http import parameters
+
+    assert parameters("action=drop&fingerprint=") == {"action": ["drop"], "fingerprint": [""]}
+    assert parameters("q=apples&path=&mode=") == {"q": ["apples"]}
+    assert parameters("action=drop") == {"action": ["drop"]}

@@ -61,13 +61,18 @@ REPEATABLE = ("root", "where", "tag", "fingerprint")
 
 
 def parameters(query: str) -> dict[str, list[str]]:
-    """A request's query parameters, those left empty left out as before;
+    """A request's query parameters, those left empty left out as before, but
+    an empty fingerprint (one that names no version, not "every old one");
     ValueError naming one given twice (empty or not) that may be given once."""
     given = urllib.parse.parse_qs(query, keep_blank_values=True)
     for key, values in given.items():
         if len(values) > 1 and key not in REPEATABLE:
             raise ValueError(f"{quoted(key)} is given {len(values)} times; give it once")
-    return {key: kept for key, values in given.items() if (kept := [v for v in values if v])}
+    return {
+        key: kept
+        for key, values in given.items()
+        if (kept := [v for v in values if v or key == "fingerprint"])
+    }
 
 
 class Api:
