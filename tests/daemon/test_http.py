@@ -377,3 +377,26 @@ def test_an_empty_fingerprint_is_kept_where_other_empty_parameters_are_not() -> 
     assert parameters("action=drop&fingerprint=") == {"action": ["drop"], "fingerprint": [""]}
     assert parameters("q=apples&path=&mode=") == {"q": ["apples"]}
     assert parameters("action=drop") == {"action": ["drop"]}
+
+
+def test_a_socket_that_cannot_be_removed_leaves_the_rest_of_the_stop(
+    tmp_path: Path, root: Path
+) -> None:
+    """The state folder made append-only (`chattr -R +a`) under `mdindex watch`:
+    removing its socket at the stop raised, so the stores were never closed nor
+    the lock released, and the daemon exited 2 ("mdindex.sock: Operation not
+    permitted"). A socket path turned into a folder fails the same way."""
+    from mdindex.index.lock import WriterLock
+
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder()).start()
+    converges(d, tmp_path, root)
+    sock = socket_path(s.state_dir, s.collection)
+    sock.unlink()
+    sock.mkdir()
+    (sock / "kept").write_text("not ours to remove\n")
+    d.stop()
+    assert d.exit_code == 0
+    with WriterLock(s.state_dir, s.collection, "backfill"):  # released
+        pass
+    assert (sock / "kept").read_text() == "not ours to remove\n"

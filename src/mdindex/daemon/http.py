@@ -340,4 +340,7 @@ class HttpServer:
         self.server.shutdown()
         self.server.server_close()
         if self.path is not None:
-            self.path.unlink(missing_ok=True)
+            try:  # the stop goes on: the stores are closed and the lock released after this
+                self.path.unlink(missing_ok=True)
+            except OSError as exc:  # an append-only state folder, a folder in its place
+                log.warning("cannot remove the socket %s: %s", self.path, exc.strerror)
