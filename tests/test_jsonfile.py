@@ -48,7 +48,7 @@ from mdindex.embedding import calibration, onnx_export  # noqa: E402
 from mdindex.embedding.model import resolve_model  # noqa: E402
 from mdindex.errors import ConfigError  # noqa: E402
 from mdindex.index import guard, lock  # noqa: E402
-from mdindex.jsonfile import MAX_DEPTH, JsonRefused, parse_json  # noqa: E402
+from mdindex.jsonfile import MAX_DEPTH, JsonRefused, load_json, parse_json  # noqa: E402
 from mdindex.runtime import fingerprint  # noqa: E402
 from mdindex.versions.catalog import Catalog  # noqa: E402
 from tests.conftest import settings_for  # noqa: E402
@@ -333,3 +333,57 @@ def test_unterminated_strings_are_measured_in_linear_time() -> None:
             parse_json(raw)
         assert time.perf_counter() - started < 2
     assert parse_json(r'["a\"[[", "\\", "]]"]', max_depth=1) == ['a"[[', "\\", "]]"]
+
+
+def _returns_within(call: Any, seconds: float, fifo: Path) -> Any:
+    """``call``'s answer, or an AssertionError when it has not come within ``seconds``
+    (its thread is then freed by opening ``fifo`` for writing)."""
+    import threading
+
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(call())
+        except BaseException as exc:  # raised again in the test's thread
+            out.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(seconds)
+        raise AssertionError(f"blocked on {fifo}")
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
+
+
+def test_a_fifo_where_a_json_file_goes_is_no_file_and_blocks_nothing(tmp_path: Path) -> None:
+    """`mkfifo STATE/mdindex.versions.json` (or mdindex.lock, or a calibration
+    file in the cache): status, search and every model load waited forever on
+    the open, as no writer came."""
+    from mdindex.config import load_settings
+    from mdindex.versions.catalog import Catalog
+
+    state = tmp_path / "state"
+    state.mkdir()
+    catalog = state / "mdindex.versions.json"
+    os.mkfifo(catalog)
+    with pytest.raises(OSError, match="not a regular file"):
+        _returns_within(lambda: load_json(catalog), 5, catalog)
+    assert _returns_within(lambda: read_json(catalog), 5, catalog) == {}
+    s = load_settings({"state_dir": str(state)})
+    with pytest.raises(ConfigError, match=r"versions\.json is unreadable"):
+        _returns_within(lambda: Catalog.load(s), 5, catalog)
+    held = state / "mdindex.lock"
+    os.mkfifo(held)
+    assert _returns_within(lambda: lock.read_holder(held), 5, held) is None
+    cache = tmp_path / "cache" / "calibration"
+    cache.mkdir(parents=True)
+    os.mkfifo(cache / "0.json")
+    assert (
+        _returns_within(lambda: calibration.recorded(cache.parent, "x"), 5, cache / "0.json")
+        is None
+    )

@@ -11,10 +11,12 @@ across a power cut."""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -141,9 +143,20 @@ def _finite(text: str) -> float:
 
 def load_json(path: Path, max_bytes: int = MAX_FILE_BYTES) -> Any:
     """A file's JSON value through the bounded reader; OSError or JsonRefused."""
-    with path.open("rb") as f:
+    with os.fdopen(open_regular(path), "rb") as f:
         raw = f.read(max_bytes + 1)
     return parse_json(raw, max_bytes)
+
+
+def open_regular(path: Path) -> int:
+    """A file opened for reading, or OSError when it is no regular file: a FIFO
+    in its place (``mkfifo STATE/mdindex.versions.json``) held every command in
+    its open, waiting for a writer; a device is no file of ours either."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return fd
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mdindex.errors import LockError
-from mdindex.jsonfile import parse_json
+from mdindex.jsonfile import open_regular, parse_json
 
 
 def private_dir(path: Path) -> None:
@@ -49,7 +49,7 @@ def _record(fd: int) -> dict[str, Any]:
 def read_holder(path: Path) -> dict[str, Any] | None:
     """The holder's record if the lock is held right now, else None."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_regular(path)  # a FIFO's open waited for a writer
     except OSError:
         return None
     try:
