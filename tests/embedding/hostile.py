@@ -2,13 +2,15 @@
 do: answer garbage. It speaks the OpenAI protocol over real HTTP (``/models``,
 ``/embeddings``); while ``answer`` is set, it is what every embeddings request
 gets back, raw, as the body of a 200. Unset, it embeds honestly: bag-of-words
-vectors (``TinyEmbedder``'s), so a test can compare what is stored."""
+vectors (``TinyEmbedder``'s), so a test can compare what is stored. With
+``drip_s`` set, whatever it answers comes a byte at a time."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -23,6 +25,7 @@ class HostileServer:
         self.answer: bytes | Callable[[list[str]], bytes] | None = None
         self.models: list[Any] = [{"id": MODEL}]  # what /models lists
         self.requests = 0
+        self.drip_s = 0.0  # when set: the answer is sent a byte at a time, this far apart
         self.tiny = TinyEmbedder()
         server = self
 
@@ -56,7 +59,13 @@ class HostileServer:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if not server.drip_s:
+                    self.wfile.write(body)
+                    return
+                for i in range(len(body)):
+                    self.wfile.write(body[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(server.drip_s)
 
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.http.daemon_threads = True

@@ -4,7 +4,9 @@ retried while its failure is transient (``mdindex.retry``): the transport of
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import socket
 import threading
 import urllib.parse
 from typing import Any
@@ -45,6 +47,33 @@ def transient(exc: BaseException) -> bool:
     if isinstance(exc, HttpStatus):
         return exc.status in TRANSIENT_STATUS
     return isinstance(exc, (OSError, http.client.HTTPException))  # refused, reset, timed out
+
+
+class Deadline:
+    """A request's whole time, not each read's: at ``seconds`` its socket is shut,
+    which ends a read blocked in another thread. The socket's own timeout holds
+    for one read only: an answer sent a byte a second was read for as many
+    seconds as it has bytes (12 days for 128 vectors of 384)."""
+
+    def __init__(self, conn: http.client.HTTPConnection, seconds: float) -> None:
+        self._conn = conn
+        self._passed = threading.Event()
+        self._timer = threading.Timer(seconds, self._cut)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _cut(self) -> None:
+        self._passed.set()
+        sock = self._conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):  # closed meanwhile
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def passed(self) -> bool:
+        return self._passed.is_set()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 class Connections:
@@ -101,10 +130,13 @@ class Connections:
             headers["Authorization"] = f"Bearer {self._key}"
         for again in (False, True):
             conn, reused = self._connection()
+            cut = Deadline(conn, self.timeout_s)
             try:
                 conn.request(method, self._parsed.path + path, body=body, headers=headers)
                 response = conn.getresponse()
                 raw = response.read(MAX_ANSWER_BYTES + 1)
+                if cut.passed():  # the read ends at the cut, with what had come
+                    raise TimeoutError
                 if len(raw) > MAX_ANSWER_BYTES:
                     raise EmbeddingError(
                         f"embedding server {self.where} answered {path} with more than "
@@ -112,6 +144,8 @@ class Connections:
                     )
             except BaseException as exc:
                 conn.close()  # a half-read answer must not be read by the next request
+                if cut.passed():
+                    raise TimeoutError(f"no whole answer within {self.timeout_s:g} s") from None
                 # a kept-alive connection the server has closed meanwhile: once more,
                 # on a new one, before counting it as a failure
                 if not (reused and not again and isinstance(exc, STALE)):
@@ -119,6 +153,8 @@ class Connections:
             else:
                 self._release(conn, response)
                 break
+            finally:
+                cut.cancel()
         if response.status >= 400:
             raise HttpStatus(response.status, raw.decode("utf-8", "replace"))
         try:
