@@ -79,6 +79,7 @@ def open_masks(watcher: Watcher) -> list[bool]:
     return [bool(int(mask, 16) & 0x20) for mask in masks]
 
 
+@pytest.mark.serial  # it cuts the machine's inotify queue: no watcher may start beside it
 def test_a_scan_of_the_whole_tree_cannot_flood_the_kernel_queue(tmp_path: Path) -> None:
     """A scan opens every folder and each changed file. With opens asked for on
     every folder, a scan of 9,000 folders overflowed the kernel's queue (16,384)
@@ -166,6 +167,7 @@ def test_the_barrier_opens_only_a_regular_file_and_never_waits(tmp_path: Path) -
     assert _file_to_open(str(tmp_path)) is None
 
 
+@pytest.mark.serial  # it cuts the machine's inotify queue: no watcher may start beside it
 @pytest.mark.parametrize("log_level", ["WARNING", "ERROR"])
 def test_an_inotify_overflow_makes_the_watcher_rescan(tmp_path: Path, log_level: str) -> None:
     """The kernel's queue cut to 16 events (where this test may set it; 16,384
