@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mdindex.config import Root
-from mdindex.documents.files import FileRef, PathFilter, glob_regex, scan
+from mdindex.documents.files import FileRef, PathFilter, glob_regex, printable, scan
 
 DEFAULT = ["**/*.md", "**/*.markdown"]
 
@@ -47,3 +47,15 @@ def test_scan_yields_documents_in_order_and_skips_hidden_folders(tmp_path: Path)
     assert [f.rel for f in found if isinstance(f, FileRef)] == ["b.md", "a/y.md", "a/z.md"]
     under = list(scan(Root("r", tmp_path), PathFilter(DEFAULT), under="a"))
     assert [f.rel for f in under if isinstance(f, FileRef)] == ["a/y.md", "a/z.md"]
+
+
+def test_printable_keeps_every_script_and_escapes_what_could_drive_a_terminal() -> None:
+    # a Chinese or Russian user's notes are named in their script, and every log
+    # line, failure and status naming them once showed \xd0\xba... instead
+    for name in ("кофе.md", "архив/поездка.md", "咖啡.md", "قهوة.md", "café notes.md"):
+        assert printable(name) == name
+    assert printable("a\x1b[2J\x07.md") == "a\\x1b[2J\\x07.md"
+    assert printable("line\nbreak\x7f.md") == "line\\x0abreak\\x7f.md"
+    assert printable("rtl\u202egpj.md") == "rtl\\xe2\\x80\\xaegpj.md"  # bidi override
+    assert printable("sep\u2028.md") == "sep\\xe2\\x80\\xa8.md"
+    assert printable("кофе\udcff.md") == "кофе\\udcff.md"  # an undecodable byte

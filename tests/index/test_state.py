@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mdindex.documents.files import Failure
 from mdindex.index.state import DocRow, PointRow, State
 from mdindex.index.tables import languages, put_languages
 
@@ -48,4 +49,20 @@ def test_languages_count_the_documents_written_and_an_older_state_gains_the_tabl
     state.commit_docs(rows[1:2], "now")
     put_languages(state.db, {("r", "b"): "en"})
     assert languages(state.db) == {"en": 1}
+    state.close()
+
+
+def test_a_failure_is_forgotten_by_the_name_it_has_on_disk(tmp_path: Path) -> None:
+    # kept as printable() shows it; a watched file fixed later is scoped by its raw
+    # name, and a Russian or an ESC name once stayed listed as failed for ever
+    state = State(tmp_path / "s.sqlite3")
+    names = ["плохо.md", "坏.md", "bad\x1b[2J.md", "ok.md"]
+    state.note_failures(None, [Failure("r", n, "invalid UTF-8 at byte 2") for n in names], "t")
+    assert [f["path"] for f in state.failures()] == sorted(
+        ["плохо.md", "坏.md", "bad\\x1b[2J.md", "ok.md"]
+    )
+    state.note_failures([("r", n) for n in names[:3]], [], "t2")
+    assert [(f["path"], f["reason"]) for f in state.failures()] == [
+        ("ok.md", "invalid UTF-8 at byte 2")
+    ]
     state.close()

@@ -175,9 +175,17 @@ def under_failed_folder(key: tuple[str, str], folders: Sequence[tuple[str, str]]
 
 
 def printable(path: str) -> str:
-    """A path safe for one log line: control characters and undecodable bytes escaped."""
+    """A path safe for one log line: control, format and line-break characters
+    and undecodable bytes escaped; printable letters of any script kept as they
+    are (кофе.md, not \\xd0\\xba\\xd0\\xbe\\xd1\\x84\\xd0\\xb5.md)."""
+    if path.isprintable():  # the common case, in C
+        return path
+    return "".join(c if c.isprintable() else _escaped(c) for c in path)
+
+
+def _escaped(char: str) -> str:
     return (
-        path.encode("utf-8", "backslashreplace")
+        char.encode("utf-8", "backslashreplace")
         .decode("ascii", "backslashreplace")
         .translate({i: f"\\x{i:02x}" for i in [*range(32), 127]})
     )

@@ -229,7 +229,9 @@ class State:
             if scope is None:
                 db.execute("DELETE FROM failures")
             else:
-                db.executemany("DELETE FROM failures WHERE root=? AND path=?", list(scope))
+                # kept under the name printable() shows, so forgotten under it too
+                shown = [(root, printable(rel)) for root, rel in scope]
+                db.executemany("DELETE FROM failures WHERE root=? AND path=?", shown)
             db.executemany(
                 "INSERT OR REPLACE INTO failures VALUES (?, ?, ?, ?)",
                 [(f.root, printable(f.rel), f.reason, at) for f in failures],
