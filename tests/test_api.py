@@ -293,6 +293,20 @@ def test_a_search_argument_of_another_type_is_a_config_error(
     assert len(str(raised.value)) < 200 and "\n" not in str(raised.value)
 
 
+def test_eval_takes_one_mode_as_a_string_and_refuses_an_unknown_versions(tmp_path: Path) -> None:
+    """modes="hybrid" was the modes h, y, b, ... (refused naming 'h'); versions="x"
+    was taken for "all"."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Alpha\n\nAlpha is the first letter.\n\n## Beta\n\nBeta next.\n")
+    index = Index([docs], state_dir=tmp_path / "state", sparse_vectors=True)
+    rollout_for(index.settings, TinyEmbedder()).backfill()
+    [row] = index.eval(headings=2, modes="sparse")
+    assert row["mode"] == "sparse" and row["questions"] == 2
+    with pytest.raises(ConfigError, match="versions must be live or all, not 'x'"):
+        index.eval(headings=2, versions="x")
+
+
 def test_an_opening_argument_of_another_kind_is_a_config_error(tmp_path: Path) -> None:
     """state_dir a file, config a folder, roots a number, status(wait="x"): the
     standard library's errors came out, not the error tree."""

@@ -283,7 +283,8 @@ class Index:
         from mdindex.query.questions import chosen_questions
 
         asked = chosen_questions(self.settings, questions, headings, seed)
-        return evaluate.compare(self.settings, self._client, asked, versions, list(modes))
+        many = [modes] if isinstance(modes, str) else list(modes)  # "hybrid" is one mode
+        return evaluate.compare(self.settings, self._client, asked, versions, many)
 
 
 def _checked(settings: Settings) -> Settings:

@@ -73,6 +73,8 @@ def compare(
         if mode not in MODES:
             mode = printable(mode[:40])
             raise ConfigError(f"eval: mode must be one of {', '.join(MODES)}, not {quoted(mode)}")
+    if versions not in ("live", "all"):  # "x" was taken for all
+        raise ConfigError(f"eval: versions must be live or all, not {quoted(versions)}")
     catalog = Catalog.load(settings)
     live = catalog.live or ""
     fps = (
