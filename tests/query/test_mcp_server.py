@@ -16,7 +16,7 @@ import pytest
 
 from mdindex.config import load_settings
 from mdindex.documents.types import digest
-from mdindex.query.mcp_server import MAX_READ_BYTES, locate_document, mark_stale, read_document
+from mdindex.query.documents import MAX_READ_BYTES, locate_document, mark_stale, read_document
 from tests.cli_helper import mcp_server
 from tests.conftest import TinyEmbedder, run_backfill, run_rollout, settings_for
 
@@ -91,7 +91,7 @@ def test_a_file_swapped_after_the_check_is_never_read(
 ) -> None:
     """Issue 23, defect 5: `read` checked the path, then opened it later; a file
     swapped for a link out of the root in between was served, a FIFO hung."""
-    import mdindex.query.mcp_server as server
+    import mdindex.query.documents as server
 
     s = settings_for(tmp_path, [notes])
     run_backfill(s, TinyEmbedder())

@@ -19,7 +19,6 @@ crash of the server.
 
 from __future__ import annotations
 
-import json
 import logging
 import urllib.parse
 from collections.abc import Callable
@@ -28,17 +27,12 @@ from typing import Annotated, Any, Protocol
 from pydantic import BeforeValidator
 
 from mdindex.config import Settings
-from mdindex.documents.files import Failure, FileRef, PathFilter, stat_file
-from mdindex.documents.reading import decode, read_bytes, text_digest
 from mdindex.errors import MdindexError
 from mdindex.index.search import MAX_K, Query
-from mdindex.outside import cut, integer, number, quoted, shown
-from mdindex.query.links import live_state, related
+from mdindex.outside import integer, number, shown
+from mdindex.query.documents import Documents
 
 log = logging.getLogger(__name__)
-
-MAX_READ_BYTES = 2_000_000  # a read returns at most this much of a file
-MAX_READ_LINES = 2_000
 
 
 def _whole(what: str, lo: int, hi: int) -> BeforeValidator:
@@ -73,129 +67,16 @@ class Backend(Protocol):
     def refresh(self, timeout_s: float) -> dict[str, Any]: ...
 
 
-# -- reading files, confined to the roots -------------------------------------
-
-
-def locate_document(settings: Settings, root: str, path: str, *, indexed: bool = True) -> FileRef:
-    """The document ``path`` names under the root labelled ``root``, as the scan
-    would see it; ValueError unless it is one the index may hold: a plain
-    relative path (no ``..``, nothing absolute), accepted by the path filter
-    (no hidden files, the include and exclude globs), a regular file inside
-    the root (no link at all unless links are followed, and none out of the
-    root), at most ``max_file_bytes``, and, with ``indexed``, recorded in the
-    live version's state. Reading it must then go through ``open_checked``
-    with the result, which refuses a file swapped after this check."""
-    match = next((r for r in settings.root_list() if r.label == root), None)
-    if match is None:
-        labels = ", ".join(r.label for r in settings.root_list()) or "none configured"
-        raise ValueError(f"no root labelled {quoted(root)} (roots: {labels})")
-    if not path or "\x00" in path or "\\" in path or len(path) > 4096:
-        raise ValueError("path must be a relative POSIX path inside the root")
-    parts = path.split("/")
-    if path.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        raise ValueError(f"path {quoted(path)} must be relative, without . or .. parts")
-    where = f"{root}:{cut(path)}"
-    accept = PathFilter(settings.include, settings.exclude)
-    if not accept(path):
-        raise ValueError(f"{where} is not an indexed document (hidden, or outside include/exclude)")
-    found = stat_file(match, path, accept, settings.follow_symlinks)
-    if found is None:
-        raise ValueError(f"no such document: {where} (or a link, which is not read)")
-    if isinstance(found, Failure):
-        raise ValueError(f"{where}: {found.reason}")
-    if found.size > settings.max_file_bytes:
-        raise ValueError(f"{where} is over max_file_bytes ({settings.max_file_bytes})")
-    if indexed and not is_indexed(settings, root, path):
-        raise ValueError(f"{where} is not an indexed document")
-    return found
-
-
-def capped(answer: dict[str, Any]) -> dict[str, Any]:
-    """``related``'s answer within ``MAX_READ_BYTES``, as a read is: the longest
-    list halved until it fits, and ``truncated`` says how many of each list
-    were left out (10,000 long links in a note once made an 8.3 MB answer)."""
-    lists = [k for k, v in answer.items() if isinstance(v, list)]
-    keep = {k: len(answer[k]) for k in lists}
-    out = answer
-    while len(json.dumps(out, ensure_ascii=False).encode()) > MAX_READ_BYTES and any(keep.values()):
-        longest = max(lists, key=lambda k: keep[k])
-        keep[longest] //= 2
-        out = answer | {k: answer[k][: keep[k]] for k in lists}
-        out["truncated"] = {k: len(answer[k]) - n for k, n in keep.items() if n < len(answer[k])}
-    return out
-
-
-def read_document(
-    settings: Settings,
-    root: str,
-    path: str,
-    start_line: int | None = None,
-    end_line: int | None = None,
-) -> dict[str, Any]:
-    """Lines of a document as the file holds them now, numbered from 1."""
-    ref = locate_document(settings, root, path)
-    try:
-        data = read_bytes(ref.path, settings.max_file_bytes, ref, head=MAX_READ_BYTES + 1)
-    except MdindexError as exc:
-        raise ValueError(f"{root}:{cut(path)}: {exc}") from None
-    truncated = len(data) > MAX_READ_BYTES
-    # a cut may fall inside a character: it is left out, not refused
-    text = decode(data[:MAX_READ_BYTES], cut=True) if truncated else decode(data)
-    lines = text.split("\n")
-    first = max(1, start_line or 1)
-    last = min(len(lines), end_line or len(lines), first + MAX_READ_LINES - 1)
-    if first > len(lines):
-        raise ValueError(f"start_line {first} is past the end ({len(lines)} lines)")
-    if last < first:
-        raise ValueError("end_line must not be before start_line")
-    return {
-        "root": root,
-        "path": path,
-        "start_line": first,
-        "end_line": last,
-        "total_lines": len(lines),
-        "truncated": truncated or last < (end_line or len(lines)),
-        "text": "\n".join(lines[first - 1 : last]),
-    }
-
-
-def mark_stale(settings: Settings, hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The hits as a tool returns them, each with ``stale``: its file's text
-    now differs from what was indexed (or the file is gone, or cannot be
-    read). The text is hashed as it streams through one checked open."""
-    now: dict[tuple[str, str], str] = {}
-    out = []
-    for hit in hits:
-        key = (str(hit.get("root")), str(hit.get("doc_path")))
-        if key not in now:
-            try:
-                ref = locate_document(settings, *key, indexed=False)
-                now[key] = text_digest(ref.path, settings.max_file_bytes, ref)
-            except (ValueError, MdindexError):
-                now[key] = ""
-        out.append(
-            {
-                "text": hit.get("text"),
-                "score": round(float(hit.get("score", 0.0)), 4),
-                "title": hit.get("title"),
-                "section": hit.get("section"),
-                "heading_path": hit.get("heading_path"),
-                "url": hit.get("url"),
-                "root": key[0],
-                "path": key[1],
-                "start_line": hit.get("line_start"),
-                "end_line": hit.get("line_end"),
-                "stale": now[key] != hit.get("doc_hash"),
-            }
-        )
-    return out
-
-
 # -- the server ---------------------------------------------------------------
 
 
-def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> Any:
-    """The MCP server: tools and resources over ``backend`` (any transport)."""
+def build_server(
+    settings: Settings, backend: Backend, allow_refresh: bool, documents: Documents | None = None
+) -> Any:
+    """The MCP server: tools and resources over ``backend`` (any transport);
+    ``read``, ``related``, the resources and the stale marks over ``documents``
+    (``Index.documents``; by default the documents of ``settings``)."""
+    docs = documents or Documents(settings)
     from mcp import types
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ResourceError, ToolError
@@ -210,7 +91,7 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
                     name=f"{root}:{path}",
                     mime_type="text/markdown",
                 )
-                for root, path in indexed_documents(settings)
+                for root, path in docs.listing()
             ]
 
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
@@ -272,7 +153,7 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
                 settings.search_mode,
                 settings.fusion,
             )
-            return {"hits": mark_stale(settings, backend.search(q))}
+            return {"hits": docs.mark_stale(backend.search(q))}
 
         return checked(run)  # type: ignore[no-any-return]
 
@@ -289,7 +170,7 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
     ) -> dict[str, Any]:
         """root: a root label. path: relative to the root. start_line, end_line:
         1-based, inclusive (default: the whole file, at most 2,000 lines)."""
-        return checked(lambda: read_document(settings, root, path, start_line, end_line))  # type: ignore[no-any-return]
+        return checked(lambda: docs.read(root, path, start_line, end_line))  # type: ignore[no-any-return]
 
     @server.tool(
         name="related",
@@ -302,7 +183,7 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
     )
     def related_tool(root: str, path: str) -> dict[str, Any]:
         """root: a root label. path: relative to the root."""
-        return checked(lambda: capped(related(settings, root, path)))  # type: ignore[no-any-return]
+        return checked(lambda: docs.related(root, path))  # type: ignore[no-any-return]
 
     @server.tool(
         name="status",
@@ -337,45 +218,14 @@ def build_server(settings: Settings, backend: Backend, allow_refresh: bool) -> A
         # ResourceError: the SDK gives the client its line and logs it at INFO; a
         # ToolError here was "Error creating resource" and a traceback at ERROR
         try:
-            return str(read_document(settings, root, path)["text"])
+            return str(docs.read(root, path)["text"])
         except (ValueError, MdindexError) as exc:
             raise ResourceError(shown(str(exc).splitlines()[0] if str(exc) else "")) from None
 
     return server
 
 
-MAX_RESOURCES = 10_000
-
-
-def indexed_documents(settings: Settings, most: int = MAX_RESOURCES) -> list[tuple[str, str]]:
-    """(root, path) of the documents the live version's state records, read
-    without writing, at most ``most`` (-1: all of them)."""
-    rows = _query_state(
-        settings, "SELECT root, path FROM docs ORDER BY root, path LIMIT ?", (most,)
-    )
-    return [(str(r), str(p)) for r, p in rows]
-
-
-def is_indexed(settings: Settings, root: str, path: str) -> bool:
-    """Whether the live version's state records this document."""
-    return bool(_query_state(settings, "SELECT 1 FROM docs WHERE root=? AND path=?", (root, path)))
-
-
-def _query_state(settings: Settings, sql: str, args: tuple[Any, ...]) -> list[Any]:
-    """Rows of a read-only query of the live version's state; [] when there is none."""
-    import sqlite3
-
-    with live_state(settings) as db:
-        if db is None:
-            return []
-        try:
-            return db.execute(sql, args).fetchall()
-        except sqlite3.Error as exc:
-            log.debug("reading the state: %s", exc)
-            return []
-
-
-def serve_stdio(settings: Settings, backend: Backend) -> None:
+def serve_stdio(settings: Settings, backend: Backend, documents: Documents) -> None:
     """`mdindex mcp`: serve until the client closes stdin."""
     allow = settings.mcp_allow_refresh if settings.mcp_allow_refresh is not None else True
-    build_server(settings, backend, allow).run("stdio")
+    build_server(settings, backend, allow, documents).run("stdio")

@@ -39,7 +39,7 @@ from mdindex.errors import ConfigError, MdindexError
 from mdindex.index.search import Query
 from mdindex.jsonfile import parse_json
 from mdindex.outside import quoted
-from mdindex.query.mcp_server import indexed_documents, locate_document
+from mdindex.query.documents import indexed_documents, locate_document
 
 # Each question is a search per version and mode: 2,000 of them, three modes and
 # two versions are 12,000 searches, minutes; 10,000 were allowed, which is hours.
