@@ -65,3 +65,43 @@ def test_a_path_outside_every_root_or_a_missing_root_is_no_change(
         (docs_tree / "guide").rename(tmp_path / "moved-away")
         gone = indexer.changes(folders=[str(docs_tree / "guide")])
         assert gone.deleted == [(docs_tree.name, "guide/a.md"), (docs_tree.name, "guide/b.md")]
+
+
+def test_a_failed_file_fixed_or_deleted_keeps_the_count_of_files_seen(
+    docs_tree: Path, tmp_path: Path
+) -> None:
+    # the daemon adds `new` to files_seen after each batch: a note that failed and
+    # was then fixed counted twice ("coverage: 7 of 9" over 7 files)
+    s = settings_for(tmp_path, [str(docs_tree)])
+    run_backfill(s, TinyEmbedder())
+    label = docs_tree.name
+    with build_indexer(s, TinyEmbedder()) as indexer:
+        for name in ("плохо.md", "bad\x1b.md", "坏.md"):
+            path = docs_tree / name
+            path.write_bytes(b"# \xff\n")
+            first = indexer.changes(paths=[str(path)])
+            assert first.new == 1
+            summary = indexer.apply(first)
+            assert [(f.root, f.reason) for f in summary.failures] == [
+                (label, "invalid UTF-8 at byte 2")
+            ]
+            again = indexer.changes(paths=[str(path)])
+            assert again.new == 0
+            indexer.apply(again)
+        fixed = docs_tree / "плохо.md"
+        fixed.write_text("# Хорошо\n\nТеперь в порядке.\n")
+        changes = indexer.changes(paths=[str(fixed)])
+        assert changes.new == 0
+        assert indexer.apply(changes).files_changed == 1
+        assert indexer.state.failures() and (label, "плохо.md") not in {
+            (f["root"], f["path"]) for f in indexer.state.failures()
+        }
+        (docs_tree / "bad\x1b.md").unlink()
+        gone = indexer.changes(paths=[str(docs_tree / "bad\x1b.md")])
+        assert gone.new == -1 and gone.deleted == []
+        indexer.apply(gone)
+        (docs_tree / "坏.md").unlink()
+        folder = indexer.changes(folders=[str(docs_tree)])
+        assert folder.new == -1
+        indexer.apply(folder)
+        assert indexer.state.failures() == []

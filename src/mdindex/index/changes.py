@@ -40,7 +40,7 @@ class Changes:
     failures: list[Failure] = field(default_factory=list)
     seen: int = 0  # files looked at, failed ones included
     unchanged: int = 0
-    new: int = 0  # files seen that the state does not know
+    new: int = 0  # files seen that the state does not know (for paths: less failed ones gone)
     missing_roots: list[str] = field(default_factory=list)  # a watched root that is gone
     rows: dict[Key, DocRow] = field(default_factory=dict, repr=False)  # state rows of what was seen
     # What was looked at: failures recorded before for these are cleared. None: everything.
@@ -144,6 +144,7 @@ class Detector:
 
     def compare(self, seen: Seen, state: State, prune: bool = True) -> Changes:
         """The state's half: candidates, deletions (when ``prune``), and counts."""
+        was_failed: set[Key] = set()  # failures recorded before, keyed as the state keeps them
         if seen.scope is None:
             rows = state.docs()
             in_scope = state.known_docs()
@@ -154,6 +155,8 @@ class Detector:
                 known, found = state.under(label, rel)
                 in_scope |= {key for key in known if is_folder or key[1] == rel}
                 rows.update(found)
+                failed_before = state.failed_under(label, rel)
+                was_failed |= {k for k in failed_before if is_folder or k[1] == printable(rel)}
         failed = {f.key for f in seen.failures}
         unlisted = seen.unlisted
         deleted = (
@@ -170,7 +173,8 @@ class Detector:
         files = [f for f in seen.present.values() if not self.is_fresh(f, rows)]
         scope = None
         if seen.scope is not None:
-            scope = in_scope | seen.present.keys() | failed
+            # failures before below a folder too: a failed file deleted stayed listed
+            scope = in_scope | seen.present.keys() | failed | was_failed
             scope |= {(label, rel) for label, rel, is_dir in seen.scope if not is_dir}
         return Changes(
             files=files,
@@ -178,12 +182,24 @@ class Detector:
             failures=list(seen.failures),
             seen=seen.seen,
             unchanged=len(seen.present) - len(files),
-            new=len((seen.present.keys() | failed) - in_scope),
+            new=self.new_seen(seen.present.keys() | failed, in_scope, was_failed)
+            if seen.scope is not None
+            else len((seen.present.keys() | failed) - in_scope),
             missing_roots=list(seen.missing_roots),
             rows=rows,
             scope=scope,
             present=Counter(label for label, _ in seen.present) if seen.scope is None else None,
         )
+
+    @staticmethod
+    def new_seen(now: set[Key], known: set[Key], was_failed: set[Key]) -> int:
+        """How many more files there are to see after a watcher's batch: those
+        neither a document nor a failure before, less the failed ones now gone (a
+        file that failed and was then fixed or deleted once counted twice or never
+        went; 9 files seen of 7 after two fixes)."""
+        shown = {(label, printable(rel)) for label, rel in now}
+        known_shown = {(label, printable(rel)) for label, rel in known}
+        return len(shown - known_shown - was_failed) - len(was_failed - shown - known_shown)
 
     def is_fresh(self, ref: FileRef, rows: dict[Key, DocRow]) -> bool:
         row = rows.get(ref.key)

@@ -237,6 +237,15 @@ class State:
                 [(f.root, printable(f.rel), f.reason, at) for f in failures],
             )
 
+    def failed_under(self, root: str, rel: str) -> set[tuple[str, str]]:
+        """The failures recorded at ``rel`` or below it, keyed as they are kept
+        (their paths as printable() shows them), as ``under`` finds documents."""
+        rel = printable(rel)
+        scope = "root=? AND (path=? OR (path>=? AND path<?))" if rel else "root=?"
+        args: tuple[str, ...] = (root, rel, f"{rel}/", f"{rel}0") if rel else (root,)
+        rows = self.db.execute(f"SELECT root, path FROM failures WHERE {scope}", args)
+        return {(r, p) for r, p in rows}
+
     def failures(self) -> list[dict[str, str]]:
         rows = self.db.execute("SELECT root, path, reason, at FROM failures ORDER BY root, path")
         return [{"root": r, "path": p, "reason": why, "at": at} for r, p, why, at in rows]
