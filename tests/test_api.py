@@ -337,3 +337,39 @@ def test_a_collection_name_is_no_path(tmp_path: Path, name: str) -> None:
     with pytest.raises(ConfigError, match="collection"):
         Index([docs], state_dir=state, collection=name)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["docs"]
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_refresh_and_documents_answer_as_the_mcp_tools(tmp_path: Path) -> None:
+    """`mdindex mcp` reached the read side and Index's client around Index; its
+    read, related, resources and refresh are now these calls."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Otters\n\nSee [rafts](b.md).\n\nOtters hold hands.\n")
+    (docs / "b.md").write_text("# Rafts\n\nA raft of otters.\n")
+    index = Index([f"notes={docs}"], state_dir=tmp_path / "state")
+    for bad in (None, -1, "soon", 10**9):
+        with pytest.raises(ConfigError, match="timeout"):
+            index.refresh(bad)  # type: ignore[arg-type]
+    assert index.documents.listing() == []
+    answer = index.refresh(120)
+    assert answer["caught_up"] is True and answer["files_changed"] == 2
+    assert index.documents.listing() == [("notes", "a.md"), ("notes", "b.md")]
+    read = index.documents.read("notes", "a.md", 3, 3)
+    assert (read["text"], read["total_lines"], read["truncated"]) == (
+        "See [rafts](b.md).",
+        6,
+        False,
+    )
+    related = index.documents.related("notes", "a.md")
+    assert [(e["root"], e["path"]) for e in related["outgoing"]] == [("notes", "b.md")]
+    assert related == index.links("a.md", root="notes")
+    for root, path in [("notes", "../a.md"), ("other", "a.md"), ("notes", "c.md")]:
+        with pytest.raises(ValueError):
+            index.documents.read(root, path)
+    (docs / "c.md").write_text("# Later\n\nWritten after the first refresh.\n")
+    assert index.refresh(120)["files_changed"] == 1
+    assert ("notes", "c.md") in index.documents.listing()
+    [hit] = index.search("written after the first refresh", k=1, path="c.md")
+    assert hit.doc_path == "c.md"
