@@ -73,6 +73,11 @@ def test_the_next_steps_run_as_written(tmp_path: Path) -> None:
     assert "0 chunks embedded" in out[0]
     assert "verify" in out[1].lower()
     assert json.loads(out[2])[0]["doc_path"].endswith("configuration.md")
+    # as the index stores it (without --root, root "guide" and path "configuration.md")
+    assert (json.loads(out[2])[0]["root"], json.loads(out[2])[0]["doc_path"]) == (
+        "docs",
+        "guide/configuration.md",
+    )
 
     (line,) = watch
     daemon = subprocess.Popen(["bash", "-c", f"exec {here(line)}"], env=env)

@@ -109,9 +109,8 @@ class Query:
         if self.lang:
             code = normal_code(self.lang) if isinstance(self.lang, str) else None
             if code is None:
-                raise ValueError(
-                    f"lang must be a language code (en, zh, ru), not {quoted(self.lang)}"
-                )
+                shown = quoted(self.lang)
+                raise ValueError(f"lang must be a language code (ISO 639-1, as en), not {shown}")
             object.__setattr__(self, "lang", code)
         values = (self.text, self.path, *self.roots, *self.tags)
         for value in (*values, *(v for kv in self.where for v in kv)):
