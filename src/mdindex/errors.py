@@ -18,7 +18,8 @@ MdindexError
 ├── StateError             the local state refuses writes (disk full, read-only) (exit 3)
 └── StoreError             Qdrant refused an operation
     ├── StoreMismatch      existing collection has other vector settings  (exit 2)
-    │   └── LayoutMismatch the collection lacks the sparse vector its version has
+    │   ├── LayoutMismatch the collection lacks the sparse vector its version has
+    │   └── ModelMismatch  its points were made by another model (a forged catalog)
     ├── CollectionMissing  the live version has no collection in the store (exit 2)
     └── StoreUnavailable   unreachable or refusing writes after retries   (exit 3)
 
@@ -121,6 +122,11 @@ class StoreMismatch(StoreError):
 
 class LayoutMismatch(StoreMismatch):
     """An older collection without the sparse vector: the sync core rebuilds it."""
+
+
+class ModelMismatch(StoreMismatch):
+    """The store's points record another model than the configured one: the
+    catalog names a model that did not build the version. Never repaired."""
 
 
 class CollectionMissing(StoreError):

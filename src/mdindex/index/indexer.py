@@ -35,6 +35,7 @@ from mdindex.index.changes import Changes, Key
 from mdindex.index.groups import GROUP_CHARS, GROUP_DOCS, Groups
 from mdindex.index.lookahead import Lookahead
 from mdindex.index.planning import DocWork, Planner, now_iso
+from mdindex.index.probe import check_model
 from mdindex.index.state import State
 from mdindex.index.summary import Summary
 from mdindex.index.view import LAST_RUN_EMBEDDING, IndexView
@@ -125,6 +126,7 @@ class Indexer(IndexView):
             return
         self.store.open()
         self.store.ensure_collection(self.embedder.dimension, sparse=self.settings.sparse_vectors)
+        check_model(self.store, self.planner.payload_model)  # before anything is written
         reason = consistency.mismatch(self.store, self.state)
         if reason:
             consistency.rebuild_state(self.store, self.state, reason)
