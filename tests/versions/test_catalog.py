@@ -421,7 +421,15 @@ def test_a_live_version_without_its_collection_is_refused_and_nothing_created(
     store.close()
     before = _collections(s)
     assert physical_name(s.collection, live) not in before
-    for args in (("search", "lava"), ("status",), ("status", root), ("verify", root)):
+    (root / "b.md").write_text("[a](a.md) [[gone]]\n")  # links --broken has one to list
+    for args in (
+        ("search", "lava"),
+        ("status",),
+        ("status", root),
+        ("verify", root),
+        ("links", root / "a.md"),  # links exited 0 here
+        ("links", "--broken"),
+    ):
         done = in_process(capsys, *args, *state)
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         lines = done.stderr.strip().splitlines()

@@ -158,6 +158,13 @@ def cmd_links(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError("links: give a FILE or --broken, not both")
     if args.file is None and not args.broken:
         raise ConfigError("links: give a FILE, or --broken for every broken link")
+    from mdindex.query.client import find_daemon
+    from mdindex.versions.catalog import require_live
+
+    if find_daemon(settings, required=False, wait_s=0) is None:
+        # as search, status and verify: the links of an index that is gone were
+        # listed with exit 0; a daemon answering holds its store
+        require_live(settings)
     if args.broken:
         found = Index.from_settings(settings).broken_links()
         emit(args, found, links.broken_text(found))
