@@ -16,7 +16,8 @@ log = logging.getLogger(__name__)
 def unwritable(folder: Path) -> str | None:
     """The first file or folder under ``folder`` this process may not write
     (immutable, on a read-only mount, or another user's), relative; None when
-    all are writable. About 0.5 ms for an edge shard's 100 to 150 files, here."""
+    all are writable. About 0.3 ms for an edge shard, flat from 1k to 100k points
+    (61 to 71 files, bench/store_walk.py), so it runs before every write."""
     for dirpath, _, names in os.walk(folder):
         for path in (dirpath, *(os.path.join(dirpath, n) for n in names)):
             if not os.access(path, os.W_OK) and os.path.exists(path):
