@@ -24,12 +24,12 @@ import sys
 import tempfile
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import cpu_name
-
 from mdindex.config import load_settings
 from mdindex.runtime import make_store
 from mdindex.sinks.base import Point
@@ -68,8 +68,9 @@ def main() -> None:
                 store.upsert([point(rng, i) for i in range(start, min(n, start + 512))])
             folder = Path(store.path)  # type: ignore[attr-defined]
             files = sum(1 for p in folder.rglob("*") if p.is_file())
-            check = median_s(lambda: check_writable(folder), 50)
-            upsert = median_s(lambda: store.upsert([point(rng, n + 7)]), 50)
+            one = [point(rng, n + 7)]
+            check = median_s(partial(check_writable, folder), 50)
+            upsert = median_s(partial(store.upsert, one), 50)
             store.close()
         print(
             f"{n:>6} points, {files:>5} files: check {check * 1e3:.2f} ms, "
