@@ -13,6 +13,8 @@ Measured (Intel Xeon with AMX, 2 cores, edge): 61 files at 1k and 10k points,
 65 at 50k, 71 at 100k; the check 0.26-0.29 ms at every size, the upsert
 0.32-0.35 ms. The walk does not grow with the store (edge keeps a few
 segments, not a file per point), so its result is not kept between writes.
+qdrant-client local mode (--store client): 5 files, the check 0.02 ms at 1k,
+10k and 50k points, the upsert 0.15-0.17 ms.
 """
 
 from __future__ import annotations
@@ -55,12 +57,14 @@ def median_s(fn: object, n: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--points", default="10000,50000")
+    ap.add_argument("--store", default="edge", choices=["edge", "client"])
     args = ap.parse_args()
     rng = random.Random(1)
-    print(f"CPU: {cpu_name()}")
+    print(f"CPU: {cpu_name()}; store: {args.store}")
     for n in (int(x) for x in args.points.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
-            s = load_settings({"roots": [tmp], "state_dir": str(Path(tmp) / "state")})
+            state = str(Path(tmp) / "state")
+            s = load_settings({"roots": [tmp], "state_dir": state, "store": args.store})
             store = make_store(s)
             store.open()
             store.ensure_collection(DIM, sparse=False)
