@@ -427,6 +427,20 @@ def test_number_arguments_go_through_the_one_checked_conversion(
 
 # -- generated hostile arguments ------------------------------------------------
 
+
+class Nothing:
+    """A backend with no hits and nothing to report: for what the server answers itself."""
+
+    def search(self, query: Any) -> list[dict[str, Any]]:
+        return []
+
+    def status(self) -> dict[str, Any]:
+        return {}
+
+    def refresh(self, timeout_s: float) -> dict[str, Any]:
+        return {}
+
+
 HOSTILE = Path(__file__).with_name("examples") / "mcp"
 LINE_CHARS = 400  # a tool error's line: the argument's name, the reason, a quote of 80
 
@@ -453,16 +467,6 @@ def test_generated_arguments_are_answered_or_refused_in_one_short_line(
 
     s = load_settings({"roots": [str(notes)], "state_dir": str(tmp_path / "state")})
     run_backfill(s, TinyEmbedder())
-
-    class Nothing:
-        def search(self, query: Any) -> list[dict[str, Any]]:
-            return []
-
-        def status(self) -> dict[str, Any]:
-            return {}
-
-        def refresh(self, timeout_s: float) -> dict[str, Any]:
-            return {}
 
     server = build_server(s, Nothing(), allow_refresh=True)
     names = {
@@ -521,16 +525,6 @@ def test_a_resource_that_cannot_be_read_says_why_in_one_line(tmp_path: Path, not
     s = load_settings({"roots": [f"notes={notes}"], "state_dir": str(tmp_path / "state")})
     run_backfill(s, TinyEmbedder())
     (notes / "new.md").write_text("# New\n\nNot indexed yet.\n")
-
-    class Nothing:
-        def search(self, query: Any) -> list[dict[str, Any]]:
-            return []
-
-        def status(self) -> dict[str, Any]:
-            return {}
-
-        def refresh(self, timeout_s: float) -> dict[str, Any]:
-            return {}
 
     server = build_server(s, Nothing(), allow_refresh=False)
     [text] = asyncio.run(server.read_resource("mdindex://notes/guide/otters.md"))
