@@ -15,7 +15,14 @@ import pytest
 from mdindex.errors import PruneRefused, RepairRefused
 from mdindex.index.verify import verify
 from tests.cli_helper import in_process
-from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for, stored_points
+from tests.conftest import (
+    TinyEmbedder,
+    assert_same,
+    build_indexer,
+    run_backfill,
+    settings_for,
+    stored_points,
+)
 
 
 @pytest.mark.parametrize("how", ["emptied", "missing", "replaced"])
@@ -229,3 +236,104 @@ def test_a_small_index_with_one_vector_wrong_is_repaired(tmp_path: Path) -> None
     assert stored_points(s, vectors=True)[victim]["_vector"] == pytest.approx(
         before[victim]["_vector"], abs=1e-6
     )
+
+
+def straddled_tree(tmp_path: Path, tiny: TinyEmbedder) -> tuple[Any, dict[str, str]]:
+    """Seven notes of three sections each, indexed, then damaged across the
+    boundaries of groups of two: a point of d0 stored under d5's path (found
+    missing in the first group, unexpected in the third), every point of d3
+    gone, a stray point under d6's path (the last group), a duplicate of a d2
+    chunk, an edited payload in d4, and a point of a document with no file."""
+    from mdindex.runtime import make_store
+    from mdindex.sinks import Point
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    for i in range(7):
+        sections = "".join(
+            f"## Part {k}\n\nNote {i} says {k} things about topic {i}.\n\n" for k in range(3)
+        )
+        (root / f"d{i}.md").write_text(f"# Note {i}\n\n{sections}")
+    s = settings_for(tmp_path, [root])
+    run_backfill(s, tiny)
+    store = make_store(s)
+    store.open()
+    try:
+        by_doc: dict[str, list[Any]] = {}
+        for row in sorted(store.scroll(payload=True, with_vectors=True)):
+            by_doc.setdefault(row[1]["doc_path"], []).append(row)
+        assert all(len(by_doc[f"d{i}.md"]) >= 3 for i in range(7))
+        moved, mpayload, mvector = by_doc["d0.md"][0]
+        edited, epayload, evector = by_doc["d4.md"][1]
+        _, dpayload, dvector = by_doc["d2.md"][2]
+        ids = {
+            "moved": moved,
+            "edited": edited,
+            "dup": str(uuid.UUID(int=11)),
+            "stray": str(uuid.UUID(int=12)),
+            "orphan": str(uuid.UUID(int=13)),
+        }
+        gone = [pid for pid, _, _ in by_doc["d3.md"]]
+        store.delete(gone)
+        store.upsert(
+            [
+                Point(moved, mvector, {**mpayload, "doc_path": "d5.md"}),
+                Point(edited, evector, {**epayload, "heading": "changed"}),
+                Point(ids["dup"], dvector, dpayload),
+                Point(ids["stray"], dvector, {**dpayload, "doc_path": "d6.md"}),
+                Point(ids["orphan"], dvector, {**dpayload, "doc_path": "gone/d9.md"}),
+            ]
+        )
+    finally:
+        store.close()
+    return s, ids | {f"gone{k}": pid for k, pid in enumerate(sorted(gone))}
+
+
+@pytest.mark.usefixtures("engine")  # a filtered scroll per group, on each engine
+def test_verify_and_repair_in_groups_of_two_match_the_whole_tree_at_once(
+    tmp_path: Path, tiny: TinyEmbedder
+) -> None:
+    """Issue 37: verify holds one group at a time. With boundaries in the middle
+    of the damage (a document's point stored in another group's place, a
+    document with no points, strays in the last group), groups of one and two
+    find what one group of the whole tree finds, and repair in groups stores
+    exactly what repair of the whole tree stores."""
+    s, ids = straddled_tree(tmp_path, tiny)
+    state = Path(s.state_dir)
+    shutil.copytree(state, tmp_path / "state-copy")
+    reports = {}
+    with build_indexer(s, tiny) as indexer:
+        for docs in (10**6, 1, 2):
+            indexer.groups.docs = docs
+            reports[docs] = verify(indexer).as_dict()
+    whole = reports[10**6]
+    assert reports[1] == whole and reports[2] == whole
+    assert sorted(e["id"] for e in whole["missing"]) == sorted(
+        v for k, v in ids.items() if k.startswith("gone")
+    )
+    assert {e["doc_path"] for e in whole["missing"]} == {"d3.md"}
+    assert {e["id"]: e["reason"] for e in whole["stale"]} == {
+        ids["moved"]: "payload differs",
+        ids["edited"]: "payload differs",
+        ids["stray"]: "no such chunk in the files",
+        ids["orphan"]: "no such chunk in the files",
+    }
+    assert [e["id"] for e in whole["duplicates"]] == [ids["dup"]]
+    assert whole["vectors_checked"] > 0 and whole["vectors_disagreeing"] == 0
+
+    with build_indexer(s, tiny) as indexer:
+        indexer.groups.docs = 2
+        assert verify(indexer, repair=True).repaired
+        assert verify(indexer).in_sync
+    in_groups = stored_points(s, vectors=True)
+    shutil.rmtree(state)
+    shutil.copytree(tmp_path / "state-copy", state)
+    with build_indexer(s, tiny) as indexer:
+        indexer.groups.docs = 10**6
+        assert verify(indexer, repair=True).repaired
+    assert_same(in_groups, stored_points(s, vectors=True))
+    gone = {v for k, v in ids.items() if k.startswith("gone")}
+    assert gone <= in_groups.keys()
+    assert not {ids["dup"], ids["stray"], ids["orphan"]} & in_groups.keys()
+    assert in_groups[ids["moved"]]["doc_path"] == "d0.md"
+    assert in_groups[ids["edited"]].get("heading") != "changed"

@@ -364,8 +364,12 @@ def _repair(
     drop = [e["id"] for e in report.duplicates] + [
         e["id"] for e in report.stale if e["id"] not in expected
     ]
+    # The document each point belongs to by its file, not the one its stored
+    # payload names: a point found under another document's path goes home.
     needs = {
-        (e["root"], e["doc_path"]) for e in report.missing + report.stale if e["id"] in expected
+        (expected[e["id"]].payload["root"], expected[e["id"]].payload["doc_path"])
+        for e in report.missing + report.stale
+        if e["id"] in expected
     }
     # Keys whose stored vectors are wrong are embedded again, never reused.
     wrong = {e["vector_key"] for e in report.stale if "vector_key" in e}
