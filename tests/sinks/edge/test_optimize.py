@@ -12,10 +12,18 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mdindex.embedding.sparse import Sparse
 from mdindex.sinks import Point
 from mdindex.sinks.base import StoreQuery
 from mdindex.sinks.edge import EdgeStore
-from mdindex.sinks.edge.optimize import optimize, wants_index
+from mdindex.sinks.edge.optimize import (
+    WRITTEN_FILE,
+    has_graph,
+    optimize,
+    unindexed,
+    wants_index,
+    written,
+)
 from mdindex.sinks.edge.shard import load, read_config
 
 
@@ -43,30 +51,74 @@ def with_threshold(config: dict[str, Any], kb: int | None) -> dict[str, Any]:
 
 
 def test_an_index_is_wanted_for_enough_points_enough_of_them_unindexed(tmp_path: Path) -> None:
-    store, vectors = filled(tmp_path, 200, 16, indexing_threshold_kb=1)  # 1 kB: 16 16-d vectors
+    # 1 kB: 16 16-d vectors
+    store, vectors = filled(tmp_path, 200, 16, index_min_points=100, indexing_threshold_kb=1)
     try:
         info, config = store.shard.info(), read_config(store.path)
         assert (info.points_count, info.indexed_vectors_count) == (200, 0)
+        assert unindexed(store.path, 200) == 200 and written(store.path) == 200
         assert config["optimizers"]["indexing_threshold"] == 1
-        assert wants_index(info, config, 100) and wants_index(info, config, 200)
-        assert not wants_index(info, config, 201)  # fewer points than index_min_points
+        assert wants_index(store.path, 200, config, 100) and wants_index(
+            store.path, 200, config, 200
+        )
+        assert store.wants_index()
+        assert not wants_index(store.path, 200, config, 201)  # fewer points than index_min_points
         # a segment under the optimizer's threshold stays plain: with Qdrant's
         # default of 10 MB, under 160,000 16-d vectors
-        assert not wants_index(info, with_threshold(config, 10_000), 100)
-        assert not wants_index(info, with_threshold(config, None), 100)  # the default then
-        assert not wants_index(info, {**config, "optimizers": None}, 100)
-        store.close()
-        assert optimize(store.path, lambda: False)
-        store.open()
+        assert not wants_index(store.path, 200, with_threshold(config, 10_000), 100)
+        assert not wants_index(
+            store.path, 200, with_threshold(config, None), 100
+        )  # the default then
+        assert not wants_index(store.path, 200, {**config, "optimizers": None}, 100)
+        assert store.settle() is True
         assert store.shard.info().indexed_vectors_count == 200
-        assert not wants_index(store.shard.info(), config, 100)
+        assert has_graph(store.path) and written(store.path) == 0
+        assert unindexed(store.path, 200) == 0
+        assert not wants_index(store.path, 200, config, 100)
         # a tenth of the store unindexed asks for another build, less does not
         more(store, vectors, 20, start=1000)
-        assert not wants_index(store.shard.info(), config, 100)  # 20 of 220
+        assert unindexed(store.path, 220) == 20
+        assert not wants_index(store.path, 220, config, 100)  # 20 of 220
         more(store, vectors, 10, start=2000)
-        assert wants_index(store.shard.info(), config, 100)  # 30 of 230
+        assert unindexed(store.path, 230) == 30
+        assert wants_index(store.path, 230, config, 100)  # 30 of 230
     finally:
         store.close()
+
+
+def test_a_hybrid_store_is_indexed_though_edge_counts_its_sparse_vectors(tmp_path: Path) -> None:
+    """Issue 37: edge counts a sparse vector as indexed from its first write, so a
+    hybrid store said it was indexed, was never optimized, and every search
+    scanned. Its points outside the dense index are mdindex's own count."""
+    n = 300
+    store = EdgeStore("c", path=tmp_path / "c", index_min_points=100, indexing_threshold_kb=1)
+    store.ensure_collection(16, sparse=True)
+    vectors = np.random.default_rng(1).standard_normal((n, 16)).astype(np.float32)
+    store.upsert(
+        [
+            Point(str(uuid.UUID(int=i + 1)), vectors[i].tolist(), {"i": i}, Sparse([i + 1], [1.0]))
+            for i in range(n)
+        ]
+    )
+    try:
+        info = store.shard.info()
+        # what misled wants_index: every sparse vector counted, no graph on disk
+        assert (info.points_count, info.indexed_vectors_count) == (n, n)
+        assert not has_graph(store.path)
+        assert store.describe()["indexed_points"] == 0
+        assert store.wants_index()
+        assert store.settle() is True
+        assert has_graph(store.path)
+        assert store.describe()["indexed_points"] == n
+        assert not store.wants_index()
+        hits = store.search(StoreQuery(1, dense=vectors[9].tolist()))
+        assert hits[0].payload == {"i": 9}
+    finally:
+        store.close()
+    # the count survives the shard's closing; a shard with a graph and no count is indexed
+    assert written(store.path) == 0
+    (store.path / WRITTEN_FILE).unlink()
+    assert unindexed(store.path, n) == 0
 
 
 def test_optimize_builds_the_index_of_a_closed_shard(tmp_path: Path) -> None:

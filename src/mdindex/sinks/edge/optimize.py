@@ -15,10 +15,21 @@ daemon's threads and its systemd watchdog pings. So:
   else to do, and it gives way: the child is killed as soon as ``idle()``
   says an event arrived or a search is waiting (a killed run leaves the shard
   as it was; tested), and it is tried again at the next quiet moment.
+
+How many points are outside the index is mdindex's own count, not the
+shard's: edge's ``indexed_vectors_count`` adds up every vector index of a
+segment, and a sparse vector's inverted index counts as one from the first
+write (qdrant lib/segment/src/types.rs, ``SparseVectorDataConfig::is_indexed``
+is always true, so segment/read_view/info.rs counts the sparse vectors of a
+plain appendable segment as indexed). A hybrid store of 60k points reported
+60k indexed before any index was built, so it was never optimized and every
+search scanned all vectors (issue 37; bench/edge_hnsw.py). So the points
+written since the last build are counted in ``WRITTEN_FILE`` in the shard.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -38,16 +49,71 @@ _OPTIMIZE = (
 )
 
 
-def wants_index(info: Any, config: dict[str, Any], index_min_points: int) -> bool:
-    """At least ``index_min_points`` points, and enough of them unindexed: a
-    tenth of the store, and no less than a segment the optimizer would index.
-    ``info``: the shard's; ``config``: its creation record."""
-    points, indexed = int(info.points_count), int(info.indexed_vectors_count)
+# Points written since the index was last built (an upper bound of those
+# outside it: an update of an indexed point counts too).
+WRITTEN_FILE = "mdindex_written.json"
+
+
+def written(path: Path) -> int | None:
+    """The count in the shard's ``WRITTEN_FILE``; None when there is none (a
+    shard made before it was kept) or it cannot be read."""
+    try:
+        value = json.loads((path / WRITTEN_FILE).read_text(encoding="utf-8")).get("points")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value >= 0 else None
+
+
+def record_written(path: Path, points: int) -> None:
+    """Set the count; a count that cannot be written is only logged (it decides
+    when to build an index, nothing of the points)."""
+    tmp = path / (WRITTEN_FILE + ".tmp")
+    try:
+        tmp.write_text(json.dumps({"points": points}), encoding="utf-8")
+        tmp.replace(path / WRITTEN_FILE)
+    except OSError as exc:
+        log.debug("cannot record the points written to %s: %s", path, exc)
+
+
+def add_written(path: Path, points: int) -> None:
+    if points:
+        record_written(path, (written(path) or 0) + points)
+
+
+def has_graph(path: Path) -> bool:
+    """Whether a segment of the shard at ``path`` has an HNSW index on its dense
+    vector (each segment's ``segment.json`` records its vectors' index)."""
+    for record in (path / "segments").glob("*/segment.json"):
+        try:
+            config = json.loads(record.read_text(encoding="utf-8"))
+            index = config["config"]["vector_data"][""]["index"]["type"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if index == "hnsw":
+            return True
+    return False
+
+
+def unindexed(path: Path, points: int) -> int:
+    """How many of the shard's ``points`` may be outside its dense index: all of
+    them before one is built, then those written since (``WRITTEN_FILE``; a
+    shard with a graph but no count is taken as indexed)."""
+    if not has_graph(path):
+        return points
+    count = written(path)
+    return min(count if count is not None else 0, points)
+
+
+def wants_index(path: Path, points: int, config: dict[str, Any], index_min_points: int) -> bool:
+    """At least ``index_min_points`` points, and enough of them outside the
+    index (``unindexed``): a tenth of the store, and no less than a segment the
+    optimizer would index. ``config``: the shard's creation record."""
     if points < index_min_points:
         return False
+    outside = unindexed(path, points)
     threshold_kb = (config.get("optimizers") or {}).get("indexing_threshold") or 10_000
     segment_points = int(threshold_kb) * 1024 // (4 * int(config["vectors"][""]["size"]))
-    return points - indexed >= max(points // 10, segment_points)
+    return outside >= max(points // 10, segment_points)
 
 
 def optimize(path: Path, give_way: Callable[[], bool]) -> bool:
@@ -73,6 +139,7 @@ def optimize(path: Path, give_way: Callable[[], bool]) -> bool:
         _, err = child.communicate()
     if child.returncode == 0:
         log.info("search index built in %.1fs", time.monotonic() - started)
+        record_written(path, 0)
     elif child.returncode > 0:
         log.warning("index build failed: %s", err.decode(errors="replace")[-300:].strip())
     finished: bool = child.returncode == 0

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from mdindex.embedding.sparse import SPARSE_NAME
 from mdindex.errors import LayoutMismatch, LockError, StoreError, StoreMismatch
 from mdindex.sinks.base import INDEXED_KEYS, MIN_FREE_BYTES, Point, free_bytes
+from mdindex.sinks.edge.optimize import unindexed
 
 if TYPE_CHECKING:
     from qdrant_edge import EdgeShard
@@ -165,14 +166,17 @@ def update(shard: EdgeShard, path: Path, op: Any) -> None:
     shard.update(op)
 
 
-def shard_info(shard: EdgeShard, config: dict[str, Any]) -> dict[str, Any]:
+def shard_info(shard: EdgeShard, config: dict[str, Any], path: Path) -> dict[str, Any]:
     """What status shows of an open shard; nothing when it cannot tell (status
-    must answer even when the store cannot)."""
+    must answer even when the store cannot). ``indexed_points``: those in the
+    dense vectors' index (``optimize.unindexed``; edge's own count adds the
+    sparse vectors)."""
     try:
         info = shard.info()
+        points = int(info.points_count)
         return {
             "segments": info.segments_count,
-            "indexed_points": info.indexed_vectors_count,
+            "indexed_points": points - unindexed(path, points),
             "quantization": quantization_of(config),
         }
     except Exception as exc:

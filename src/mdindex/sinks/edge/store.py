@@ -28,7 +28,7 @@ from mdindex.sinks.base import (
     sparse_by_id,
     waiting_for_lock,
 )
-from mdindex.sinks.edge.optimize import optimize, wants_index
+from mdindex.sinks.edge.optimize import add_written, optimize, wants_index
 from mdindex.sinks.edge.query import docs_filter, matches, plan
 from mdindex.sinks.edge.shard import (
     CONFIG_FILE,
@@ -195,6 +195,7 @@ class EdgeStore(Scrolling):
             ]
             op = UpdateOperation.upsert_points(batch)
             self._retry("upsert", lambda op=op: update(self.shard, self.path, op))  # type: ignore[misc]
+        add_written(self.path, len(points))  # outside the index until the next build
         return len(points)
 
     def delete(self, ids: Sequence[str]) -> int:
@@ -261,7 +262,7 @@ class EdgeStore(Scrolling):
         if self._shard is None or not self._retry.lock.acquire(blocking=False):
             return out  # closed, or busy building its index
         try:
-            out |= shard_info(self._shard, read_config(self.path))
+            out |= shard_info(self._shard, read_config(self.path), self.path)
         finally:
             self._retry.lock.release()
         return out
@@ -293,8 +294,8 @@ class EdgeStore(Scrolling):
         in a shard that can be written (closing one that cannot: ``left_open``)."""
         if not self.exists() or unwritable(self.path) is not None:
             return False
-        info = self._retry("info", lambda: self.shard.info())
-        return wants_index(info, read_config(self.path), self.index_min_points)
+        n = int(self._retry("info", lambda: self.shard.info()).points_count)
+        return wants_index(self.path, n, read_config(self.path), self.index_min_points)
 
     def settle(self, idle: Callable[[], bool] | None = None) -> bool:
         """Build the HNSW index in a child process if it pays off (``optimize``);
