@@ -3,11 +3,15 @@ unknown rather than wrong on English that is too short to tell."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mdindex.documents.language import detect, normal_code, prose
+from mdindex.documents.language import detect, detect_many, normal_code, prose
 from mdindex.documents.parsing import parse_document
 
 CODE = "```python\nimport os\nfor name in os.listdir('.'):\n    print(name.upper())\n```\n"
@@ -87,6 +91,54 @@ def test_detection_never_fails_on_any_text(text: str) -> None:
     assert len(detect(text, min_weight=0)) in (0, 2)
     doc = parse_document(f"---\nlang: {text[:20]!r}\n---\n{text}", "n.md")
     assert doc.lang == "" or len(doc.lang) == 2
+
+
+SAMPLES = [
+    ZH,
+    RU,
+    "Wir haben am Wochenende die Notizen zum Projekt geordnet und die nächsten Schritte geplant.",
+    "Nous avons rangé les notes du projet ce week-end et discuté des prochaines étapes à suivre.",
+    "قمنا بترتيب ملاحظات المشروع في نهاية الأسبوع وناقشنا الخطوات التالية التي يجب إنجازها.",
+    "เราจัดระเบียบบันทึกของโครงการในช่วงสุดสัปดาห์และพูดคุยถึงขั้นตอนต่อไป",
+    "We tidied the project's notes over the weekend and talked about what comes next.",
+    "A _remote resource_ is a file on a remote server",  # unsure: "", never Catalan
+    "See [Unix epoch][].",  # too short: ""
+    "",
+    "x" * 5000,
+    RU * 60,  # past PREFIX_CHARS
+]
+
+
+def test_many_texts_at_once_get_what_each_gets_alone() -> None:
+    """The batch a group of documents is detected in (``detect_many``) answers
+    as ``detect`` does, text by text, in order."""
+    assert detect_many(SAMPLES) == [detect(text) for text in SAMPLES]
+    assert detect_many(SAMPLES)[:7] == ["zh", "ru", "de", "fr", "ar", "th", "en"]
+    assert detect_many([]) == []
+
+
+def test_a_fork_detects_after_its_parent_did() -> None:
+    """The detector's threads are not copied into a forked child, where a call
+    that waited for them hung (the crash tests fork children that index)."""
+    detect_many(SAMPLES)  # the parent's threads start
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answers, or is killed by the alarm
+        signal.alarm(20)
+        os.write(write, json.dumps(detect_many(SAMPLES)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        got = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert json.loads(got) == detect_many(SAMPLES)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text(max_size=300), max_size=8))
+def test_many_generated_texts_at_once_get_what_each_gets_alone(texts: list[str]) -> None:
+    assert detect_many(texts) == [detect(text) for text in texts]
 
 
 @pytest.mark.parametrize(

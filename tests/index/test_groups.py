@@ -13,6 +13,7 @@ from typing import Any
 from mdindex.chunking import Chunker
 from mdindex.config import Root, Settings
 from mdindex.documents.files import FileRef, PathFilter, scan
+from mdindex.documents.parsing import parse_document
 from mdindex.documents.types import Chunk, Document
 from mdindex.index.groups import Groups, Loaded
 from mdindex.index.planning import Planner
@@ -145,3 +146,34 @@ def test_failures_and_warnings_go_into_the_summary(tmp_path: Path, make_settings
         "reason": "internal error while chunking: RuntimeError: a chunker bug",
     }
     assert groups.plan([], summary) == []
+
+
+def test_a_group_is_detected_together_as_each_document_alone(
+    tmp_path: Path, make_settings: Factory
+) -> None:
+    """Languages are detected a group at a time; each document gets what parsing
+    it alone gives, frontmatter still first, and a named language stays."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    texts = {
+        "de.md": "# Notizen\n\nWir haben am Wochenende die Notizen zum Projekt geordnet.\n",
+        "ru.md": "# Заметки\n\nМы собрали заметки о проекте и обсудили следующие шаги.\n",
+        "zh.md": "# 笔记\n\n我们在周末整理了项目的笔记，并且讨论了下一步的计划。\n",
+        "fm.md": "---\nlang: fr\n---\n# Notes\n\nWe tidied the notes over the weekend.\n",
+        "short.md": "# T\n\nSee [x][].\n",
+    }
+    for name, text in texts.items():
+        (root / name).write_text(text)
+    for setting in ("auto", "de"):
+        settings = make_settings(language=setting)
+        read = list(groups_of(settings, docs=2).read(refs(root), lambda ref: "", Summary(), None))
+        got = {ref.rel: doc.lang for group in read for ref, doc in group}
+        alone = {
+            name: parse_document(text, name, language=setting).lang for name, text in texts.items()
+        }
+        assert got == alone
+    assert alone["fm.md"] == "fr" and alone["ru.md"] == "de"
+    auto = make_settings(language="auto")
+    read = list(groups_of(auto, docs=2).read(refs(root), lambda ref: "", Summary(), None))
+    got = {ref.rel: doc.lang for group in read for ref, doc in group}
+    assert got == {"de.md": "de", "ru.md": "ru", "zh.md": "zh", "fm.md": "fr", "short.md": ""}

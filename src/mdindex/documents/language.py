@@ -14,7 +14,9 @@ analysed as English: a short English note is never taken for Dutch.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -44,6 +46,7 @@ MIN_WEIGHT = 12
 # Ukrainian, Hindi and Marathi) share an analysis or nearly.
 MIN_CONFIDENCE = 0.9
 KEYS = ("lang", "language")
+_threads_pid = 0  # the process where the detector's threads run (detect_many)
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 _DENSE = re.compile(r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _LINK_TARGET = re.compile(r"\]\([^)\n]*\)|https?://\S+|<[^>\n]*>")
@@ -123,16 +126,46 @@ def prose(doc: Document) -> str:
 def detect(text: str, min_weight: int = MIN_WEIGHT) -> str:
     """The language of a text as an ISO 639-1 code, "" when unsure or shorter
     than ``min_weight`` (a query's is lower: "机器学习" is a whole question)."""
-    if weight(text[:PREFIX_CHARS]) < min_weight:
+    text = text[:PREFIX_CHARS]
+    if weight(text) < min_weight:
         return ""
     try:
-        values = _detector().compute_language_confidence_values(text[:PREFIX_CHARS])
+        values = _detector().compute_language_confidence_values(text)
     except Exception:  # a detector bug must not cost the document
         return ""
+    return _chosen(text, values)
+
+
+def detect_many(texts: Sequence[str]) -> list[str]:
+    """``detect`` of each text, the detector's work spread over idle cores: one
+    document at a time, it was a fifth of a backfill's work outside the model,
+    which on a GPU is most of the run (docs/benchmarks.md, On a GPU)."""
+    global _threads_pid
+    texts = [text[:PREFIX_CHARS] for text in texts]
+    if _threads_pid not in (0, os.getpid()):
+        # A fork of a process whose detector threads had started: the child has
+        # none of them, and a parallel call there waits forever.
+        return [detect(text) for text in texts]
+    _threads_pid = os.getpid()
+    out = [""] * len(texts)
+    todo = [i for i, text in enumerate(texts) if weight(text) >= MIN_WEIGHT]
+    if not todo:
+        return out
+    try:
+        found = _detector().compute_language_confidence_values_in_parallel([texts[i] for i in todo])
+    except Exception:  # one at a time, so a detector bug costs one document
+        return [detect(text) for text in texts]
+    for i, values in zip(todo, found, strict=True):
+        out[i] = _chosen(texts[i], values)
+    return out
+
+
+def _chosen(text: str, values: Any) -> str:
+    """The detector's first language, "" when it is unsure (see MIN_CONFIDENCE)."""
     if not values:
         return ""
-    code = values[0].language.iso_code_639_1.name.lower()
-    letters = [c for c in text[:PREFIX_CHARS] if c.isalpha()]
+    code: str = values[0].language.iso_code_639_1.name.lower()
+    letters = [c for c in text if c.isalpha()]
     latin = sum(c.isascii() for c in letters) * 2 >= len(letters)
     sure = code == "en" or not latin or values[0].value >= MIN_CONFIDENCE
     return code if sure else ""
@@ -143,12 +176,23 @@ def weight(text: str) -> int:
     return sum((3 if _DENSE.match(c) else 1) for c in text if c.isalpha())
 
 
-def language_of(doc: Document, setting: str) -> tuple[str, str | None]:
+def language_of(doc: Document, setting: str, detecting: bool = True) -> tuple[str, str | None]:
     """A document's language and a one-line reason when its frontmatter names
-    none: frontmatter wins, then ``setting`` when it is a code, else detection."""
+    none: frontmatter wins, then ``setting`` when it is a code, else detection
+    (``detecting=False``: left "" for ``detect_languages`` to fill in)."""
     code, problem = from_frontmatter(doc.meta)
     if code is not None:
         return code, None
     if setting != "auto":
         return setting, problem
-    return detect(prose(doc)), problem
+    return (detect(prose(doc)) if detecting else ""), problem
+
+
+def detect_languages(docs: Sequence[Document], setting: str) -> None:
+    """The detection ``language_of(..., detecting=False)`` left out, for many
+    documents at once (``detect_many``)."""
+    if setting != "auto":
+        return
+    todo = [doc for doc in docs if from_frontmatter(doc.meta)[0] is None]
+    for doc, code in zip(todo, detect_many([prose(doc) for doc in todo]), strict=True):
+        doc.lang = code

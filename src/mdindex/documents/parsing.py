@@ -179,9 +179,11 @@ def parse_document(
     base_url: str = "",
     url_style: str = "pretty",
     language: str = "auto",
+    detecting: bool = True,
 ) -> Document:
     """Parse normalised text into a Document with frontmatter, outline, line index
-    and language (``language``: "auto" to detect, or the code to assume)."""
+    and language (``language``: "auto" to detect, or the code to assume;
+    ``detecting=False``: detection is the caller's, ``language.detect_languages``)."""
     meta, body_start, warnings = split_frontmatter(text)
     line_starts = line_starts_of(text)
     headings, blocks, code = _outline(text, body_start, line_starts)
@@ -203,7 +205,7 @@ def parse_document(
         line_starts=line_starts,
         warnings=warnings,
     )
-    doc.lang, problem = language_of(doc, language)
+    doc.lang, problem = language_of(doc, language, detecting)
     if problem:
         doc.warnings.append(problem)
     return doc

@@ -163,11 +163,12 @@ def decode(data: bytes, cut: bool = False) -> str:
 
 
 def load_document(
-    ref: FileRef, settings: Settings, known_hash: str = ""
+    ref: FileRef, settings: Settings, known_hash: str = "", detecting: bool = True
 ) -> Document | Failure | None:
     """Read, decode and parse one file, within its time budget; None when its text
     still hashes to ``known_hash`` (touched, not changed). A file that cannot be
-    read, or that breaks the parser, is a Failure with its one-line reason."""
+    read, or that breaks the parser, is a Failure with its one-line reason.
+    ``detecting=False``: its language is detected by the caller, with others."""
     try:
         text = decode(read_bytes(ref.path, settings.max_file_bytes, ref))
         if known_hash and known_hash == digest(text):
@@ -179,6 +180,7 @@ def load_document(
                 base_url=settings.base_url,
                 url_style=settings.url_style,
                 language=settings.language,
+                detecting=detecting,
             )
     except InputError as exc:
         return Failure(ref.root, ref.rel, str(exc))

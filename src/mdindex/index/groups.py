@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from mdindex.config import Settings
 from mdindex.documents.files import Failure, FileRef
+from mdindex.documents.language import detect_languages
 from mdindex.documents.reading import load_document
 from mdindex.documents.types import Document
 from mdindex.index.planning import DocWork, Planner
@@ -61,9 +62,14 @@ class Groups:
             if self.on_progress is not None:
                 self.on_progress(done)
             if len(loaded) >= self.docs or chars >= self.chars:
-                yield loaded
+                yield self._detected(loaded)
                 loaded, chars = [], 0
-        yield loaded
+        yield self._detected(loaded)
+
+    def _detected(self, loaded: Loaded) -> Loaded:
+        """The group with its documents' languages, detected together."""
+        detect_languages([doc for _, doc in loaded], self.settings.language)
+        return loaded
 
     def _load(
         self,
@@ -73,7 +79,7 @@ class Groups:
         touch: Callable[[FileRef], None] | None,
     ) -> tuple[FileRef, Document] | None:
         """Read and parse one candidate; None when it failed or only its mtime moved."""
-        doc = load_document(ref, self.settings, known_hash)
+        doc = load_document(ref, self.settings, known_hash, detecting=False)
         if isinstance(doc, Failure):
             summary.fail(doc)
             return None
