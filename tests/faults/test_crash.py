@@ -275,22 +275,26 @@ def test_daemon_stop_is_quick_even_mid_burst(tmp_path: Path) -> None:
 
 
 @pytest.mark.model
-def test_real_process_crash_then_rerun_with_the_real_model(tmp_path: Path) -> None:
-    """The crash point as a user would meet it: a real `mdindex backfill` process dies."""
+def test_real_process_crash_then_rerun_with_the_real_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The crash point as a user would meet it: a real `mdindex backfill` process
+    dies. The runs before and after it are main() here: what they print is
+    checked, and a spawn cost 1.4 s of CPU."""
     import json
 
-    from tests.cli_helper import mdindex
+    from tests.cli_helper import in_process, mdindex
 
     root = make_tree(tmp_path / "docs", docs=6)
     state = ["--state-dir", str(tmp_path / "state")]
-    assert mdindex("backfill", str(root), *state).returncode == 0
+    assert in_process(capsys, "backfill", str(root), *state).returncode == 0
     mutate(root)
     crash = {"MDINDEX_CRASH_POINT": "after_upsert"}
     crashed = mdindex("backfill", str(root), *state, env=crash)
     assert crashed.returncode == CRASHED, crashed.stderr
-    rerun = mdindex("backfill", str(root), *state, "--json")
+    rerun = in_process(capsys, "backfill", str(root), *state, "--json")
     assert rerun.returncode == 0, rerun.stderr
     # the crashed run had stored the new chunks' vectors: nothing is embedded again
     assert json.loads(rerun.stdout)["chunks_embedded"] == 0
-    check = mdindex("verify", str(root), *state, "--json")
+    check = in_process(capsys, "verify", str(root), *state, "--json")
     assert check.returncode == 0 and json.loads(check.stdout)["in_sync"] is True

@@ -24,9 +24,9 @@ from mdindex.index.state import DocRow, State
 from mdindex.query.client import DaemonClient, _UnixConnection
 from mdindex.query.links import broken_in, broken_text
 from mdindex.runtime import state_path
-from tests.cli_helper import in_process, mcp_server
+from tests.cli_helper import in_process, mcp_server, mdindex
 from tests.conftest import CORPUS, needs_corpus, settings_for
-from tests.daemon.test_as_a_process import ENV, cli, start, stop
+from tests.daemon.test_as_a_process import ENV, start, stop
 
 VAULT = Path(__file__).resolve().parents[1] / "vault"
 
@@ -233,8 +233,11 @@ def _metric(daemon: DaemonClient, name: str) -> float:
 @pytest.mark.serial
 @pytest.mark.model
 def test_a_rename_in_a_running_daemon_moves_backlinks_and_embeds_nothing(
-    tmp_path: Path, indexed_copy: Any
+    tmp_path: Path, indexed_copy: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    def cli(*args: str) -> Any:  # what the commands print: main() here, no spawn
+        return in_process(capsys, *args, env=ENV)
+
     vault, state = indexed_copy(VAULT)
     common = ["--state-dir", str(state)]
     proc, daemon = start(vault, state)
@@ -283,7 +286,7 @@ def test_an_assistant_asks_for_related_notes_over_mcp(tmp_path: Path, indexed_co
     from mcp import Client
 
     vault, state = indexed_copy(VAULT)
-    assert cli("backfill", str(vault), "--state-dir", str(state)).returncode == 0
+    assert mdindex("backfill", str(vault), "--state-dir", str(state), env=ENV).returncode == 0
 
     async def body() -> dict[str, Any]:
         params = mcp_server(vault, "--state-dir", state)
@@ -421,7 +424,7 @@ def test_related_over_mcp_is_capped_like_read(tmp_path: Path) -> None:
     links = "\n".join(f"[[{'x' * 100}{i}]]" for i in range(6000))  # 4 MB of entries
     (notes / "hub.md").write_text(f"# Hub\n\n{links}\n")
     state = tmp_path / "state"
-    assert cli("backfill", str(notes), "--state-dir", str(state)).returncode == 0
+    assert mdindex("backfill", str(notes), "--state-dir", str(state), env=ENV).returncode == 0
 
     async def body() -> Any:
         params = mcp_server(notes, "--state-dir", state)
