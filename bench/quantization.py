@@ -130,6 +130,7 @@ def main() -> None:
     cpu = cpu_name()
     print(f"int8 against fp32 on qdrant-edge; {cpu}")
     cols = ["set", "points", "mode", "quantization", "recall@3", "recall@10", "top10_as_fp32"]
+    cols += ["indexed"]
     print(table(rows, cols))
     write_json("quantization", {"cpu": cpu, "rows": rows})
 

@@ -38,8 +38,8 @@ def test_a_dense_search_asks_for_k_nearest_through_the_index(store: EdgeStore) -
     assert request.params.hnsw_ef == HNSW_EF
     assert ran(store, request) == [pid(3), pid(0)]
     # an HNSW search never looks at fewer candidates than it returns
-    wide = plan(StoreQuery(500, dense=vector(3), candidates=300), has_sparse=True)[0]
-    assert wide.params.hnsw_ef == 500
+    wide = plan(StoreQuery(HNSW_EF + 100, dense=vector(3), candidates=300), has_sparse=True)[0]
+    assert wide.params.hnsw_ef == HNSW_EF + 100
 
 
 def test_sparse_and_hybrid_searches(store: EdgeStore) -> None:
