@@ -114,6 +114,55 @@ def test_a_search_through_the_index_finds_what_an_exact_scan_finds(
     store.close()
 
 
+def test_a_hybrid_int8_store_keeps_int8_copies_and_scores_with_the_originals(
+    tmp_path: Path,
+) -> None:
+    """Issue 37: a store with sparse vectors builds its index, and with
+    quantization = int8 the index's segment records the int8 copies; hybrid and
+    dense searches answer with the originals' cosines (rescored)."""
+    import json
+
+    from mdindex.embedding.sparse import Sparse
+
+    n = 400
+    store = EdgeStore(
+        "c",
+        path=tmp_path / "c",
+        index_min_points=100,
+        indexing_threshold_kb=1,
+        quantization="int8",
+        on_disk_vectors=True,
+    )
+    store.ensure_collection(16, sparse=True)
+    vectors = structured(n, 16, seed=3)
+    store.upsert(
+        [
+            Point(str(uuid.UUID(int=i + 1)), vectors[i].tolist(), {"i": i}, Sparse([i], [1.0]))
+            for i in range(n)
+        ]
+    )
+    try:
+        assert store.settle() is True
+        configs = [
+            json.loads(p.read_text())["config"]["vector_data"][""]
+            for p in (store.path / "segments").glob("*/segment.json")
+        ]
+        indexed = [c for c in configs if c["index"]["type"] == "hnsw"]
+        assert indexed and all(
+            c["quantization_config"]["scalar"]["type"] == "int8" for c in indexed
+        )
+        assert store.describe()["indexed_points"] == n
+        q = vectors[11]
+        hits = store.search(StoreQuery(5, dense=q.tolist(), sparse=Sparse([11], [1.0])))
+        assert hits[0].payload["i"] == 11
+        dense = store.search(StoreQuery(5, dense=q.tolist()))
+        assert [h.payload["i"] for h in dense] == np.argsort(-(vectors @ q))[:5].tolist()
+        for h in dense:
+            assert abs(h.score - float(vectors[h.payload["i"]] @ q)) < 1e-4
+    finally:
+        store.close()
+
+
 def _can_chattr() -> bool:
     import shutil
     import subprocess
