@@ -18,6 +18,7 @@ from mdindex.sinks.base import StoreQuery
 from mdindex.sinks.edge import EdgeStore
 from mdindex.sinks.edge.optimize import (
     WRITTEN_FILE,
+    add_written,
     has_graph,
     optimize,
     unindexed,
@@ -119,6 +120,19 @@ def test_a_hybrid_store_is_indexed_though_edge_counts_its_sparse_vectors(tmp_pat
     assert written(store.path) == 0
     (store.path / WRITTEN_FILE).unlink()
     assert unindexed(store.path, n) == 0
+
+
+@pytest.mark.parametrize(
+    "content", ["", "{not json", "[1, 2]", '{"points": -3}', '{"points": true}', '{"points": "7"}']
+)
+def test_an_unreadable_count_of_points_written_is_no_count(tmp_path: Path, content: str) -> None:
+    """A count file that is not ours is none: a shard with no graph is then all
+    outside its index, one with a graph all inside it."""
+    (tmp_path / WRITTEN_FILE).write_text(content)
+    assert written(tmp_path) is None
+    assert unindexed(tmp_path, 50) == 50  # no segments, no graph
+    add_written(tmp_path, 4)
+    assert written(tmp_path) == 4
 
 
 def test_optimize_builds_the_index_of_a_closed_shard(tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ def written(path: Path) -> int | None:
         value = json.loads((path / WRITTEN_FILE).read_text(encoding="utf-8")).get("points")
     except (OSError, ValueError, AttributeError):
         return None
-    return value if isinstance(value, int) and value >= 0 else None
+    return value if type(value) is int and value >= 0 else None
 
 
 def record_written(path: Path, points: int) -> None:
@@ -76,6 +76,7 @@ def record_written(path: Path, points: int) -> None:
 
 
 def add_written(path: Path, points: int) -> None:
+    """Count ``points`` more written (each lands in a plain segment)."""
     if points:
         record_written(path, (written(path) or 0) + points)
 
