@@ -108,6 +108,7 @@ def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     return str(request.param)
 
 
+@pytest.hookimpl(trylast=True)  # after xdist's own, which names the groups too early
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that assert a time or a bound run one after another on one xdist
     worker (``--dist loadgroup``), never beside each other. Under xdist the
@@ -115,8 +116,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("serial"):
             item.add_marker(pytest.mark.xdist_group("serial"))
+    if getattr(config.option, "loadgroup", False):  # an xdist worker under loadgroup
+        for item in items:
+            _name_group(item)
     if WORKERS > 1:
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def _name_group(item: pytest.Item) -> None:
+    """The test's xdist group as loadgroup reads it, a suffix of its id
+    (``path::name@group``). xdist 3.8 writes it to ``item._nodeid``, which
+    pytest 9.2 no longer reads (an id is ``item._id``): no group was kept,
+    the `serial` tests ran on every worker, and each worker that ran a test of
+    an embedding server started one of its own."""
+    names = sorted(
+        {str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+         for m in item.iter_markers("xdist_group")}
+    )  # fmt: skip
+    if not names:
+        return
+    named = item.nodeid
+    if "@" in named.rsplit("]", 1)[-1]:  # xdist's own suffix, where it took
+        named = named[: named.rindex("@")]
+    named += "@" + "_".join(names)
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import NodeId
+
+        setattr(item, "_id", NodeId.parse(named))  # noqa: B010 (pytest's own attribute)
+    else:
+        setattr(item, "_nodeid", named)  # noqa: B010
 
 
 def _serial(item: pytest.Item | None) -> bool:
