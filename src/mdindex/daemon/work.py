@@ -9,7 +9,7 @@ import contextlib
 import logging
 import time
 
-from mdindex.daemon import coverage
+from mdindex.daemon import coverage, heap
 from mdindex.daemon.debouncer import Batch
 from mdindex.daemon.shared import Shared
 from mdindex.errors import (
@@ -112,6 +112,7 @@ class Work:
         log.info("%s: %s", why, summary.line())
         self.check_coverage(whole=True)
         self.after_sync(summary)
+        heap.give_back()  # the whole scan's lists, freed but held by malloc
         return summary
 
     def open_rollout(self) -> None:
@@ -248,6 +249,7 @@ class Work:
             self.settle_due = not indexer.settle(idle)
         except StoreError as exc:
             self.shared.health.store_failed(exc)
+        heap.give_back()
         self.last_work = time.monotonic()
         self.shared.health.status("watching")
 
