@@ -27,10 +27,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
 # pytest-xdist's worker ("gw0", "gw1", ...), or "main" in a run without it.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
-# One ONNX export and one backend measurement per worker (and for the processes
-# its tests start), not one per test's state folder. Not one for all workers:
-# two workers exporting into one folder at once replace each other's
-# model.onnx under the other's meta.json, and nothing there locks.
+# One model cache for the run (and the processes its tests start), not one per
+# test's state folder: the xdist workers inherit the controller's ("main"). The
+# ONNX export in it is made once under a lock (cli_helper.ensure_export): two
+# workers exporting into one folder at once replaced each other's model.onnx.
 os.environ.setdefault("MDINDEX_CACHE_DIR", str(REPO / ".pytest_cache" / "mdindex-cache" / WORKER))
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 # Where `serial` tests take their turn (flocks: nothing is left held after a run).
