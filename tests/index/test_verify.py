@@ -289,6 +289,7 @@ def straddled_tree(tmp_path: Path, tiny: TinyEmbedder) -> tuple[Any, dict[str, s
     return s, ids | {f"gone{k}": pid for k, pid in enumerate(sorted(gone))}
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("engine")  # a filtered scroll per group, on each engine
 def test_verify_and_repair_in_groups_of_two_match_the_whole_tree_at_once(
     tmp_path: Path, tiny: TinyEmbedder
