@@ -163,6 +163,41 @@ def test_a_hybrid_int8_store_keeps_int8_copies_and_scores_with_the_originals(
         store.close()
 
 
+@pytest.mark.slow
+def test_the_real_models_hybrid_store_builds_its_index(tmp_path: Path, real_embedder: Any) -> None:
+    """Issue 37 with the real model and BM25: the points of a synced tree are
+    in the dense index after settle (a graph on disk, indexed_points all of
+    them, none left to build), and every point's own vector finds it first."""
+    import shutil
+
+    from mdindex.runtime import collection_of
+    from mdindex.sinks.edge.optimize import has_graph
+    from tests.conftest import build_indexer, settings_for
+
+    root = tmp_path / "docs"
+    shutil.copytree(Path(__file__).resolve().parents[3] / "examples" / "docs", root)
+    settings = settings_for(tmp_path, [str(root)], store="edge")
+    collection = collection_of(settings)
+    store = EdgeStore(
+        collection,
+        path=settings.store_path / collection,
+        index_min_points=10,
+        indexing_threshold_kb=1,
+    )
+    with build_indexer(settings, real_embedder, store=store) as indexer:
+        indexer.backfill()
+        n = store.count()
+        assert n >= 10 and store.has_sparse
+        assert store.wants_index() and store.describe()["indexed_points"] == 0
+        assert indexer.settle() is True
+        assert has_graph(store.path) and store.describe()["indexed_points"] == n
+        assert not store.wants_index()
+        for pid, payload, vector in store.scroll(payload=["text"], with_vectors=True):
+            assert vector is not None
+            top = store.search(StoreQuery(1, dense=vector))[0]
+            assert top.id == pid and top.score > 0.999, payload["text"][:60]
+
+
 def _can_chattr() -> bool:
     import shutil
     import subprocess
