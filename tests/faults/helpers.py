@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import time
@@ -22,6 +23,8 @@ def fork(fn: Callable[[], Any]) -> int:
         # tokenizers' thread pool does not survive a fork; without this a child
         # whose parent already tokenized in parallel can deadlock.
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        # A child that hangs prints where each of its threads is (see wait).
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         code = 0
         try:
             fn()
@@ -42,9 +45,11 @@ def wait(pid: int, timeout: float = 120) -> int:
                 return -os.WTERMSIG(status)
             return os.WEXITSTATUS(status)
         time.sleep(0.01)
+    os.kill(pid, signal.SIGUSR1)  # its threads' stacks, to the captured stderr
+    time.sleep(1)
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
-    raise AssertionError("child did not finish in time")
+    raise AssertionError("child did not finish in time (its threads' stacks are in its stderr)")
 
 
 def kill_at_random(fn: Callable[[], Any], rng: Any, latest_s: float) -> bool:
