@@ -129,6 +129,9 @@ def test_slow_writer_is_indexed_once_with_final_content(
             fh.flush()
             time.sleep(QUIET_MS / 1000 / 2)
     converges(d, tmp_path, root)
+    # the store holds the points a moment before the commit that reports them
+    wait_for(lambda: "slow.md" in d.indexed, 10, "slow.md reported indexed")
+    d.daemon.status(wait=30)  # the barrier: nothing left to index
     assert d.indexed.count("slow.md") == 1
     texts = [p["text"] for p in d.points().values() if p["doc_path"] == "slow.md"]
     assert "Piece 11" in "".join(texts)
