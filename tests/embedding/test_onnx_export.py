@@ -117,6 +117,8 @@ def test_an_export_changed_after_it_was_checked_is_not_used(
     shutil.copytree(cache, mine)
     found = onnx_export.find_export(first.info, mine)
     assert found is not None and len(found.sha256) == 64
+    real_embedder.load()  # the session's model, loaded here if no test on this worker did
+    assert real_embedder.loaded is not None
     weights = real_embedder.loaded.model[0].auto_model.embeddings.word_embeddings.weight
     matrix = weights.detach().numpy().astype(np.float32).tobytes()
     data = bytearray(found.path.read_bytes())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+import gc
 import os
 import signal
 import time
@@ -18,8 +19,15 @@ LONG = os.environ.get("MDINDEX_FAULTS") == "long"
 
 def fork(fn: Callable[[], Any]) -> int:
     """Run ``fn`` in a forked child; return its pid. The child exits 0, or 1 on an exception."""
+    # Garbage the parent holds (an earlier test's store in a reference cycle)
+    # is collected here, where its threads are: collected in the child, whose
+    # copy has none of them, its finalizer waited for ever (a full run hung
+    # twice in "Garbage-collecting" inside a backfill). The child also leaves
+    # everything it inherited to the parent.
+    gc.collect()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
+        gc.freeze()
         # tokenizers' thread pool does not survive a fork; without this a child
         # whose parent already tokenized in parallel can deadlock.
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
