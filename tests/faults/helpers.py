@@ -19,14 +19,13 @@ LONG = os.environ.get("MDINDEX_FAULTS") == "long"
 
 def fork(fn: Callable[[], Any]) -> int:
     """Run ``fn`` in a forked child; return its pid. The child exits 0, or 1 on an exception."""
-    # Garbage the parent holds (an earlier test's store in a reference cycle)
-    # is collected here, where its threads are: collected in the child, whose
-    # copy has none of them, its finalizer waited for ever (a full run hung
-    # twice in "Garbage-collecting" inside a backfill). The child also leaves
-    # everything it inherited to the parent.
-    gc.collect()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
+        # The child never collects what it inherited: garbage of the parent (an
+        # earlier test's store in a reference cycle) finalized here waited for
+        # threads a forked child has none of (a full run hung twice in
+        # "Garbage-collecting" inside a backfill). A gc.collect() in the parent
+        # before each fork also worked but cost the suite about 87 s.
         gc.freeze()
         # tokenizers' thread pool does not survive a fork; without this a child
         # whose parent already tokenized in parallel can deadlock.
