@@ -46,57 +46,32 @@ from common import REPO, RESULTS, corpus_dir, cpu_name, table, write_json
 
 # The stand-in embedder, put in place of the model in every mdindex process the
 # bench starts (the one place the model is made: mdindex.runtime).
-STAND_IN = """
-import hashlib, os, time, zlib
-import numpy as np
+STAND_IN = f"""
+import os, sys, time
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+from common import HashEmbedder
 import mdindex.runtime as runtime
 
-class FixedCost:
-    '''Vectors at the model's size, a fixed cost per batch of 64. SCALE_VECTORS=words
-    (the default): the sum of a fixed random vector per word (4,096 hashed
-    buckets) plus a little noise of the text's own, so texts sharing words lie
-    near each other as a model's do; =random: a hash of the text, isotropic
-    Gaussian (384 intrinsic dimensions: no neighbourhoods at all).'''
-    dimension = 384
+class FixedCost(HashEmbedder):
+    '''common.HashEmbedder at a fixed cost per batch of 64. SCALE_VECTORS=words
+    (the default) or random, as HashEmbedder's words=True or False.'''
     batch = 64
     cost_s = float(os.environ.get('SCALE_BATCH_COST_S', '0.002'))
-    words = os.environ.get('SCALE_VECTORS', 'words') == 'words'
-    buckets = np.random.default_rng(12345).standard_normal((4096, 384)).astype(np.float32)
 
-    def load(self, run=None):
-        pass
-
-    def lookahead(self):
-        return 0
+    def __init__(self):
+        super().__init__(words=os.environ.get('SCALE_VECTORS', 'words') == 'words')
 
     def describe(self):
-        return {'name': 'stand-in', 'reason': 'bench/scale.py: everything but the model'}
+        return {{'name': 'stand-in', 'reason': 'bench/scale.py: everything but the model'}}
 
     def embed(self, texts, token_ids=None):
-        out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for i, text in enumerate(texts):
-            seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), 'big')
-            out[i] = np.random.default_rng(seed).standard_normal(self.dimension)
-        out /= np.linalg.norm(out, axis=1, keepdims=True)
-        if self.words:
-            counts = np.zeros((len(texts), 4096), dtype=np.float32)
-            for i, text in enumerate(texts):
-                for w in text.lower().split():
-                    counts[i, zlib.crc32(w.encode()) & 4095] += 1
-            v = counts @ self.buckets
-            v /= np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-6)
-            out = v + 0.3 * out
-            out /= np.linalg.norm(out, axis=1, keepdims=True)
+        out = super().embed(texts)
         time.sleep(self.cost_s * -(-len(texts) // self.batch))
         return out
 
     def embed_query(self, text):
         # the query's embedding is the model's cost: left out of search times
-        cost, self.cost_s = self.cost_s, 0.0
-        try:
-            return self.embed([text])[0]
-        finally:
-            self.cost_s = cost
+        return super().embed([text])[0]
 
 runtime.ModelEmbedder = lambda *a, **k: FixedCost()
 """
