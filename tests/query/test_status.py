@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from mdindex.query.client import DaemonClient
 from mdindex.query.status import offline_status
 from tests.cli_helper import mdindex
 from tests.conftest import TinyEmbedder, run_backfill, settings_for
@@ -44,6 +46,14 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return mdindex(*args, env=ENV)
 
 
+def caught_up(daemon: DaemonClient) -> dict[str, Any]:
+    """/status once every earlier write is searchable (or 120 s passed), read
+    for as long as the daemon may wait, as the CLI reads it (``IndexClient``):
+    the client's default 30 s ran out first while a first start in the run
+    measured the backends, and the test failed with TimeoutError."""
+    return dict(daemon.ask("/status?wait=1&timeout=120", timeout=150))
+
+
 def test_a_write_then_status_wait_then_search_finds_it_every_time(tmp_path: Path) -> None:
     root = tmp_path / "notes"
     root.mkdir()
@@ -52,7 +62,7 @@ def test_a_write_then_status_wait_then_search_finds_it_every_time(tmp_path: Path
     state = tmp_path / "state"
     proc, daemon = start(root, state, backend=None)  # it checks the measured choice
     try:
-        status = daemon.ask("/status?wait=1&timeout=120")
+        status = caught_up(daemon)
         assert status["caught_up"] is True and status["phase"] == "watching", status
         assert status["coverage"] == "1 of 2" and status["queue_paths"] == 0
         assert [f["path"] for f in status["failed"]] == ["broken.md"]
@@ -73,7 +83,7 @@ def test_a_write_then_status_wait_then_search_finds_it_every_time(tmp_path: Path
                 assert r.returncode == 0, r.stderr
                 assert json.loads(r.stdout)["caught_up"] is True
             else:  # the same over HTTP
-                assert daemon.ask("/status?wait=1&timeout=120")["caught_up"] is True
+                assert caught_up(daemon)["caught_up"] is True
             hits = daemon.ask(f"/search?q=the+{animal}+number+{i}+crossed+the+river&k=3")
             assert hits[0]["doc_path"] == f"note{i:02}.md", (i, [h["doc_path"] for h in hits])
             assert f"number {i} crossed" in hits[0]["text"]
