@@ -53,12 +53,18 @@ def ensure_export() -> onnx_export.Export:
             if made is None:
                 ModelEmbedder(info, device="cpu", backend="onnx", cache_dir=EXPORTS).load()
                 made = onnx_export.find_export(info, EXPORTS)
-        assert made is not None, "the model's ONNX export could not be made"
-        folder = mine / "onnx" / made.path.parent.name
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in ("meta.json", "model.onnx"):
-            (folder / name).unlink(missing_ok=True)
-            (folder / name).symlink_to(made.path.parent / name)
+            assert made is not None, "the model's ONNX export could not be made"
+            # Linked under the lock too, and each link put in place whole: the
+            # workers share MDINDEX_CACHE_DIR, and three linking at the run's
+            # start (unlink, then link) failed 4 times in 24 with "File exists",
+            # or found no export in the moment between another's two steps.
+            folder = mine / "onnx" / made.path.parent.name
+            folder.mkdir(parents=True, exist_ok=True)
+            for name in ("model.onnx", "meta.json"):  # meta.json last: it says "here"
+                temporary = folder / f".{name}.{os.getpid()}"
+                temporary.unlink(missing_ok=True)
+                temporary.symlink_to(made.path.parent / name)
+                os.replace(temporary, folder / name)
         found = onnx_export.find_export(info, mine)
     assert found is not None, "the model's ONNX export could not be made"
     return found
@@ -71,8 +77,10 @@ def environment(env: dict[str, str] | None = None, backend: str | None = ONNX) -
     if backend is not None:
         out["MDINDEX_BACKEND"] = backend
     out |= env or {}
-    if out.get("MDINDEX_BACKEND") == ONNX:
-        ensure_export()
+    # Made before any spawn, whatever its backend: a process whose settings
+    # choose (backend None) exports into the run's cache when it finds none
+    # there, while the other workers link theirs into the same folder.
+    ensure_export()
     return out
 
 
