@@ -113,3 +113,21 @@ def test_int8_quantization_and_vectors_on_disk_are_recorded_in_the_shard(tmp_pat
     assert "quantization_config" not in plain and "memory" not in plain["vectors"][""]
     assert "memory" not in plain["sparse_vectors"]["bm25"]
     assert quantization_of(plain) == "none"
+
+
+def test_the_dense_vectors_graph_settings_are_recorded_in_the_shard(tmp_path: Path) -> None:
+    """Issue 37: a new shard records the HNSW graph it builds (edges per node,
+    candidates while building, the size below which a filtered search scans),
+    so the optimizer of a reopened shard builds the same graph."""
+    from mdindex.sinks.edge.shard import FULL_SCAN_KB, HNSW_EF_CONSTRUCT, HNSW_M
+
+    config = read_config(made(tmp_path / "c"))
+    assert config["hnsw_config"] == {
+        "m": HNSW_M,
+        "ef_construct": HNSW_EF_CONSTRUCT,
+        "full_scan_threshold": FULL_SCAN_KB,
+        "max_indexing_threads": 0,
+    }
+    reopened = load(tmp_path / "c")
+    reopened.close()
+    assert read_config(tmp_path / "c")["hnsw_config"] == config["hnsw_config"]

@@ -12,6 +12,7 @@ import pytest
 from mdindex.sinks import Point
 from mdindex.sinks.base import SearchFilter, StoreQuery
 from mdindex.sinks.edge import EdgeStore
+from mdindex.sinks.edge.shard import HNSW_EF_CONSTRUCT, HNSW_M
 
 
 def filled(tmp_path: Path, n: int, dim: int, **kw: int) -> tuple[EdgeStore, np.ndarray]:
@@ -150,6 +151,12 @@ def test_a_hybrid_int8_store_keeps_int8_copies_and_scores_with_the_originals(
         indexed = [c for c in configs if c["index"]["type"] == "hnsw"]
         assert indexed and all(
             c["quantization_config"]["scalar"]["type"] == "int8" for c in indexed
+        )
+        # the graph is built as the shard records it (shard.HNSW_M, HNSW_EF_CONSTRUCT)
+        assert all(
+            (c["index"]["options"]["m"], c["index"]["options"]["ef_construct"])
+            == (HNSW_M, HNSW_EF_CONSTRUCT)
+            for c in indexed
         )
         assert store.describe()["indexed_points"] == n
         q = vectors[11]

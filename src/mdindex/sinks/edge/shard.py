@@ -24,6 +24,11 @@ CONFIG_FILE = "edge_config.json"
 # Scalar quantization maps the 0.99 quantile of the values to int8's range (as
 # on a server, sinks.qdrant.collection), so that outliers do not flatten the rest.
 QUANTILE = 0.99
+# The dense vectors' HNSW graph: edges per node and candidates while building.
+HNSW_M = 16
+HNSW_EF_CONSTRUCT = 100
+# Below this much vector data (KB) a filtered search scans (Qdrant's default).
+FULL_SCAN_KB = 10_000
 
 
 def load(path: Path) -> EdgeShard:
@@ -63,6 +68,7 @@ def create(
         EdgeShard,
         EdgeSparseVectorParams,
         EdgeVectorParams,
+        HnswIndexConfig,
         Memory,
         Modifier,
         ScalarQuantizationConfig,
@@ -88,6 +94,9 @@ def create(
             }
             if sparse
             else None
+        ),
+        hnsw_config=HnswIndexConfig(
+            m=HNSW_M, ef_construct=HNSW_EF_CONSTRUCT, full_scan_threshold=FULL_SCAN_KB
         ),
         quantization_config=quantized,
         optimizers=EdgeOptimizersConfig(indexing_threshold=indexing_threshold_kb),
