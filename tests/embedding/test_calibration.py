@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,7 @@ from mdindex.embedding import calibration
 from mdindex.embedding.calibration import Choice
 from mdindex.embedding.machine import cpu_identity
 from mdindex.embedding.samples import TEXTS
+from tests.conftest import FakeTime
 
 
 def _unit(rows: int, seed: int) -> np.ndarray:
@@ -34,22 +35,34 @@ def test_the_gate_passes_the_same_vectors_and_fails_noisy_ones() -> None:
     assert float(verdict["mean_cosine"]) < calibration.GATE_COSINE
 
 
-def _runner(vectors: np.ndarray, delay: float) -> calibration.EmbedFn:
+@pytest.fixture
+def work(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
+    """The measurement's clock, moved only by what the runners here cost: these
+    tests are of the choice, not of this machine's timer. With real sleeps a
+    wake-up 7 ms late under load (three xdist workers on two cores) put a 13 ms
+    pass outside its bound, and a 26 ms margin between two single passes
+    decided the order of two runners."""
+    clock = FakeTime()
+    monkeypatch.setattr(calibration, "time", SimpleNamespace(perf_counter=clock.monotonic))
+    return clock
+
+
+def _runner(vectors: np.ndarray, delay: float, clock: FakeTime) -> calibration.EmbedFn:
     def run(texts: Sequence[str]) -> np.ndarray:
-        time.sleep(delay * len(texts) / len(TEXTS))
+        clock.sleep(delay * len(texts) / len(TEXTS))
         return vectors[: len(texts)]
 
     return run
 
 
-def test_the_fastest_that_passes_the_gate_is_chosen() -> None:
+def test_the_fastest_that_passes_the_gate_is_chosen(work: FakeTime) -> None:
     ref = _unit(48, 3)
     wrong = _unit(48, 4)  # fastest, but other vectors
     choice = calibration.measure(
         {
-            "torch-fp32": _runner(ref, 0.06),
-            "torch-bf16": _runner(wrong, 0.005),
-            "onnx-fp32": _runner(ref, 0.02),
+            "torch-fp32": _runner(ref, 0.06, work),
+            "torch-bf16": _runner(wrong, 0.005, work),
+            "onnx-fp32": _runner(ref, 0.02, work),
         }
     )
     assert choice.name == "onnx-fp32" and choice.source == "measured"
@@ -61,7 +74,7 @@ def test_the_fastest_that_passes_the_gate_is_chosen() -> None:
 
 def test_measuring_needs_the_reference() -> None:
     with pytest.raises(ValueError, match="torch-fp32"):
-        calibration.measure({"onnx-fp32": _runner(_unit(48, 5), 0.0)})
+        calibration.measure({"onnx-fp32": _runner(_unit(48, 5), 0.0, FakeTime())})
 
 
 @pytest.mark.parametrize(
@@ -309,10 +322,10 @@ def test_a_quicker_load_at_no_loss_of_speed_is_counted_up_to_the_cap() -> None:
     assert calibration.for_run(measured, 10_000, 2_000_000).name == "onnx-fp32"
 
 
-def test_a_measurement_records_load_times_and_speed_on_long_texts() -> None:
+def test_a_measurement_records_load_times_and_speed_on_long_texts(work: FakeTime) -> None:
     ref = _unit(48, 6)
     choice = calibration.measure(
-        {"torch-fp32": _runner(ref, 0.04), "onnx-fp32": _runner(ref, 0.02)},
+        {"torch-fp32": _runner(ref, 0.04, work), "onnx-fp32": _runner(ref, 0.02, work)},
         {"torch-fp32": 5.0, "onnx-fp32": 0.1},
         long_tokens=4_096,
     )
@@ -407,14 +420,14 @@ def test_an_index_built_by_two_backends_answers_as_one(
     assert float(np.mean(overlap)) >= calibration.GATE_AGREEMENT, overlap
 
 
-def test_the_fastest_is_the_fastest_on_chunk_sized_texts() -> None:
+def test_the_fastest_is_the_fastest_on_chunk_sized_texts(work: FakeTime) -> None:
     """A per-text cost wins on short texts and loses on long ones: the choice
     follows what runs embed (LONG_TEXTS), not the short calibration texts."""
     ref = _unit(48, 7)
 
     def costing(per_text: float, per_char: float) -> calibration.EmbedFn:
         def run(texts: Sequence[str]) -> np.ndarray:
-            time.sleep(per_text * len(texts) + per_char * sum(len(t) for t in texts))
+            work.sleep(per_text * len(texts) + per_char * sum(len(t) for t in texts))
             return ref[: len(texts)] if len(texts) <= 48 else np.resize(ref, (len(texts), 384))
 
         return run
