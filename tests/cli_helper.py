@@ -54,17 +54,18 @@ def ensure_export() -> onnx_export.Export:
                 ModelEmbedder(info, device="cpu", backend="onnx", cache_dir=EXPORTS).load()
                 made = onnx_export.find_export(info, EXPORTS)
             assert made is not None, "the model's ONNX export could not be made"
-            # Linked under the lock too, and each link put in place whole: the
-            # workers share MDINDEX_CACHE_DIR, and three linking at the run's
-            # start (unlink, then link) failed 4 times in 24 with "File exists",
-            # or found no export in the moment between another's two steps.
-            folder = mine / "onnx" / made.path.parent.name
-            folder.mkdir(parents=True, exist_ok=True)
-            for name in ("model.onnx", "meta.json"):  # meta.json last: it says "here"
-                temporary = folder / f".{name}.{os.getpid()}"
-                temporary.unlink(missing_ok=True)
-                temporary.symlink_to(made.path.parent / name)
-                os.replace(temporary, folder / name)
+        # Linked under the lock a process exporting there takes, each link put
+        # in place whole: the workers share MDINDEX_CACHE_DIR, and three linking
+        # at the run's start (unlink, then link) failed 4 times in 24 with "File
+        # exists", or found no export in the moment between another's two steps.
+        with onnx_export.exporting(info, mine):
+            if onnx_export.find_export(info, mine) is None:
+                folder = mine / "onnx" / made.path.parent.name
+                for name in ("model.onnx", "meta.json"):  # meta.json last: it says "here"
+                    temporary = folder / f".{name}.{os.getpid()}"
+                    temporary.unlink(missing_ok=True)
+                    temporary.symlink_to(made.path.parent / name)
+                    os.replace(temporary, folder / name)
         found = onnx_export.find_export(info, mine)
     assert found is not None, "the model's ONNX export could not be made"
     return found

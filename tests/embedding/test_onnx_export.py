@@ -135,6 +135,39 @@ def test_an_export_changed_after_it_was_checked_is_not_used(
     assert again is None or again.path.read_bytes() != bytes(data)
 
 
+@pytest.mark.slow
+def test_an_export_made_while_this_one_waited_for_the_folder_is_taken_as_is(
+    real_embedder: ModelEmbedder, export: onnx_export.Export, tmp_path: Path
+) -> None:
+    """Two processes sharing a cache (a daemon and a search started together,
+    the test suite's workers) each exported into one folder at once, and the
+    meta.json one wrote could name the other's model.onnx. The export is made
+    under the folder's lock: one made meanwhile is used, not made again."""
+    import threading
+
+    real_embedder.load()  # the session's torch model, which an export traces
+    assert real_embedder.loaded is not None
+    model, features = real_embedder.loaded.model, real_embedder.loaded.features
+    cache = tmp_path / "cache"
+    folder = cache / "onnx" / export.path.parent.name
+    got: list[onnx_export.Export | None] = []
+    with onnx_export.exporting(real_embedder.info, cache):  # another process exports
+        thread = threading.Thread(
+            target=lambda: got.append(
+                onnx_export.export(real_embedder.info, cache, model, features)
+            )
+        )
+        thread.start()
+        for name in ("model.onnx", "meta.json"):  # what the other process made
+            shutil.copyfile(export.path.parent / name, folder / name)
+        theirs = (folder / "model.onnx").stat().st_ino
+    thread.join()
+    assert got and got[0] is not None and got[0].path == folder / "model.onnx"
+    assert got[0].sha256 == export.sha256
+    assert (folder / "model.onnx").stat().st_ino == theirs  # not made again over it
+    assert not list(folder.glob(".tmp-*"))
+
+
 def test_a_cache_folder_others_can_write_is_refused_in_one_line(tmp_path: Path) -> None:
     """As ssh refuses a key file others can write: what is cached decides the vectors."""
     from mdindex.errors import ConfigError

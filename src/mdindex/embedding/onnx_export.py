@@ -17,11 +17,14 @@ exportable rather than used.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
 import tempfile
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,16 +160,40 @@ def was_refused(info: ModelInfo, cache_dir: Path) -> bool:
     return meta.get("exportable") is False and meta.get("versions") == _versions()
 
 
+@contextlib.contextmanager
+def exporting(info: ModelInfo, cache_dir: Path) -> Iterator[None]:
+    """Held while the model's export in ``cache_dir`` is made or replaced. Two
+    processes sharing a cache (a daemon and a search started together, or a
+    test suite's workers) each exported into one folder, and the meta.json one
+    wrote could name the SHA-256 of the model.onnx it lost to the other: the
+    next load found the file changed, warned, and removed the export."""
+    folder = _export_dir(info, cache_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{folder.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def export(
     info: ModelInfo, cache_dir: Path, st_model: Any, inputs: tuple[str, ...]
 ) -> Export | None:
     """Export ``st_model`` (a loaded fp32 SentenceTransformer on the CPU whose
     modules are Transformer, Pooling[, Normalize]) and check it against torch.
-    Returns None, and records why, when the graph does not match."""
+    Returns None, and records why, when the graph does not match. The export
+    another process made while this one waited for the folder is taken as is."""
+    with exporting(info, cache_dir):
+        found = find_export(info, cache_dir)
+        if found is not None or was_refused(info, cache_dir):
+            return found
+        return _export(info, cache_dir, st_model, inputs)
+
+
+def _export(
+    info: ModelInfo, cache_dir: Path, st_model: Any, inputs: tuple[str, ...]
+) -> Export | None:
     import torch
 
     folder = _export_dir(info, cache_dir)
-    folder.mkdir(parents=True, exist_ok=True)
     backbone, pooling = st_model[0].auto_model, st_model[1]
 
     class Graph(torch.nn.Module):
