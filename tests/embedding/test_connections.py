@@ -14,6 +14,7 @@ from tests.embedding.hostile import MODEL, hostile_server
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # it asserts a time
 def test_an_answer_sent_a_byte_at_a_time_is_cut_at_the_timeout() -> None:
     """Found by a hostile review: the timeout held for each read, not for the
     request, so a server sending its answer a byte a second held a sync (and the
