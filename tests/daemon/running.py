@@ -120,12 +120,26 @@ def fresh(tmp_path: Path, root: Path) -> dict[str, dict[str, Any]]:
 
 
 def converges(d: Running, tmp_path: Path, root: Path, timeout: float = 30) -> None:
+    """Until the daemon's store equals a fresh backfill of ``root``, and the sync
+    that wrote it is over: the points land before that sync's bookkeeping (a
+    reconcile's phase, gauges, coverage and the guard's record of each root; a
+    commit's ``on_indexed``), so a test that read or changed anything right
+    after the points matched met a daemon still in that sync (CI saw the startup
+    scan's "reconciling" where the coverage test wanted "degraded")."""
     want = fresh(tmp_path, root)
     deadline = time.monotonic() + timeout
     got: dict[str, Any] = {}
     while (started := time.monotonic()) < deadline:
         got = d.points(vectors=True)
         if same_points(got, want):
+            caught_up(d, max(1.0, deadline - time.monotonic()))
             return
         pause_after(started, 0.2)
     raise AssertionError(f"store did not converge: {differences(got, want)}")
+
+
+def caught_up(d: Running, timeout: float = 30) -> dict[str, Any]:
+    """The daemon's own barrier (`status --wait`): every change made before the
+    call synced, and the main loop past whatever it was doing when asked (the
+    answer comes from the loop, between two of its jobs). Its status."""
+    return d.daemon.status(wait=timeout)
