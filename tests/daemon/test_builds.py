@@ -20,7 +20,7 @@ from mdindex.index.indexer import Hooks
 from mdindex.runtime import version_of
 from mdindex.versions.catalog import Catalog, Progress
 from tests.conftest import TinyEmbedder, rollout_for, run_rollout, settings_for
-from tests.daemon.running import QUIET_MS, Running, converges, tcp_port, wait_for
+from tests.daemon.running import QUIET_MS, Running, caught_up, converges, tcp_port, wait_for
 from tests.faults.helpers import fresh_points
 
 
@@ -320,7 +320,9 @@ def test_a_reload_with_other_settings_switches_without_a_restart(
     want = fresh_points(tmp_path, root, vectors=False, strategy="token")
     wait_for(lambda: d.points() == want, 30, "the new version equal to the files")
     assert tcp_port(d) == port and d.thread.is_alive()
-    rows = d.daemon.status()["versions"]
+    # the switch is in the catalog and the store a moment before the main loop
+    # publishes the versions' rows: the barrier waits for that loop
+    rows = caught_up(d)["versions"]
     assert [(r["status"], r["live"]) for r in rows] == [("complete", True), ("complete", False)]
     # a reload that changes what only a restart can is refused, and changes nothing
     d.daemon.reload_settings = lambda: token.model_copy(update={"roots": [str(tmp_path)]})
