@@ -20,6 +20,7 @@ from tests.conftest import (
 from tests.daemon.running import (
     QUIET_MS,
     Running,
+    caught_up,
     converges,
     tcp_port,
     token_of,
@@ -327,9 +328,14 @@ def test_notes_deleted_by_the_user_go_and_a_rescan_guards_the_rest(tmp_path: Pat
         for i in range(8):
             (root / f"n{i}.md").unlink()
             time.sleep(QUIET_MS / 1000 * 3)  # each its own batch
+        rescans = d.daemon.shared.metrics.rescans._value.get()
         shutil.rmtree(root / "old")  # more than half of what is left, at once
         converges(d, tmp_path, root)
         assert {p["doc_path"] for p in d.points().values()} == {"n8.md", "n9.md"}
+        # a folder's event asks for a rescan (Timings.dir_rescan_delay_s on): the
+        # phase read while it ran said "reconciling"; once it is over it refused nothing
+        wait_for(lambda: d.daemon.shared.metrics.rescans._value.get() > rescans, 30, "rescan")
+        caught_up(d)
         assert d.daemon.phase == "watching" and not d.daemon.status()["reason"]
         # files that vanish without an event (a scan finds them gone) are a guess;
         # the daemon restarts a stopped observer on its next tick, and a restart
