@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -143,8 +144,18 @@ def test_queue_overflow_and_dead_observer_trigger_rescans(tmp_path: Path, root: 
     d = Running(s, TinyEmbedder()).start()
     try:
         converges(d, tmp_path, root)
-        for i in range(30):  # far more events than the queue holds
-            (root / f"over{i}.md").write_text(f"# Over {i}\n\noverflow {i}\n")
+        # the main loop held at its next drain while the files are written: a
+        # loop that took each event as it came would never let the queue of 3 fill
+        shared, gate = d.daemon.shared, threading.Event()
+        drain = shared.drain
+        shared.drain = lambda timeout: (gate.wait(30), drain(timeout))[1]  # type: ignore[method-assign]
+        try:
+            for i in range(30):  # far more events than the queue holds
+                (root / f"over{i}.md").write_text(f"# Over {i}\n\noverflow {i}\n")
+            wait_for(shared.watcher.overflowed.is_set, 10, "the queue overflowed")
+        finally:
+            del shared.drain  # the method again
+            gate.set()
         converges(d, tmp_path, root)
         assert d.daemon.shared.metrics.rescans._value.get() >= 1
         # the observer dies; a change made meanwhile is repaired by the rescan
@@ -239,7 +250,8 @@ def test_a_replaced_root_is_watched_anew_and_nothing_is_deleted_on_a_guess(
         (moved / "a.md").write_text("# A\n\nEdited in the folder moved away.\n")
         (root / "new.md").write_text("# New\n\nWritten in the new folder.\n")
         wait_for(lambda: "new.md" in {p["doc_path"] for p in d.points().values()}, 10, "new.md")
-        status = d.daemon.status()
+        # new.md lands in the rescan the new folder asks for, before it records the refusal
+        status = caught_up(d)
         assert status["phase"] == "degraded" and "another folder" in status["reason"]
         assert "notes" in status["reason"] and "--force" in status["reason"]
         kept = {k: p for k, p in d.points().items() if p["doc_path"] != "new.md"}
