@@ -117,6 +117,15 @@ def spawn(
     return subprocess.Popen(command(*args), env=environment(env, backend), **options)
 
 
+def _environ_as(wanted: dict[str, str]) -> None:
+    """os.environ made ``wanted`` key by key: a variable both have is never
+    missing, for a thread of this process (a daemon a test runs here) that
+    reads one meanwhile, as it was between a clear() and an update()."""
+    for name in set(os.environ) - set(wanted):
+        del os.environ[name]
+    os.environ.update(wanted)
+
+
 def in_process(
     capsys: pytest.CaptureFixture[str],
     *args: str | Path,
@@ -134,15 +143,13 @@ def in_process(
     before = dict(os.environ)
     umask = os.umask(0o077)
     capsys.readouterr()  # what the test printed before is not the command's
-    os.environ.clear()
-    os.environ.update(wanted)
+    _environ_as(wanted)
     try:
         code = main(argv)
     except SystemExit as exc:  # argparse's usage errors (2), --help (0)
         code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     finally:
-        os.environ.clear()
-        os.environ.update(before)
+        _environ_as(before)
         os.umask(umask)
     out, err = capsys.readouterr()
     return subprocess.CompletedProcess(argv, code, out, err)
