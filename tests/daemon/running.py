@@ -3,10 +3,11 @@ and read back; and the waits the daemon tests share."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +144,27 @@ def caught_up(d: Running, timeout: float = 30) -> dict[str, Any]:
     call synced, and the main loop past whatever it was doing when asked (the
     answer comes from the loop, between two of its jobs). Its status."""
     return d.daemon.status(wait=timeout)
+
+
+@contextlib.contextmanager
+def held(d: Running) -> Iterator[None]:
+    """The daemon's main loop parked before its next look at the file events,
+    until the block ends: what the test does meanwhile reaches it all at once,
+    whatever the threads' timing (a loop that took each event as it came never
+    let a queue of 3 fill; one that took a write before the chmod after it
+    indexed the note)."""
+    shared, parked, gate = d.daemon.shared, threading.Event(), threading.Event()
+    drain = shared.drain
+
+    def parking(timeout: float) -> None:
+        parked.set()
+        gate.wait(60)
+        drain(timeout)
+
+    shared.drain = parking  # type: ignore[method-assign]
+    try:
+        assert parked.wait(30), "the main loop never came back to the events"
+        yield
+    finally:
+        del shared.drain  # the method again
+        gate.set()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -23,6 +22,7 @@ from tests.daemon.running import (
     Running,
     caught_up,
     converges,
+    held,
     tcp_port,
     token_of,
     wait_for,
@@ -144,18 +144,10 @@ def test_queue_overflow_and_dead_observer_trigger_rescans(tmp_path: Path, root: 
     d = Running(s, TinyEmbedder()).start()
     try:
         converges(d, tmp_path, root)
-        # the main loop held at its next drain while the files are written: a
-        # loop that took each event as it came would never let the queue of 3 fill
-        shared, gate = d.daemon.shared, threading.Event()
-        drain = shared.drain
-        shared.drain = lambda timeout: (gate.wait(30), drain(timeout))[1]  # type: ignore[method-assign]
-        try:
+        with held(d):  # a loop that took each event as it came never let the queue fill
             for i in range(30):  # far more events than the queue holds
                 (root / f"over{i}.md").write_text(f"# Over {i}\n\noverflow {i}\n")
-            wait_for(shared.watcher.overflowed.is_set, 10, "the queue overflowed")
-        finally:
-            del shared.drain  # the method again
-            gate.set()
+            wait_for(d.daemon.shared.watcher.overflowed.is_set, 10, "the queue overflowed")
         converges(d, tmp_path, root)
         assert d.daemon.shared.metrics.rescans._value.get() >= 1
         # the observer dies; a change made meanwhile is repaired by the rescan
