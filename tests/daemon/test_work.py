@@ -25,7 +25,7 @@ from tests.conftest import (
     settings_for,
     stored_points,
 )
-from tests.daemon.running import QUIET_MS, Running, converges, fresh, wait_for
+from tests.daemon.running import QUIET_MS, Running, converges, fresh, held, wait_for
 from tests.daemon.test_mailbox import Asker, waiting
 
 pytestmark = pytest.mark.slow  # running daemons waiting out retries
@@ -312,8 +312,9 @@ def test_a_root_made_unreadable_and_readable_again_under_a_running_daemon(
         out: dict[str, Any] = {}
         try:
             wait_for(lambda: len(docs_of(d)) == 3, 30, "the first reconcile")
-            (root / "new.md").write_text("# New\n\nWritten as the folder was locked.\n")
-            root.chmod(0)
+            with held(d):  # the write's event comes to the daemon after the chmod
+                (root / "new.md").write_text("# New\n\nWritten as the folder was locked.\n")
+                root.chmod(0)
             wait_for(lambda: d.daemon.phase == "degraded", 30, "degraded by the reader")
             out["reason"] = d.daemon.shared.health.reason
             out["alive"] = d.thread.is_alive()
