@@ -124,12 +124,22 @@ def test_slow_writer_is_indexed_once_with_final_content(
     d = daemon
     converges(d, tmp_path, root)
     d.indexed.clear()
+    # The debouncer's clock moves half a quiet period with each piece: on the
+    # wall clock a loaded machine paused the writer a whole quiet period now and
+    # then, and the half-written file was rightly taken as done. (An event late
+    # to the debouncer cannot release the file early either: the file's size
+    # moved since its last event.)
+    debouncer = d.daemon.shared.debouncer
+    now = [time.monotonic()]
+    debouncer.clock = lambda: now[0]
     with open(root / "slow.md", "w") as fh:
         fh.write("# Slow\n\n")
         for i in range(12):
             fh.write(f"Piece {i} of a file written slowly.\n")
             fh.flush()
             time.sleep(QUIET_MS / 1000 / 2)
+            now[0] += QUIET_MS / 1000 / 2
+    debouncer.clock = time.monotonic  # never behind the writer's: it slept as long
     converges(d, tmp_path, root)
     # the store holds the points a moment before the commit that reports them
     wait_for(lambda: "slow.md" in d.indexed, 10, "slow.md reported indexed")
