@@ -220,10 +220,16 @@ def test_a_version_switched_away_from_is_closed_after_a_while(tmp_path: Path, ro
 
 
 class SlowTiny(TinyEmbedder):
-    """A TinyEmbedder that takes its time, as a real model does."""
+    """A TinyEmbedder that takes its time, as a real model does, and embeds no
+    document before ``go`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
 
     def embed(self, texts: Any, token_ids: Any = None) -> Any:
         if len(texts) > 1:  # documents, not a query
+            assert self.go.wait(30)
             time.sleep(0.15)
         return super().embed(texts, token_ids)
 
@@ -243,7 +249,8 @@ def test_a_settings_change_is_built_beside_while_searches_go_on(tmp_path: Path) 
     old = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
     run_rollout(old, TinyEmbedder())
     new = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS, strategy="token")
-    d = Running(new, SlowTiny(), group_docs=2)
+    model = SlowTiny()
+    d = Running(new, model, group_docs=2)
     answers: list[str] = []
     failures: list[str] = []
     searching = threading.Event()
@@ -254,6 +261,9 @@ def test_a_settings_change_is_built_beside_while_searches_go_on(tmp_path: Path) 
             try:
                 hits = d.daemon.api.search({"q": "document section item", "k": 3})
                 answers.append(hits[0]["strategy"] if hits else "EMPTY")
+                # the build goes on once the old version answered: a client
+                # thread started late on a loaded machine asked first after the switch
+                model.go.set()
             except Exception as exc:
                 failures.append(repr(exc))
             time.sleep(0.01)
