@@ -19,7 +19,7 @@ def queued(watcher: Watcher) -> list[str]:
     out = []
     while True:
         try:
-            out.append(watcher.events.get_nowait().path)
+            out.extend(change.path for change in watcher.events.get_nowait())
         except queue.Empty:
             return out
 
@@ -48,6 +48,31 @@ def test_a_barrier_passes_after_every_event_before_it(tmp_path: Path) -> None:
         assert barrier is not None and watcher.wait(barrier, 10)
         time.sleep(0.2)
         assert queued(watcher) == []
+    finally:
+        watcher.stop()
+
+
+def test_both_ends_of_a_move_are_one_item_of_the_queue(tmp_path: Path) -> None:
+    """The debouncer takes a move's two paths at once. Put one by one, a watcher
+    thread paused between them (a loaded machine) let the first go alone: a
+    delete, then a new file to embed (the daemon's rename re-embedded its note
+    with 0.4 s between the two puts)."""
+    root = tmp_path / "docs"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.md").write_text("# A\n")
+    (root / "sub" / "c.md").write_text("# C\n")
+    watcher = Watcher([Root("docs", root)])
+    watcher.start()
+    try:
+        (root / "a.md").rename(root / "b.md")
+        (root / "sub").rename(root / "moved")
+        barrier = watcher.barrier()
+        assert barrier is not None and watcher.wait(barrier, 10)
+        items = []
+        while not watcher.events.empty():
+            items.append(tuple((c.path, c.is_dir) for c in watcher.events.get_nowait()))
+        assert ((str(root / "a.md"), False), (str(root / "b.md"), False)) in items
+        assert ((str(root / "sub"), True), (str(root / "moved"), True)) in items
     finally:
         watcher.stop()
 

@@ -67,18 +67,20 @@ class Debouncer:
         is_dir = change.is_dir or (old[0] if old else False)
         self.pending[change.path] = (is_dir, now, _stat(change.path), first)
 
-    def take(self, events: queue.Queue[Change], timeout: float) -> None:
-        """Add the queued events; wait up to ``timeout`` for the first, but never
-        past the moment a waiting path is due."""
+    def take(self, events: queue.Queue[tuple[Change, ...]], timeout: float) -> None:
+        """Add the queued events (each the paths one event touched); wait up to
+        ``timeout`` for the first, but never past the moment a waiting path is due."""
         deadline = self.next_deadline()
         wait = timeout if deadline is None else max(0.0, min(timeout, deadline - self.clock()))
         try:
-            self.add(events.get(timeout=wait))
+            changes = events.get(timeout=wait)
         except queue.Empty:
             return
         while True:
+            for change in changes:
+                self.add(change)
             try:
-                self.add(events.get_nowait())
+                changes = events.get_nowait()
             except queue.Empty:
                 return
 

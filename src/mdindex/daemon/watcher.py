@@ -91,7 +91,8 @@ class Watcher:
 
     def __init__(self, roots: Sequence[Root], max_queue: int = 10_000) -> None:
         self.roots = list(roots)
-        self.events: queue.Queue[Change] = queue.Queue(maxsize=max_queue)
+        # an item per event: a move's two ends reach the debouncer together
+        self.events: queue.Queue[tuple[Change, ...]] = queue.Queue(maxsize=max_queue)
         self.overflowed = threading.Event()
         self._observer: BaseObserver | None = None
         self._watched: list[Root] = []  # roots the observer watches
@@ -234,9 +235,9 @@ class Watcher:
         except Exception as exc:  # a dead observer may fail to stop; it is gone either way
             log.debug("stopping observer: %s", exc)
 
-    def put(self, change: Change) -> None:
+    def put(self, changes: tuple[Change, ...]) -> None:
         try:
-            self.events.put_nowait(change)
+            self.events.put_nowait(changes)
         except queue.Full:
             if not self.overflowed.is_set():
                 log.warning("event queue full (%d); a rescan will catch up", self.events.maxsize)
@@ -258,10 +259,10 @@ class _Handler(FileSystemEventHandler):
             return
         if kind == "closed_no_write" or (is_dir and kind == "modified"):
             return  # a folder's mtime moves with every file event inside it
-        for attr in ("src_path", "dest_path"):
-            path = _text(getattr(event, attr, ""))
-            if path:
-                self.watcher.put(Change(path, is_dir))
+        paths = [_text(getattr(event, attr, "")) for attr in ("src_path", "dest_path")]
+        changes = tuple(Change(path, is_dir) for path in paths if path)
+        if changes:
+            self.watcher.put(changes)
 
 
 def _text(path: str | bytes) -> str:
