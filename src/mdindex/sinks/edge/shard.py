@@ -25,8 +25,12 @@ CONFIG_FILE = "edge_config.json"
 # on a server, sinks.qdrant.collection), so that outliers do not flatten the rest.
 QUANTILE = 0.99
 # The dense vectors' HNSW graph: edges per node and candidates while building.
-HNSW_M = 16
-HNSW_EF_CONSTRUCT = 100
+# bench/edge_hnsw.py at 100k points (stand-in vectors, Intel Xeon with AMX, 2
+# cores): hybrid recall@10 against exact 0.988 with hnsw_ef 1,024 at 7.2 ms of
+# CPU, where Qdrant's default graph (16, 100) needed 2,048 and 9.6 ms; with 512,
+# 0.984 against 0.954. It takes 2.3x as long to build (783 s against 345).
+HNSW_M = 32
+HNSW_EF_CONSTRUCT = 256
 # Below this much vector data (KB) a filtered search scans (Qdrant's default).
 FULL_SCAN_KB = 10_000
 
