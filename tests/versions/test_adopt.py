@@ -298,6 +298,25 @@ def test_a_switch_whose_alias_moved_is_recorded(docs_tree: Path, make_settings: 
     assert alias_of(b) == collection_of(b)
 
 
+def test_a_recorded_switch_does_not_hold_other_settings_off_their_own_version(
+    docs_tree: Path, make_settings: Any
+) -> None:
+    """A switch to b killed after its alias moved, then a run with a's settings
+    (the user went back): b is recorded as live but not pinned over a's
+    settings, so the run makes a live again. The long fault mode found b pinned
+    and every later run with a's settings kept on b."""
+    a, b = two_versions(docs_tree, make_settings)
+    interrupted_switch(a, b, alias_moved=True)
+    settle_alias(a, Catalog.load(a))
+    catalog = Catalog.load(a)
+    assert (catalog.live, catalog.switching, catalog.pinned) == (version_of(b), None, None)
+    assert catalog.target(a) == version_of(a)
+    run_rollout(a, TinyEmbedder())
+    catalog = Catalog.load(a)
+    assert (catalog.live, catalog.pinned) == (version_of(a), None)
+    assert alias_of(a) == collection_of(a)
+
+
 def test_a_switch_whose_alias_did_not_move_is_undone(docs_tree: Path, make_settings: Any) -> None:
     a, b = two_versions(docs_tree, make_settings)
     interrupted_switch(a, b, alias_moved=False)

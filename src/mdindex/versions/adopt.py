@@ -142,7 +142,9 @@ def settle_alias(settings: Settings, catalog: Catalog) -> None:
         named = store.alias_target(settings.collection)
         if switching and named == catalog.versions[switching].collection:
             log.info("a switch to version %s was interrupted; recording it", switching)
-            catalog.make_live(switching, settings)
+            # not pinned over these settings: the interrupted run's may have been
+            # others, and a pin would keep these off their own version for good
+            catalog.make_live(switching, None)
             return
         if named != catalog.versions[live].collection:
             store.point_alias(settings.collection)

@@ -153,12 +153,16 @@ class Catalog:
         self.pinned = None if fp == own else {"fingerprint": fp, "over": own}
         self.commit()
 
-    def make_live(self, fp: str, settings: Settings) -> None:
+    def make_live(self, fp: str, settings: Settings | None) -> None:
         """Record ``fp`` as the live version (its alias already moved), pinned over
-        ``settings`` when it is not theirs."""
+        ``settings`` when it is not theirs; ``None``: a switch a crash interrupted,
+        whose run's settings are not known, so the pin is left as it was."""
         self.live, self.switching = fp, None
         self.versions[fp].live_since = now_iso()
-        self.pin(fp, settings)
+        if settings is None:
+            self.commit()
+        else:
+            self.pin(fp, settings)
 
     def target(self, settings: Settings) -> str:
         """The version the settings ask for: their own, or the one a rollback pinned."""
