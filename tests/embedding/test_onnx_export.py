@@ -54,6 +54,7 @@ def test_a_first_load_exports_measures_and_caches(measured: tuple[Path, ModelEmb
     assert embedder.describe()["name"] == choice.name
 
 
+@pytest.mark.slow  # the module's measurement (13.6 s) is the slow tests' too
 def test_a_cached_choice_is_reused_without_measuring(measured: tuple[Path, ModelEmbedder]) -> None:
     cache, first = measured
     (saved,) = (cache / "calibration").glob("*.json")
