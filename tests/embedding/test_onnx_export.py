@@ -5,6 +5,7 @@ torch's vectors, a cached choice is reused, and a changed model measures again
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -208,3 +209,25 @@ def test_an_export_others_can_write_is_refused_in_one_line(
             onnx_export.find_export(first.info, mine)
         path.chmod(mode)
     assert onnx_export.find_export(first.info, mine) is not None
+
+
+@pytest.mark.parametrize("plant", ["fifo", "link", "folder"])
+def test_an_export_lock_that_is_not_a_plain_file_leaves_torch_at_once(
+    tmp_path: Path, plant: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by a hostile review: the lock was opened with open(path, "a"), so a
+    FIFO there blocked the load for ever, a link was followed and its target
+    made, and a folder failed the load. Each is now one line, and no export."""
+    cache = tmp_path / "cache"
+    info = resolve_model(DEFAULT_MODEL)
+    folder = cache / "onnx" / onnx_export.export_key(info)
+    folder.mkdir(parents=True)
+    lock = folder.parent / f"{folder.name}.lock"
+    target = tmp_path / "made-through-the-link"
+    planted = {"fifo": lambda: os.mkfifo(lock), "link": lambda: lock.symlink_to(target)}
+    planted.get(plant, lock.mkdir)()
+    assert onnx_export.export(info, cache, None, ()) is None  # the model is never touched
+    (record,) = [r for r in caplog.records if "not exporting" in r.getMessage()]
+    assert str(lock) in record.getMessage() and "\n" not in record.getMessage()
+    assert not target.exists()
+    assert not (folder / "model.onnx").exists()

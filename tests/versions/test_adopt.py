@@ -317,6 +317,45 @@ def test_a_recorded_switch_does_not_hold_other_settings_off_their_own_version(
     assert alias_of(a) == collection_of(a)
 
 
+def test_a_rollback_killed_after_its_alias_moved_holds(
+    docs_tree: Path, make_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a hostile review: `versions use a` killed after the alias moved
+    and before the catalog was written was recorded unpinned, and the next run
+    with b's settings switched back to b. The rollback is pinned first now."""
+    a, b = two_versions(docs_tree, make_settings)
+
+    def power_cut(*args: Any) -> None:
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(Catalog, "make_live", power_cut)
+    with pytest.raises(SystemExit):
+        rollout_for(b, TinyEmbedder()).open().use(version_of(a))
+    monkeypatch.undo()
+    assert alias_of(b) == collection_of(a) and Catalog.load(b).live == version_of(b)
+    run_rollout(b, TinyEmbedder())
+    catalog = Catalog.load(b)
+    assert catalog.live == version_of(a)
+    assert catalog.pinned == {"fingerprint": version_of(a), "over": version_of(b)}
+    assert alias_of(b) == collection_of(a)
+
+
+def test_a_recorded_switch_ends_a_pin_on_another_version(
+    docs_tree: Path, make_settings: Any
+) -> None:
+    """An interrupted switch to b recorded while a pin names a: the pin ends, as
+    a clean switch to b would have ended it (found by a hostile review: the old
+    pin outlived the switch and took the settings back to a later)."""
+    a, b = two_versions(docs_tree, make_settings)
+    interrupted_switch(a, b, alias_moved=True)
+    catalog = Catalog.load(b)
+    catalog.pinned = {"fingerprint": version_of(a), "over": version_of(b)}
+    catalog.commit()
+    settle_alias(b, Catalog.load(b))
+    catalog = Catalog.load(b)
+    assert (catalog.live, catalog.switching, catalog.pinned) == (version_of(b), None, None)
+
+
 def test_a_switch_whose_alias_did_not_move_is_undone(docs_tree: Path, make_settings: Any) -> None:
     a, b = two_versions(docs_tree, make_settings)
     interrupted_switch(a, b, alias_moved=False)

@@ -22,6 +22,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import stat
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -169,9 +170,17 @@ def exporting(info: ModelInfo, cache_dir: Path) -> Iterator[None]:
     next load found the file changed, warned, and removed the export."""
     folder = _export_dir(info, cache_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f"{folder.name}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    path = folder.parent / f"{folder.name}.lock"
+    # no link followed, and no FIFO waited on for ever: a plain file or an OSError
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a plain file")
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
+    finally:
+        os.close(fd)
 
 
 def export(
@@ -181,7 +190,12 @@ def export(
     modules are Transformer, Pooling[, Normalize]) and check it against torch.
     Returns None, and records why, when the graph does not match. The export
     another process made while this one waited for the folder is taken as is."""
-    with exporting(info, cache_dir):
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(exporting(info, cache_dir))
+        except OSError as exc:  # torch then, as for a model that cannot be exported
+            log.warning("not exporting the model to ONNX: its lock: %s", exc)
+            return None
         found = find_export(info, cache_dir)
         if found is not None or was_refused(info, cache_dir):
             return found

@@ -160,6 +160,8 @@ class Catalog:
         self.live, self.switching = fp, None
         self.versions[fp].live_since = now_iso()
         if settings is None:
+            if self.pinned and self.pinned.get("fingerprint") != fp:
+                self.pinned = None  # as a clean switch to fp would have ended it
             self.commit()
         else:
             self.pin(fp, settings)

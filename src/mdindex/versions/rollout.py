@@ -310,9 +310,10 @@ class Rollout:
                 sibling.close()
 
     def use(self, fp: str, hooks: Hooks | None = None) -> Summary | None:
-        """Roll back (or forward) to a complete version: caught up with the files
-        when roots are set, then switched to, and pinned over the settings."""
+        """Roll back (or forward) to a version: pinned first (the next run finishes
+        a switch a crash cut, as in the daemon), caught up, then switched to."""
         fp = self.catalog.to_use([fp])
+        self.catalog.pin(fp, self.settings)
         summary = None
         if self.settings.root_list():
             with self.indexer(fp, hooks=hooks) as indexer:
