@@ -4,6 +4,7 @@ and the API's typed answers and errors."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -245,6 +246,44 @@ def test_verify_finds_and_repairs_an_edit_not_synced(copy: Path) -> None:
         assert index.verify(repair=True).repaired
         [stored] = otters_stored(state)
         assert stored["section"] == "Otters" and index.verify().in_sync
+
+
+UMASK_002 = """
+import os, sys
+os.umask(0o002)  # the umask of many desktops: the group may write what is made
+import mdindex
+with mdindex.Index(["docs"], state_dir="state", cache_dir="cache") as index:
+    index.sync()
+    print(index.search("why is the index stale", k=1)[0].section)
+"""
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_a_group_umask_makes_a_private_cache_that_the_next_run_takes(tmp_path: Path) -> None:
+    """Found by a newcomer's walk-through: the command line sets umask 077, the
+    Python API does not, and under umask 002 the cache's folders came out
+    group-writable, so the check that refuses such a cache (a file there
+    decides the vectors) failed the very run that made them. The real model,
+    exported and measured into a new cache, twice."""
+    shutil.copytree(REPO / "examples" / "docs", tmp_path / "docs")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MDINDEX_")}
+    for run in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", UMASK_002],
+            cwd=tmp_path,
+            env=env | {"HF_HUB_OFFLINE": "1"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, (run, done.stderr[-2000:])
+        assert done.stdout.strip() == "The index looks stale"
+    cache = tmp_path / "cache"
+    folders = [cache, *(p for p in cache.rglob("*") if p.is_dir())]
+    assert {p.relative_to(cache).parts[0] for p in folders[1:]} >= {"onnx", "calibration"}
+    assert all(p.stat().st_mode & 0o777 == 0o700 for p in folders), folders
+    assert all(p.stat().st_mode & 0o077 == 0 for p in cache.rglob("*") if p.is_file())
 
 
 def test_a_string_where_a_list_goes_is_one_root_or_tag(tmp_path: Path) -> None:

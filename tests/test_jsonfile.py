@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from mdindex.jsonfile import read_json, write_json
+from mdindex.jsonfile import private_dir, read_json, write_json
+
+
+@contextlib.contextmanager
+def umask(mask: int) -> Iterator[None]:
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
 
 
 def test_write_json_leaves_the_file_whole_and_nothing_beside(tmp_path: Path) -> None:
@@ -15,6 +32,23 @@ def test_write_json_leaves_the_file_whole_and_nothing_beside(tmp_path: Path) -> 
     write_json(path, {"a": 2})
     assert json.loads(path.read_text()) == {"a": 2}
     assert [p.name for p in tmp_path.iterdir()] == ["c.json"]
+
+
+def test_the_folders_it_makes_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    """Under the common umask 002 a Python caller's cache folders came out
+    group-writable (mkdir's parents take the umask's mode), and the run that
+    made them refused them as writable by others."""
+    (tmp_path / "theirs").mkdir(mode=0o755)
+    with umask(0o002):
+        write_json(tmp_path / "theirs" / "cache" / "calibration" / "c.json", {"a": 1})
+        private_dir(tmp_path / "theirs" / "cache" / "onnx" / "key")
+        private_dir(tmp_path / "theirs" / "cache" / "onnx" / "key")  # there already: kept
+    made = tmp_path / "theirs" / "cache"
+    assert mode(tmp_path / "theirs") == 0o755  # not made here: left as it was
+    for folder in (made, made / "calibration", made / "onnx", made / "onnx" / "key"):
+        assert mode(folder) == 0o700, folder
+    assert mode(made / "calibration" / "c.json") == 0o600
+    assert read_json(made / "calibration" / "c.json") == {"a": 1}
 
 
 def test_read_json_takes_missing_or_garbled_files_as_empty(tmp_path: Path) -> None:
@@ -37,7 +71,6 @@ def test_read_json_takes_missing_or_garbled_files_as_empty(tmp_path: Path) -> No
 
 import base64  # noqa: E402
 import fcntl  # noqa: E402
-import os  # noqa: E402
 from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402

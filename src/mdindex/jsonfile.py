@@ -11,6 +11,7 @@ across a power cut."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
@@ -169,10 +170,27 @@ def read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def private_dir(path: Path) -> None:
+    """Create a folder, and each missing one above it, that only its owner can
+    enter, whatever the umask; one that already exists is left as its owner
+    set it. ``mkdir(mode=0o700, parents=True)`` gives the parents the umask's
+    mode: under the common umask 002, a Python caller's cache folders came out
+    group-writable, and the check that refuses such a cache refused the run
+    that had just made them."""
+    missing = []
+    while not os.path.lexists(path):
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile: its owner's choice
+            folder.mkdir(mode=0o700)
+
+
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Written beside, flushed to disk, then renamed over, and the folder flushed:
-    a reader sees the old file or the new one, never half of either."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    a reader sees the old file or the new one, never half of either. A missing
+    folder is made private (``private_dir``)."""
+    private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

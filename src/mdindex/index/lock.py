@@ -13,13 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mdindex.errors import LockError
-from mdindex.jsonfile import open_regular, parse_json
-
-
-def private_dir(path: Path) -> None:
-    """Create a folder only its owner can enter (the state dir holds every
-    document's text); one that already exists is left as its owner set it."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+from mdindex.jsonfile import open_regular, parse_json, private_dir
 
 
 def lock_path(state_dir: Path, collection: str) -> Path:

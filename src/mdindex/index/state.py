@@ -19,7 +19,7 @@ from mdindex.documents.files import Failure, printable
 from mdindex.documents.links import Graph
 from mdindex.errors import StateError
 from mdindex.index import graph, tables
-from mdindex.index.lock import private_dir
+from mdindex.jsonfile import private_dir
 
 log = logging.getLogger(__name__)
 
