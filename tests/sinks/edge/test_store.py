@@ -33,6 +33,7 @@ def test_small_store_is_never_indexed_and_searches_exactly(tmp_path: Path) -> No
     assert not store.wants_index()
     assert store.settle() is True
     assert store.describe()["indexed_points"] == 0
+    assert store.describe()["dense_search"].startswith("exact scan (no index yet")
     q = vectors[5]
     want = np.argsort(-(vectors @ q))[:10]
     assert [h.payload["i"] for h in store.search(StoreQuery(10, dense=q.tolist()))] == list(want)
@@ -44,7 +45,7 @@ def test_index_is_built_in_a_child_and_points_survive(tmp_path: Path) -> None:
     assert store.wants_index()
     assert store.settle() is True
     info = store.describe()
-    assert info["indexed_points"] == 3000
+    assert info["indexed_points"] == 3000 and info["dense_search"] == "HNSW index"
     assert not store.wants_index()
     assert store.count() == 3000
     # a tenth more unindexed points asks for another run

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from mdindex.embedding.sparse import SPARSE_NAME
 from mdindex.errors import LayoutMismatch, LockError, StoreError, StoreMismatch
 from mdindex.sinks.base import INDEXED_KEYS, MIN_FREE_BYTES, Point, free_bytes
-from mdindex.sinks.edge.optimize import unindexed
+from mdindex.sinks.edge.optimize import has_graph, unindexed
 
 if TYPE_CHECKING:
     from qdrant_edge import EdgeShard
@@ -179,17 +179,23 @@ def update(shard: EdgeShard, path: Path, op: Any) -> None:
     shard.update(op)
 
 
+EXACT = "exact scan (no index yet: one is built when the store is large enough to need it)"
+
+
 def shard_info(shard: EdgeShard, config: dict[str, Any], path: Path) -> dict[str, Any]:
     """What status shows of an open shard; nothing when it cannot tell (status
     must answer even when the store cannot). ``indexed_points``: those in the
     dense vectors' index (``optimize.unindexed``; edge's own count adds the
-    sparse vectors)."""
+    sparse vectors). ``dense_search`` says how a search finds the nearest
+    vectors: a newcomer's 11 points read ``indexed_points: 0`` as nothing
+    indexed, when a store that small is searched exactly on purpose."""
     try:
         info = shard.info()
         points = int(info.points_count)
         return {
             "segments": info.segments_count,
             "indexed_points": points - unindexed(path, points),
+            "dense_search": "HNSW index" if has_graph(path) else EXACT,
             "quantization": quantization_of(config),
         }
     except Exception as exc:
