@@ -169,12 +169,14 @@ def test_the_endpoints_are_a_socket_and_a_tcp_port(tmp_path: Path, root: Path) -
         assert holder is not None and holder["command"] == "watch"
         port = tcp_port(d)
         assert holder["socket"] == str(s.state_dir / "mdindex.sock")
+        assert (s.state_dir / "mdindex.token").stat().st_mode & 0o777 == 0o600
         assert (holder["http_host"], holder["http_port"]) == ("127.0.0.1", port)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
             assert json.load(r)["status"] == "ok"
     finally:
         d.stop()
     assert not (s.state_dir / "mdindex.sock").exists()
+    assert not (s.state_dir / "mdindex.token").exists()  # the stopped daemon's secret goes
     assert find_daemon(s) is None  # the lock is released with the endpoints
 
 

@@ -174,12 +174,14 @@ class Endpoints:
         self.servers: list[HttpServer] = []
         self.mcp: McpBridge | None = None
         self.socket_dir: Path | None = None  # a private folder for a socket path too long
+        self.token_file: Path | None = None
 
     def start(self, shared: Shared, api: DaemonApi) -> dict[str, Any]:
         """Start serving; returns the lock file's record of where."""
         s = shared.settings
         token = load_token()
-        write_token(token_path(s.state_dir, s.collection), token)
+        self.token_file = token_path(s.state_dir, s.collection)
+        write_token(self.token_file, token)
         allow = s.mcp_allow_refresh is True
         self.mcp = McpBridge(build_server(s, Tools(api), allow_refresh=allow)).start()
         routes = Api(
@@ -222,3 +224,5 @@ class Endpoints:
             self.mcp.stop()
         if self.socket_dir is not None:
             self.socket_dir.rmdir()
+        if self.token_file is not None:  # a secret that opens nothing once stopped
+            self.token_file.unlink(missing_ok=True)
