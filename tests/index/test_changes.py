@@ -51,7 +51,26 @@ def test_tree_and_paths_agree(docs_tree: Path, tmp_path: Path) -> None:
     assert tree.scope is None and events.scope is not None
     assert (label, "guide/b.md") in events.scope and (label, "guide/a.md") not in events.scope
     assert tree.new == 3 and events.new == 3 and tree.seen == 5
+    assert events.seen == 4  # the files there: guide/b.md, named but gone, is a deletion
     assert tree.unchanged == 1 and events.unchanged == 0  # guide/a.md was not named
+
+
+def test_an_atomic_saves_temporary_file_is_no_file_seen(docs_tree: Path, tmp_path: Path) -> None:
+    """An editor's atomic save reaches the watcher as a move from a temporary
+    file: the daemon's line counted that path ("2 files: 1 changed, 0
+    unchanged, 0 deleted")."""
+    s = settings_for(tmp_path, [str(docs_tree)])
+    age(docs_tree)
+    run_backfill(s, TinyEmbedder())
+    page, temporary = docs_tree / "index.md", docs_tree / ".index.md.tmp"
+    temporary.write_text("# Welcome\n\nSaved whole.\n")
+    os.replace(temporary, page)
+    with build_indexer(s, TinyEmbedder()) as indexer:
+        found = indexer.changes(paths=[str(temporary), str(page)])
+        summary = indexer.apply(found)
+    assert keys(found.files) == [(docs_tree.name, "index.md")] and found.deleted == []
+    assert found.seen == 1 and summary.files_seen == 1 and summary.files_changed == 1
+    assert summary.line().startswith("1 file: 1 changed, 0 unchanged, 0 deleted")
 
 
 def test_a_path_outside_every_root_or_a_missing_root_is_no_change(

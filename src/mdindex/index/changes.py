@@ -38,7 +38,7 @@ class Changes:
     files: list[FileRef] = field(default_factory=list)  # new, or changed in size, mtime or settings
     deleted: list[Key] = field(default_factory=list)  # indexed, and gone from the files
     failures: list[Failure] = field(default_factory=list)
-    seen: int = 0  # files looked at, failed ones included
+    seen: int = 0  # documents found, failed ones included (not the paths found gone)
     unchanged: int = 0
     new: int = 0  # files seen that the state does not know (for paths: less failed ones gone)
     missing_roots: list[str] = field(default_factory=list)  # a watched root that is gone
@@ -113,11 +113,15 @@ class Detector:
                 seen.failures.append(Failure(root.label, printable(rel), UNNAMEABLE))
                 continue
             seen.scope.append((root.label, rel, False))
-            seen.seen += 1
             found = stat_file(root, rel, self.accept, self.follow)
+            # Only what is a document, or fails as one, is a file seen: the
+            # temporary file of an editor's atomic save (its move's first
+            # path) made the daemon log "2 files: 1 changed, 0 unchanged".
             if isinstance(found, FileRef):
+                seen.seen += 1
                 seen.present[found.key] = found
             elif isinstance(found, Failure):
+                seen.seen += 1
                 seen.failures.append(found)
         for path in folders:
             loc = locate(self.roots, path)
