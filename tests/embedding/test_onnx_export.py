@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -231,3 +232,50 @@ def test_an_export_lock_that_is_not_a_plain_file_leaves_torch_at_once(
     assert str(lock) in record.getMessage() and "\n" not in record.getMessage()
     assert not target.exists()
     assert not (folder / "model.onnx").exists()
+
+
+def copied(export: onnx_export.Export, cache: Path) -> Path:
+    """The run's export copied into ``cache``: its folder there."""
+    folder = cache / "onnx" / export.path.parent.name
+    folder.mkdir(parents=True)
+    for name in ("model.onnx", "meta.json"):
+        shutil.copyfile(export.path.parent / name, folder / name)
+    return folder
+
+
+def test_a_damaged_export_is_discarded_only_while_it_is_the_one_that_failed(
+    export: onnx_export.Export, tmp_path: Path
+) -> None:
+    """Found by a review: discard removed the folder without the export's lock,
+    so a process whose load failed could take away the export another had
+    just made there, or the file another was writing."""
+    info = resolve_model(DEFAULT_MODEL)
+    cache = tmp_path / "cache"
+    folder = copied(export, cache)
+    failed = onnx_export.find_export(info, cache)
+    assert failed is not None
+    meta = json.loads((folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps(meta | {"sha256": "0" * 64}))  # made anew
+    onnx_export.discard(failed)
+    assert (folder / "model.onnx").is_file()  # not the export that failed: kept
+    (folder / "meta.json").write_text(json.dumps(meta))
+    with onnx_export.exporting(info, cache):  # another process holds the export's lock
+        thread = threading.Thread(target=onnx_export.discard, args=(failed,))
+        thread.start()
+        thread.join(0.5)
+        assert thread.is_alive() and (folder / "model.onnx").is_file()  # it waits
+    thread.join()
+    assert not folder.exists() and onnx_export.find_export(info, cache) is None
+
+
+def test_a_killed_exports_temporary_file_goes_at_the_next_export(
+    export: onnx_export.Export, tmp_path: Path
+) -> None:
+    """An export killed while writing left its .tmp-*.onnx (90 MB) for ever."""
+    info = resolve_model(DEFAULT_MODEL)
+    cache = tmp_path / "cache"
+    folder = copied(export, cache)
+    (folder / ".tmp-killed.onnx").write_bytes(b"\0" * 1024)
+    found = onnx_export.export(info, cache, None, ())  # there already: taken, model untouched
+    assert found is not None and found.sha256 == export.sha256
+    assert sorted(p.name for p in folder.iterdir()) == ["meta.json", "model.onnx"]

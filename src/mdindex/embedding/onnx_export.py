@@ -148,10 +148,19 @@ def _versions() -> dict[str, str]:
 
 def discard(found: Export) -> None:
     """Remove an export that cannot be loaded (a damaged file): the next load
-    with torch makes it again."""
+    with torch makes it again. Under the export's lock, and only while its
+    record still names the file that failed: a process that removed it
+    without either could take away the export another had just made, or the
+    file another was still writing."""
     import shutil
 
-    shutil.rmtree(found.path.parent, ignore_errors=True)
+    folder = found.path.parent
+    try:
+        with _locked(folder):
+            if read_json(folder / "meta.json").get("sha256", "") == found.sha256:
+                shutil.rmtree(folder, ignore_errors=True)
+    except OSError as exc:
+        log.warning("the damaged ONNX export in %s is left: its lock: %s", folder, exc)
 
 
 def was_refused(info: ModelInfo, cache_dir: Path) -> bool:
@@ -170,6 +179,18 @@ def exporting(info: ModelInfo, cache_dir: Path) -> Iterator[None]:
     next load found the file changed, warned, and removed the export."""
     folder = _export_dir(info, cache_dir)
     private_dir(folder)
+    with _locked(folder):
+        # An export writes its .tmp- file only while it holds this lock, so
+        # one found now was left by an export that was killed.
+        for left in folder.glob(".tmp-*.onnx"):
+            with contextlib.suppress(OSError):
+                left.unlink()
+        yield
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """The lock beside an export's folder (outside it: the folder may go)."""
     path = folder.parent / f"{folder.name}.lock"
     # no link followed, and no FIFO waited on for ever: a plain file or an OSError
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
