@@ -420,3 +420,30 @@ def test_a_fifo_where_a_json_file_goes_is_no_file_and_blocks_nothing(tmp_path: P
         _returns_within(lambda: calibration.recorded(cache.parent, "x"), 5, cache / "0.json")
         is None
     )
+
+
+def test_a_path_lstat_cannot_see_is_an_oserror_not_a_climb_for_ever(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A relative cache or state dir while the working folder cannot be
+    searched (``chmod 0 .`` under a non-root user): every ``lstat`` fails, so
+    ``lexists`` is False for ".", whose parent is "." again; private_dir went
+    round for ever, its list growing until memory ran out."""
+    monkeypatch.chdir(tmp_path)
+    real = os.path.lexists
+    calls = []
+
+    def blind(path: Any) -> bool:  # what EACCES on the working folder looks like
+        calls.append(path)
+        assert len(calls) < 1000, "private_dir climbs for ever"
+        return False if not os.path.isabs(path) else real(path)
+
+    def refused(self: Path, mode: int = 0o777) -> None:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(os.path, "lexists", blind)
+    monkeypatch.setattr(Path, "mkdir", refused)
+    with pytest.raises(PermissionError):
+        private_dir(Path("cache") / "onnx")
+    with pytest.raises(PermissionError):
+        write_json(Path("state") / "c.json", {"a": 1})

@@ -176,9 +176,12 @@ def private_dir(path: Path) -> None:
     set it. ``mkdir(mode=0o700, parents=True)`` gives the parents the umask's
     mode: under the common umask 002, a Python caller's cache folders came out
     group-writable, and the check that refuses such a cache refused the run
-    that had just made them."""
+    that had just made them. A path ``lstat`` cannot see (a relative one
+    while the working folder is not searchable) is climbed only to its top:
+    ``Path(".").parent`` is ``Path(".")``, and the climb went round for ever,
+    a list growing until memory ran out; ``mkdir`` then says why."""
     missing = []
-    while not os.path.lexists(path):
+    while not os.path.lexists(path) and path.parent != path:
         missing.append(path)
         path = path.parent
     for folder in reversed(missing):
