@@ -181,6 +181,28 @@ def test_the_endpoints_are_a_socket_and_a_tcp_port(tmp_path: Path, root: Path) -
 
 
 @pytest.mark.slow
+def test_a_relative_state_dir_records_a_socket_found_from_any_folder(
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a newcomer: `mdindex watch docs --state-dir state` recorded the
+    socket as ``state/mdindex.sock`` in the lock file, so a client in any other
+    folder (``Index.connect("/abs/state")``, ``mdindex status --state-dir
+    ../state``) read the daemon as gone."""
+    monkeypatch.chdir(tmp_path)
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS, state_dir="state")
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        holder = read_holder(lock_path(s.state_dir, s.collection))
+        # (the daemon is a thread here: the test may not leave its folder)
+        assert holder is not None and holder["socket"] == str(tmp_path / "state" / "mdindex.sock")
+        found = find_daemon(s)
+        assert found is not None and Path(found.socket).is_absolute()
+        wait_for(lambda: found.ask("/status")["documents"] == 2, 30, "asked at that path")
+    finally:
+        d.stop()
+
+
+@pytest.mark.slow
 def test_a_socket_path_too_long_moves_to_a_private_folder(tmp_path: Path, root: Path) -> None:
     deep = tmp_path / ("state-" + "x" * 60) / ("y" * 40)
     s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS, state_dir=str(deep))

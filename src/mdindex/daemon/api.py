@@ -194,7 +194,8 @@ class Endpoints:
             mcp=self.mcp,
             versions=api.versions,
         )
-        path = socket_path(s.state_dir, s.collection)
+        # absolute: a client in another folder reads it from the lock file
+        path = socket_path(s.state_dir, s.collection).absolute()
         if len(os.fsencode(path)) >= SOCKET_PATH_MAX:  # sun_path is 108 bytes
             self.socket_dir = Path(tempfile.mkdtemp(prefix="mdindex-"))  # 0700
             path = self.socket_dir / "api.sock"
