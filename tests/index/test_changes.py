@@ -124,3 +124,50 @@ def test_a_failed_file_fixed_or_deleted_keeps_the_count_of_files_seen(
         assert folder.new == -1
         indexer.apply(folder)
         assert indexer.state.failures() == []
+
+
+def test_an_unnameable_path_is_a_failure_only_where_a_scan_finds_one(
+    docs_tree: Path, tmp_path: Path
+) -> None:
+    """A name that is not UTF-8 failed through the watcher's paths before the
+    filter or the file was looked at: an image named so (the filter skips it)
+    and an editor's temporary file already gone were each a failure and a file
+    seen, where a scan of the tree found neither."""
+    s = settings_for(tmp_path, [str(docs_tree)])
+    run_backfill(s, TinyEmbedder())
+    base = os.fsencode(docs_tree)
+    image = os.fsdecode(base + b"/caf\xe9.png")
+    Path(image).write_bytes(b"\x89PNG")
+    gone = os.fsdecode(base + b"/.caf\xe9.md.swp.md")
+    page = os.fsdecode(base + b"/caf\xe9.md")
+    Path(page).write_text("# Caf\n\nA page.\n")
+    with build_indexer(s, TinyEmbedder()) as indexer:
+        tree = indexer.changes()
+        events = indexer.changes(paths=[image, gone, page])
+    for found in (tree, events):
+        assert [(f.rel, f.reason) for f in found.failures] == [
+            ("caf\\udce9.md", "file name is not valid UTF-8")
+        ]
+    assert events.seen == 1
+
+
+def test_a_file_in_a_new_folder_named_with_it_is_one_file_seen(
+    docs_tree: Path, tmp_path: Path
+) -> None:
+    """``mkdir docs/new && echo ... > docs/new/n.md`` reaches the daemon as the
+    folder and the file in one batch: the file was counted by its path and
+    again by the folder's scan ("2 files: 1 changed, 0 unchanged")."""
+    s = settings_for(tmp_path, [str(docs_tree)])
+    age(docs_tree)
+    run_backfill(s, TinyEmbedder())
+    (docs_tree / "new").mkdir()
+    (docs_tree / "new" / "n.md").write_text("# N\n\nNew.\n")
+    with build_indexer(s, TinyEmbedder()) as indexer:
+        found = indexer.changes(
+            paths=[str(docs_tree / "new" / "n.md"), str(docs_tree / "index.md")],
+            folders=[str(docs_tree / "new")],
+        )
+        summary = indexer.apply(found)
+    assert keys(found.files) == [(docs_tree.name, "new/n.md")] and found.new == 1
+    assert found.seen == 2 and found.unchanged == 1  # n.md once, and index.md
+    assert summary.line().startswith("2 files: 1 changed, 1 unchanged, 0 deleted")

@@ -103,14 +103,22 @@ class Detector:
         seen = Seen(scope=[])
         assert seen.scope is not None
         self.folders = {}
+        folders = list(folders)
+        listed = [loc for loc in map(self._locate_folder, folders) if loc is not None]
         for path in paths:
             loc = locate(self.roots, path)
             if loc is None or not loc[1]:
                 continue
             root, rel = loc
+            if any(r.label == root.label and (not f or rel.startswith(f + "/")) for r, f in listed):
+                continue  # the folder's scan below sees it (it counted twice: "2 files")
             if not storable(rel):  # never a document: say why, and look no further
-                seen.seen += 1
-                seen.failures.append(Failure(root.label, printable(rel), UNNAMEABLE))
+                # ... when it is there and the filter takes it, as a scan does:
+                # an image or an editor's temporary file with such a name (or
+                # one already gone) was a failure and a file seen
+                if stat_file(root, rel, self.accept, self.follow) is not None:
+                    seen.seen += 1
+                    seen.failures.append(Failure(root.label, printable(rel), UNNAMEABLE))
                 continue
             seen.scope.append((root.label, rel, False))
             found = stat_file(root, rel, self.accept, self.follow)
@@ -137,6 +145,13 @@ class Detector:
             seen.scope.append((root.label, rel, True))
             self._scan_into(seen, root, rel)
         return seen
+
+    def _locate_folder(self, path: str) -> tuple[Root, str] | None:
+        """The root and relative path of a folder ``paths`` scans, else None."""
+        loc = locate(self.roots, path)
+        if loc is None or not storable(loc[1]) or not loc[0].path.is_dir():
+            return None
+        return loc
 
     def _scan_into(self, seen: Seen, root: Root, under: str) -> None:
         for item in scan(root, self.accept, self.follow, under, self.folders):
