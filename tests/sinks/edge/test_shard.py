@@ -4,6 +4,7 @@ and an existing one checked against the model by its own creation record."""
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,19 @@ def test_create_records_the_vectors_and_load_reads_the_shard(tmp_path: Path) -> 
         shard.close()
     dense_only = read_config(made(tmp_path / "d", dimension=3, sparse=False))
     assert dense_only["vectors"][""]["size"] == 3 and not dense_only.get("sparse_vectors")
+
+
+def test_the_store_folder_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    """Found by a newcomer: the Python API leaves the umask alone (the command
+    line sets 077), and under umask 002 the embedded store's folders came out
+    group-writable and world-readable, the indexed text with them."""
+    old = os.umask(0o002)
+    try:
+        made(tmp_path / "store" / "edge" / "c")
+    finally:
+        os.umask(old)
+    for folder in (tmp_path / "store", tmp_path / "store" / "edge"):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
 
 
 def test_a_shard_open_elsewhere_is_a_lock_error(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ uses it; and which failures are worth a retry."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sqlite3
 import uuid
 from pathlib import Path
@@ -67,6 +68,21 @@ def test_versions_in_one_folder_share_its_client_until_the_last_lets_go(tmp_path
         assert reopened.count() == 1
     finally:
         reopened.close()
+
+
+def test_the_store_folder_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    """The Python API leaves the umask alone (the command line sets 077): under
+    umask 002 the embedded store's folders came out group-writable and
+    world-readable, the indexed text with them."""
+    folder = tmp_path / "state" / "qdrant"
+    old = os.umask(0o002)
+    try:
+        client = connect_local(folder)
+    finally:
+        os.umask(old)
+    release(client, folder)
+    for made in (tmp_path / "state", folder):
+        assert made.stat().st_mode & 0o777 == 0o700, made
 
 
 def test_a_store_reopened_beside_another_gets_the_shared_client(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from mdindex.embedding.sparse import SPARSE_NAME
 from mdindex.errors import LayoutMismatch, LockError, StoreError, StoreMismatch
+from mdindex.jsonfile import private_dir
 from mdindex.sinks.base import INDEXED_KEYS, MIN_FREE_BYTES, Point, free_bytes
 from mdindex.sinks.edge.optimize import has_graph, unindexed
 
@@ -105,7 +106,7 @@ def create(
         quantization_config=quantized,
         optimizers=EdgeOptimizersConfig(indexing_threshold=indexing_threshold_kb),
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)  # 0700 whatever the umask: the engine's files take it
     return EdgeShard.create(str(path), config)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mdindex.errors import LockError, StoreError
+from mdindex.jsonfile import private_dir
 from mdindex.sinks.folder import left_open
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def connect_local(path: Path) -> QdrantClient:
     """The folder's client, shared with the other stores open in it."""
     from qdrant_client import QdrantClient
 
-    path.mkdir(parents=True, exist_ok=True)
+    private_dir(path)  # 0700 whatever the umask: the engine's files take it
     key = path.resolve()
     if key in _LOCAL_CLIENTS:
         client, users = _LOCAL_CLIENTS[key]
