@@ -181,6 +181,33 @@ def test_the_endpoints_are_a_socket_and_a_tcp_port(tmp_path: Path, root: Path) -
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("planted", ["folder", "link"])
+def test_a_token_file_replaced_before_stop_never_stops_the_shutdown(
+    tmp_path: Path, root: Path, planted: str
+) -> None:
+    """The token file removed at stop: a folder in its place raised out of the
+    daemon's shutdown (IsADirectoryError), before its stores were closed and
+    its lock released; a link in its place goes, never what it names."""
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the daemon's\n")
+    d = Running(s, TinyEmbedder()).start()
+    token = s.state_dir / "mdindex.token"
+    try:
+        token.unlink()
+        if planted == "folder":
+            (token / "inside").mkdir(parents=True)
+        else:
+            token.symlink_to(outside)
+    finally:
+        d.stop()
+    assert d.exit_code == 0  # the shutdown ran to its end
+    assert find_daemon(s) is None and read_holder(lock_path(s.state_dir, s.collection)) is None
+    assert outside.read_text() == "not the daemon's\n"
+    assert token.is_dir() if planted == "folder" else not os.path.lexists(token)
+
+
+@pytest.mark.slow
 def test_a_relative_state_dir_records_a_socket_found_from_any_folder(
     tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -198,8 +225,15 @@ def test_a_relative_state_dir_records_a_socket_found_from_any_folder(
         found = find_daemon(s)
         assert found is not None and Path(found.socket).is_absolute()
         wait_for(lambda: found.ask("/status")["documents"] == 2, 30, "asked at that path")
+        # the process's folder changed since: stop removed state/mdindex.token there
+        decoy = tmp_path / "elsewhere" / "state" / "mdindex.token"
+        decoy.parent.mkdir(parents=True)
+        decoy.write_text("another index's token\n")
+        monkeypatch.chdir(decoy.parent.parent)
     finally:
         d.stop()
+    assert decoy.read_text() == "another index's token\n"
+    assert not (tmp_path / "state" / "mdindex.token").exists()
 
 
 @pytest.mark.slow

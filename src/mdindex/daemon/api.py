@@ -180,7 +180,8 @@ class Endpoints:
         """Start serving; returns the lock file's record of where."""
         s = shared.settings
         token = load_token()
-        self.token_file = token_path(s.state_dir, s.collection)
+        # absolute: stop removes this file, and the working folder may change
+        self.token_file = token_path(s.state_dir, s.collection).absolute()
         write_token(self.token_file, token)
         allow = s.mcp_allow_refresh is True
         self.mcp = McpBridge(build_server(s, Tools(api), allow_refresh=allow)).start()
@@ -223,7 +224,16 @@ class Endpoints:
             server.stop()
         if self.mcp is not None:
             self.mcp.stop()
+        # What is left behind is only logged: a folder put in the token's place
+        # (or a file in the socket's folder) raised out of the daemon's
+        # shutdown, and its stores were never closed nor its lock released.
         if self.socket_dir is not None:
-            self.socket_dir.rmdir()
+            try:
+                self.socket_dir.rmdir()
+            except OSError as exc:
+                log.warning("the socket's folder is left: %s", exc)
         if self.token_file is not None:  # a secret that opens nothing once stopped
-            self.token_file.unlink(missing_ok=True)
+            try:
+                self.token_file.unlink(missing_ok=True)  # a link, not what it names
+            except OSError as exc:
+                log.warning("the API token file is left: %s", exc)
