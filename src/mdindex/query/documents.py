@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from mdindex.config import Settings
+from mdindex.config import Root, Settings
 from mdindex.documents.files import Failure, FileRef, PathFilter, stat_file
 from mdindex.documents.reading import decode, read_bytes, text_digest
 from mdindex.errors import MdindexError
@@ -36,9 +36,10 @@ def locate_document(settings: Settings, root: str, path: str, *, indexed: bool =
     root), at most ``max_file_bytes``, and, with ``indexed``, recorded in the
     live version's state. Reading it must then go through ``open_checked``
     with the result, which refuses a file swapped after this check."""
-    match = next((r for r in settings.root_list() if r.label == root), None)
+    roots = indexed_roots(settings)
+    match = next((r for r in roots if r.label == root), None)
     if match is None:
-        labels = ", ".join(r.label for r in settings.root_list()) or "none configured"
+        labels = ", ".join(r.label for r in roots) or "none configured"
         raise ValueError(f"no root labelled {quoted(root)} (roots: {labels})")
     if not path or "\x00" in path or "\\" in path or len(path) > 4096:
         raise ValueError("path must be a relative POSIX path inside the root")
@@ -59,6 +60,24 @@ def locate_document(settings: Settings, root: str, path: str, *, indexed: bool =
     if indexed and not is_indexed(settings, root, path):
         raise ValueError(f"{where} is not an indexed document")
     return found
+
+
+def indexed_roots(settings: Settings) -> list[Root]:
+    """The roots configured, else those the live version's last sync recorded
+    (``Index.connect`` names none), as ``related`` and `mdindex links` find them."""
+    import sqlite3
+
+    if settings.root_list():
+        return settings.root_list()
+    with live_state(settings) as db:
+        if db is None:
+            return []
+        try:
+            folders = links.root_folders(settings, db)
+        except sqlite3.Error as exc:
+            log.debug("reading the state: %s", exc)
+            return []
+    return [Root(label, folder) for label, folder in folders.items()]
 
 
 def capped(answer: dict[str, Any]) -> dict[str, Any]:
