@@ -333,3 +333,22 @@ def test_a_config_file_that_cannot_be_read_is_one_line(tmp_path: Path, content: 
         with pytest.raises(ConfigError) as exc:
             load_settings({}, path)
         assert "\n" not in str(exc.value) and str(path) in str(exc.value)
+
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@given(
+    key=st.sampled_from(["state_dir", "cache_dir", "qdrant_path", "roots"]),
+    before=st.text(max_size=20),
+    after=st.text(max_size=20),
+)
+def test_a_path_with_a_nul_byte_is_a_config_error(key: str, before: str, after: str) -> None:
+    """Found by a review: state_dir = "st\\u0000x" in a TOML file (or the
+    Python API's state_dir=) was taken, and the first open raised ValueError:
+    "internal error" on the command line, and no MdindexError from the API."""
+    value = f"{before}\0{after}"
+    with pytest.raises(ConfigError, match=f"^{key}: a path cannot hold a NUL byte") as raised:
+        load_settings({key: [value] if key == "roots" else value})
+    assert "\n" not in str(raised.value)

@@ -190,6 +190,17 @@ class Settings(BaseSettings):
     def _lists(cls, value: Any) -> Any:
         return _split_list(value)
 
+    @field_validator("state_dir", "cache_dir", "qdrant_path", "roots", mode="after")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        # No path holds a NUL byte: a TOML file's "st\u0000x" (or the Python
+        # API's) passed as a path and then raised ValueError from the first
+        # open, an "internal error" on the command line and no MdindexError.
+        for item in value if isinstance(value, list) else [value]:
+            if item is not None and "\0" in str(item):
+                raise ValueError(f"a path cannot hold a NUL byte, not {quoted(str(item))}")
+        return value
+
     @field_validator("language", mode="before")
     @classmethod
     def _language(cls, value: Any) -> Any:
