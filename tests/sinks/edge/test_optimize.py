@@ -206,3 +206,46 @@ def test_index_build_gives_way_and_loses_nothing(tmp_path: Path) -> None:
     assert hits[0].payload["i"] == 3
     assert store.wants_index()
     store.close()
+
+
+def within(seconds: float, call: Any) -> Any:
+    """``call()``'s answer, failing (not hanging) when it takes longer."""
+    import threading
+
+    answer: list[Any] = []
+    thread = threading.Thread(target=lambda: answer.append(call()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"{call} still waits after {seconds} s"
+    return answer[0]
+
+
+@pytest.mark.parametrize("planted", ["fifo", "deep", "link"])
+def test_a_count_or_segment_record_that_is_not_ours_is_none_at_once(
+    tmp_path: Path, planted: str
+) -> None:
+    """Found by a review: the count file and each segment's segment.json were
+    read with open(): a FIFO in either's place held status (its new
+    dense_search key reads the segments) and every sync for ever, and
+    '[' * 100000 raised RecursionError out of json; the count's temporary
+    file was written through a link, or waited on as a FIFO."""
+    import os
+
+    shard = tmp_path / "shard"
+    segment = shard / "segments" / "s1"
+    segment.mkdir(parents=True)
+    outside = tmp_path / "outside.json"
+    outside.write_text('{"points": 1}')
+    for path in (shard / WRITTEN_FILE, segment / "segment.json", shard / f"{WRITTEN_FILE}.tmp"):
+        if planted == "fifo":
+            os.mkfifo(path)
+        elif planted == "deep":
+            path.write_text("[" * 100_000)
+        else:
+            path.symlink_to(outside)
+    assert within(5, lambda: written(shard)) == (1 if planted == "link" else None)
+    assert within(5, lambda: has_graph(shard)) is False
+    assert within(5, lambda: unindexed(shard, 50)) == 50
+    within(5, lambda: add_written(shard, 3))
+    assert written(shard) == (4 if planted == "link" else 3)
+    assert outside.read_text() == '{"points": 1}'

@@ -32,12 +32,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from mdindex.jsonfile import load_json
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +62,7 @@ def written(path: Path) -> int | None:
     """The count in the shard's ``WRITTEN_FILE``; None when there is none (a
     shard made before it was kept) or it cannot be read."""
     try:
-        value = json.loads((path / WRITTEN_FILE).read_text(encoding="utf-8")).get("points")
+        value = load_json(path / WRITTEN_FILE, 4096).get("points")
     except (OSError, ValueError, AttributeError):
         return None
     return value if type(value) is int and value >= 0 else None
@@ -70,7 +73,10 @@ def record_written(path: Path, points: int) -> None:
     when to build an index, nothing of the points)."""
     tmp = path / (WRITTEN_FILE + ".tmp")
     try:
-        tmp.write_text(json.dumps({"points": points}), encoding="utf-8")
+        tmp.unlink(missing_ok=True)  # a FIFO there held the write; a link led out
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"points": points}))
         tmp.replace(path / WRITTEN_FILE)
     except OSError as exc:
         log.debug("cannot record the points written to %s: %s", path, exc)
@@ -87,8 +93,9 @@ def has_graph(path: Path) -> bool:
     vector (each segment's ``segment.json`` records its vectors' index)."""
     for record in (path / "segments").glob("*/segment.json"):
         try:
-            config = json.loads(record.read_text(encoding="utf-8"))
-            index = config["config"]["vector_data"][""]["index"]["type"]
+            # the bounded reader: a FIFO there held status and every sync for
+            # ever, and '[' * 100000 raised RecursionError out of json
+            index = load_json(record)["config"]["vector_data"][""]["index"]["type"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if index == "hnsw":
