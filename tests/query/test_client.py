@@ -172,3 +172,40 @@ def test_without_a_daemon_searches_follow_the_live_version(tmp_path: Path, root:
     assert client.settings.strategy == "heading"
     assert client.live_settings().strategy == "token"
     assert client.search(sparse("recipe"))[0]["strategy"] == "token"
+
+
+@pytest.mark.parametrize("planted", ["fifo", "zero", "latin-1", "newline", "empty", "huge"])
+def test_a_token_file_that_holds_no_token_is_store_unavailable_at_once(
+    tmp_path: Path, root: Path, holder: WriterLock, planted: str
+) -> None:
+    """Found by a review: the token was read with read_text: a FIFO in its
+    place held every client in its open, a link to /dev/zero read until
+    memory ran out, bytes not UTF-8 raised UnicodeDecodeError out of every
+    call, and a newline inside raised ValueError from http.client's header."""
+    import os
+    import threading
+
+    s = settings_for(tmp_path, [str(root)])
+    holder.update(socket="/run/mdindex.sock")
+    path = token_path(s.state_dir, s.collection)
+    if planted == "fifo":
+        os.mkfifo(path)
+    elif planted == "zero":
+        path.symlink_to("/dev/zero")
+    else:
+        content = {"latin-1": b"t\xe9", "newline": b"a\nb", "empty": b" \n", "huge": b"t" * 5000}
+        path.write_bytes(content[planted])
+    raised: list[BaseException] = []
+
+    def find() -> None:
+        try:
+            find_daemon(s)
+        except BaseException as exc:  # what it raised is the test
+            raised.append(exc)
+
+    thread = threading.Thread(target=find, daemon=True)
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive(), "the client still waits on the token file"
+    assert len(raised) == 1 and isinstance(raised[0], StoreUnavailable), raised
+    assert "cannot be read" in str(raised[0]) and "\n" not in str(raised[0])

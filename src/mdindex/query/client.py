@@ -38,11 +38,13 @@ from mdindex.errors import (
 from mdindex.index.lock import WriterLock, lock_path, read_holder, token_path
 from mdindex.index.search import Query
 from mdindex.index.summary import Summary
-from mdindex.jsonfile import parse_json
+from mdindex.jsonfile import open_regular, parse_json
 from mdindex.outside import integer, shown
 from mdindex.versions.catalog import Catalog
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from mdindex.runtime import Models
 
 log = logging.getLogger(__name__)
@@ -163,13 +165,26 @@ def find_daemon(
         time.sleep(0.05)
     path = token_path(settings.state_dir, settings.collection)
     try:
-        token = path.read_text(encoding="utf-8").strip()
+        token = _read_token(path)
     except OSError as exc:
         raise StoreUnavailable(
             f"the daemon (pid {holder.get('pid')}) holds the store, and its token {path} "
             f"cannot be read ({exc.strerror}); run this as the daemon's user"
         ) from exc
     return DaemonClient(sock, url, token)
+
+
+def _read_token(path: Path) -> str:
+    """The token file's token, or OSError: a FIFO in its place held every
+    client in its open, a link to /dev/zero read for ever, and bytes that are
+    not UTF-8 (or a token with a newline inside, refused by http.client as a
+    header) raised ValueError out of every call."""
+    with os.fdopen(open_regular(path), "rb") as f:
+        raw = f.read(4097)
+    token = raw.strip()
+    if len(raw) > 4096 or not token or not all(0x20 <= b < 0x7F for b in token):
+        raise OSError(errno.EINVAL, "not a token (printable ASCII, at most 4,096 bytes)")
+    return token.decode("ascii")
 
 
 class IndexClient:
