@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mdindex.errors import ConfigError, FreshnessUnknown, StoreUnavailable
+from mdindex.errors import ConfigError, FreshnessUnknown, LockError, StoreUnavailable
 from mdindex.index.lock import WriterLock, token_path
 from mdindex.index.search import Query
 from mdindex.query.client import DaemonClient, DaemonGone, IndexClient, find_daemon
@@ -59,6 +59,27 @@ def test_the_socket_answers_the_cli_without_any_setting(tmp_path: Path, root: Pa
         conn.request("GET", "/status")
         assert conn.getresponse().status == 401
         conn.close()
+    finally:
+        d.stop()
+
+
+@pytest.mark.slow
+def test_a_backfill_of_other_roots_than_the_daemons_is_refused(tmp_path: Path, root: Path) -> None:
+    """Found by a newcomer: `mdindex backfill other --state-dir S` while a daemon
+    watched ``notes`` there had the daemon reconcile its own roots and exit 0,
+    and ``other`` was never indexed (a root that did not exist either)."""
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        converges(d, tmp_path, root)
+        other = tmp_path / "other"
+        other.mkdir()
+        for roots in ([other], [root, other], [tmp_path / "missing"], [f"notes={other}"]):
+            client = IndexClient(settings_for(tmp_path, roots))
+            with pytest.raises(LockError, match=r"watches notes=.*restart it"):
+                client.backfill(dry_run=False, prune=True, force=False)
+        same = settings_for(tmp_path, [root.parent / "other" / ".." / "notes"])
+        assert IndexClient(same).backfill(dry_run=False, prune=True, force=False).daemon
     finally:
         d.stop()
 

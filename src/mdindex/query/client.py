@@ -24,6 +24,7 @@ import socket
 import time
 import urllib.parse
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mdindex.config import Settings
@@ -187,6 +188,10 @@ def _read_token(path: Path) -> str:
     return token.decode("ascii")
 
 
+def _named(roots: dict[str, Path]) -> str:
+    return str(shown(", ".join(f"{label}={path}" for label, path in sorted(roots.items()))))
+
+
 class IndexClient:
     """The index as a client sees it: through the daemon when one holds the
     store, else opened here. Every call finds the daemon (or its absence) anew."""
@@ -300,6 +305,7 @@ class IndexClient:
                 f"ask for {wanted}: put them in its config and reload it "
                 "(systemctl reload mdindex, or kill -HUP its pid), or stop it first"
             )
+        self._same_roots()
         data = self.reconcile(force=force)
         if data is None:  # it stopped meanwhile
             raise LockError("the watch daemon stopped while asked to reconcile; run it again")
@@ -307,6 +313,30 @@ class IndexClient:
             raise PruneRefused(f"{data['refused']} (the watch daemon indexed the rest)")
         known = {k: data[k] for k in Summary.__dataclass_fields__ if k in data}
         return Summary(**known, daemon=True)
+
+    def _same_roots(self) -> None:
+        """LockError when the roots given are not the daemon's: it reconciles
+        only its own, so a backfill of another root answered "0 changed" and
+        left it unindexed. The daemon's are those its last whole sync recorded."""
+        import sqlite3
+
+        from mdindex.query.links import live_state, recorded_root_folders
+
+        given = {r.label: r.path.resolve() for r in self.settings.root_list()}
+        if not given:  # Index.connect: the daemon's roots
+            return
+        with live_state(self.settings) as db:
+            try:
+                theirs = recorded_root_folders(db) if db is not None else {}
+            except sqlite3.Error as exc:
+                log.debug("reading the state: %s", exc)
+                theirs = {}
+        if theirs and given != {label: path.resolve() for label, path in theirs.items()}:
+            raise LockError(
+                f"the watch daemon holds the store and watches {_named(theirs)}, not "
+                f"{_named(given)}; roots change only with a restart: put them in its "
+                "config and restart it, or stop it first"
+            )
 
     def reconcile(self, force: bool = False) -> dict[str, Any] | None:
         """The daemon reconciles now (`mdindex backfill` while it runs); None when

@@ -62,6 +62,11 @@ def root_folders(settings: Settings, db: sqlite3.Connection) -> dict[str, Path]:
     """Each root's folder: as configured, else where the last backfill found it."""
     if settings.root_list():
         return {r.label: r.path for r in settings.root_list()}
+    return recorded_root_folders(db)
+
+
+def recorded_root_folders(db: sqlite3.Connection) -> dict[str, Path]:
+    """Each root's folder where the last whole sync found it ({} before one)."""
     row = db.execute("SELECT v FROM meta WHERE k=?", (graph.ROOT_FOLDERS_KEY,)).fetchone()
     try:
         recorded = parse_json(str(row[0])) if row else {}
