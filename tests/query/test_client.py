@@ -112,7 +112,7 @@ def test_the_daemon_is_found_with_its_token(tmp_path: Path, root: Path, holder: 
     s = settings_for(tmp_path, [str(root)])
     holder.update(socket="/run/mdindex.sock", http_host="127.0.0.1", http_port=8123)
     with pytest.raises(StoreUnavailable, match="cannot be read"):
-        find_daemon(s)
+        find_daemon(s, wait_s=0.2)
     token_path(s.state_dir, s.collection).write_text("the-token\n")
     assert find_daemon(s) == DaemonClient("/run/mdindex.sock", "http://127.0.0.1:8123", "the-token")
     holder.update(http_host="127.0.0.1", http_port=8123)  # TCP only
@@ -230,3 +230,18 @@ def test_a_token_file_that_holds_no_token_is_store_unavailable_at_once(
     assert not thread.is_alive(), "the client still waits on the token file"
     assert len(raised) == 1 and isinstance(raised[0], StoreUnavailable), raised
     assert "cannot be read" in str(raised[0]) and "\n" not in str(raised[0])
+
+
+def test_a_client_racing_a_daemons_stop_waits_for_its_lock(
+    tmp_path: Path, root: Path, holder: WriterLock
+) -> None:
+    """A stopping daemon removes its token, then closes its stores, then
+    releases its lock: a client in between was told the token "cannot be
+    read ...; run this as the daemon's user" (StoreUnavailable), where it
+    must wait for the lock and then open the store itself."""
+    import threading
+
+    s = settings_for(tmp_path, [str(root)])
+    holder.update(socket=str(tmp_path / "gone.sock"))  # its token already removed
+    threading.Timer(0.5, holder.release).start()  # its stores closed: the lock goes
+    assert find_daemon(s) is None

@@ -138,7 +138,8 @@ def find_daemon(
 ) -> DaemonClient | None:
     """The running daemon when it holds this state dir and collection: found
     through the lock file, with the token it wrote beside it. One that holds
-    the lock but has no endpoint yet is waited for, up to ``wait_s``."""
+    the lock but has no endpoint yet, or no token any more (it is stopping),
+    is waited for, up to ``wait_s``."""
     deadline = time.monotonic() + wait_s
     while True:
         holder = read_holder(lock_path(settings.state_dir, settings.collection))
@@ -155,24 +156,33 @@ def find_daemon(
             except ValueError as exc:
                 log.warning("%s: ignored", exc)
         if sock or url:
-            break
-        if settings.qdrant_url or not required:
+            path = token_path(settings.state_dir, settings.collection)
+            try:
+                return DaemonClient(sock, url, _read_token(path))
+            except FileNotFoundError as exc:
+                # A daemon removes its token as it stops, and releases its lock
+                # last: wait for that (then the store is opened here), as for
+                # a daemon whose socket is not open yet. Failing at once told a
+                # client racing a stop to "run this as the daemon's user".
+                if time.monotonic() >= deadline:
+                    raise _unreadable(holder, path, exc) from exc
+            except OSError as exc:
+                raise _unreadable(holder, path, exc) from exc
+        elif settings.qdrant_url or not required:
             return None  # a server store can be shared; go to it directly
-        if time.monotonic() >= deadline:
+        elif time.monotonic() >= deadline:
             raise StoreUnavailable(
                 f"the daemon (pid {holder.get('pid')}) holds the embedded store but did not "
                 f"open its socket within {wait_s:.0f} s; see its log"
             )
         time.sleep(0.05)
-    path = token_path(settings.state_dir, settings.collection)
-    try:
-        token = _read_token(path)
-    except OSError as exc:
-        raise StoreUnavailable(
-            f"the daemon (pid {holder.get('pid')}) holds the store, and its token {path} "
-            f"cannot be read ({exc.strerror}); run this as the daemon's user"
-        ) from exc
-    return DaemonClient(sock, url, token)
+
+
+def _unreadable(holder: dict[str, Any], path: Path, exc: OSError) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"the daemon (pid {holder.get('pid')}) holds the store, and its token {path} "
+        f"cannot be read ({exc.strerror}); run this as the daemon's user"
+    )
 
 
 def _read_token(path: Path) -> str:
