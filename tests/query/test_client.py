@@ -84,6 +84,28 @@ def test_a_backfill_of_other_roots_than_the_daemons_is_refused(tmp_path: Path, r
         d.stop()
 
 
+@pytest.mark.slow
+def test_a_forced_backfill_of_the_daemons_roots_after_one_was_dropped_goes_through(
+    tmp_path: Path, root: Path
+) -> None:
+    """A root left out of the daemon's config: its start refuses to prune it,
+    and the state still records it, but `mdindex backfill notes --force` (the
+    documented way, through the daemon too) names only roots the daemon has."""
+    dropped = tmp_path / "dropped"
+    dropped.mkdir()
+    (dropped / "d.md").write_text("# D\n\nDropped dahlias.\n")
+    run_rollout(settings_for(tmp_path, [root, dropped]), TinyEmbedder())
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder()).start()
+    try:
+        client = IndexClient(s)
+        assert "deletions refused" in client.status(wait=30)["reason"]
+        summary = client.backfill(dry_run=False, prune=True, force=True)
+        assert summary.daemon and summary.files_deleted == 1
+    finally:
+        d.stop()
+
+
 def test_only_a_watch_holding_the_lock_is_a_daemon(tmp_path: Path, root: Path) -> None:
     s = settings_for(tmp_path, [str(root)])
     assert find_daemon(s) is None  # no lock file at all

@@ -325,9 +325,11 @@ class IndexClient:
         return Summary(**known, daemon=True)
 
     def _same_roots(self) -> None:
-        """LockError when the roots given are not the daemon's: it reconciles
-        only its own, so a backfill of another root answered "0 changed" and
-        left it unindexed. The daemon's are those its last whole sync recorded."""
+        """LockError when a root given is not the daemon's: it reconciles only
+        its own, so a backfill of another root answered "0 changed" and left it
+        unindexed. The daemon's are among those its last whole sync recorded
+        (which keep a root left out of its config while the guard refuses to
+        prune it, so fewer roots than recorded are no mismatch)."""
         import sqlite3
 
         from mdindex.query.links import live_state, recorded_root_folders
@@ -341,7 +343,8 @@ class IndexClient:
             except sqlite3.Error as exc:
                 log.debug("reading the state: %s", exc)
                 theirs = {}
-        if theirs and given != {label: path.resolve() for label, path in theirs.items()}:
+        recorded = {(label, path.resolve()) for label, path in theirs.items()}
+        if theirs and not set(given.items()) <= recorded:
             raise LockError(
                 f"the watch daemon holds the store and watches {_named(theirs)}, not "
                 f"{_named(given)}; roots change only with a restart: put them in its "
