@@ -28,6 +28,9 @@ def test_the_holder_record_says_who_and_where(tmp_path: Path) -> None:
     finally:
         lock.release()
     assert read_holder(path) is None
+    # found by a newcomer: a stopped daemon's state folder kept a lock file that
+    # named its pid, "watch" and a socket gone, as if it still ran
+    assert path.read_bytes() == b""
 
 
 def test_a_second_writer_is_refused_naming_the_holder(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ its HTTP endpoint listens, so `search` and `status` can ask it instead.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -88,6 +89,9 @@ class WriterLock:
 
     def release(self) -> None:
         if self.fd is not None:
+            # still held: the record goes, so the file left names no one who stopped
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, 0)
             os.close(self.fd)
             self.fd = None
 
