@@ -95,7 +95,7 @@ def main() -> None:
     daemon = subprocess.Popen([*mdindex, "watch", str(corpus)], env=env, stderr=subprocess.DEVNULL)
     try:
         from mdindex.config import load_settings
-        from mdindex.query.client import find_daemon
+        from mdindex.query.daemon import find_daemon
 
         settings = load_settings(
             {"state_dir": str(work), "roots": [str(corpus)], "store": args.store}

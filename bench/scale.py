@@ -270,7 +270,7 @@ class Daemon:
 
     def wait_watching(self, timeout: float = 1800) -> float:
         from mdindex.config import load_settings
-        from mdindex.query.client import find_daemon
+        from mdindex.query.daemon import find_daemon
 
         deadline = time.monotonic() + timeout
         settings = load_settings({"state_dir": str(self.env.state)})

@@ -118,7 +118,7 @@ def main() -> None:
     from mdindex.config import load_settings
     from mdindex.embedding.machine import cpu_identity
     from mdindex.errors import StoreUnavailable
-    from mdindex.query.client import find_daemon
+    from mdindex.query.daemon import find_daemon
     from mdindex.runtime import state_path, version_of
     from mdindex.versions.catalog import Catalog
 

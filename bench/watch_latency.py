@@ -68,7 +68,7 @@ def main() -> None:
     offline()
     from mdindex.config import load_settings
     from mdindex.index.lock import lock_path, read_holder
-    from mdindex.query.client import find_daemon
+    from mdindex.query.daemon import find_daemon
 
     work = Path(tempfile.mkdtemp(prefix="mdindex-watch-bench-"))
     root = work / "docs"

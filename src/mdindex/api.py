@@ -22,7 +22,8 @@ from mdindex.index.lock import WriterLock
 from mdindex.index.search import Query, parse_where
 from mdindex.index.summary import Summary
 from mdindex.outside import number, quoted, strings
-from mdindex.query.client import IndexClient, find_daemon
+from mdindex.query.client import IndexClient
+from mdindex.query.daemon import find_daemon
 from mdindex.query.documents import Documents
 from mdindex.runtime import Loaded
 from mdindex.versions.catalog import Catalog, reader_settings, require_live

@@ -17,7 +17,7 @@ import pytest
 
 from mdindex.errors import ConfigError, StoreError, StoreUnavailable
 from mdindex.index.lock import lock_path, read_holder
-from mdindex.query.client import find_daemon
+from mdindex.query.daemon import find_daemon
 from tests.conftest import TinyEmbedder, run_rollout, settings_for
 from tests.daemon.running import QUIET_MS, Running, tcp_port, wait_for
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mdindex.index.lock import lock_path, read_holder
-from mdindex.query.client import DaemonClient, find_daemon
+from mdindex.query.daemon import DaemonClient, find_daemon
 from tests.cli_helper import ONNX, mdindex, spawn
 from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_points
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from mdindex.index.lock import lock_path, read_holder
-from mdindex.query.client import find_daemon
+from mdindex.query.daemon import find_daemon
 from mdindex.runtime import state_path
 from tests.cli_helper import command, environment, mdindex, spawn
 from tests.conftest import TinyEmbedder, run_backfill, settings_for, stored_points

@@ -21,7 +21,7 @@ from mdindex.documents.links import graph_of, is_external
 from mdindex.documents.parsing import parse_document
 from mdindex.index import graph
 from mdindex.index.state import DocRow, State
-from mdindex.query.client import DaemonClient, _UnixConnection
+from mdindex.query.daemon import DaemonClient, _UnixConnection
 from mdindex.query.links import broken_in, broken_text
 from mdindex.runtime import state_path
 from tests.cli_helper import in_process, mcp_server, mdindex

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mdindex.query.client import DaemonClient
+from mdindex.query.daemon import DaemonClient
 from mdindex.query.status import offline_status
 from tests.cli_helper import mdindex
 from tests.conftest import TinyEmbedder, run_backfill, settings_for

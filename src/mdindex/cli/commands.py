@@ -158,7 +158,7 @@ def cmd_links(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError("links: give a FILE or --broken, not both")
     if args.file is None and not args.broken:
         raise ConfigError("links: give a FILE, or --broken for every broken link")
-    from mdindex.query.client import find_daemon
+    from mdindex.query.daemon import find_daemon
     from mdindex.versions.catalog import require_live
 
     if find_daemon(settings, required=False, wait_s=0) is None:
