@@ -412,3 +412,20 @@ def test_refresh_and_documents_answer_as_the_mcp_tools(tmp_path: Path) -> None:
     assert ("notes", "c.md") in index.documents.listing()
     [hit] = index.search("written after the first refresh", k=1, path="c.md")
     assert hit.doc_path == "c.md"
+
+
+@pytest.mark.parametrize("state", ["/proc/mdindex-no/state", "x" * 300])
+def test_a_state_dir_the_filesystem_refuses_is_a_config_error(tmp_path: Path, state: str) -> None:
+    """docs/python.md promises an MdindexError for every error: a state dir
+    that cannot be made (under /proc) or whose name is too long raised
+    FileNotFoundError or OSError out of status and sync, where the command
+    line says "... (check state_dir and qdrant_path)"."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nApples.\n")
+    folder = tmp_path / state if state.startswith("x") else Path(state)
+    for call in ("status", "sync"):
+        with pytest.raises(ConfigError, match="state_dir") as raised:
+            getattr(Index([docs], state_dir=folder), call)()
+        assert isinstance(raised.value.__cause__, OSError)
+        assert "\n" not in str(raised.value) and len(str(raised.value)) < 400

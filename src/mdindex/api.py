@@ -10,10 +10,11 @@ later is not locked out. See docs/python.md.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from mdindex.answers import Dropped, Hit, Status, Switch, Version
 from mdindex.config import Settings, load_settings
@@ -35,6 +36,28 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[int], None]
 """Called with the number of files read so far in this sync."""
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _one_line(call: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A call whose OSError (a state dir that cannot be made or written, a
+    path too long) is the ConfigError the command line prints for it: the
+    API promises an MdindexError, and Index(state_dir="/sys/x").sync() raised
+    PermissionError (the OSError is its ``__cause__``)."""
+
+    @functools.wraps(call)
+    def answered(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return call(*args, **kwargs)
+        except OSError as exc:
+            where = f"{quoted(str(exc.filename))}: " if exc.filename else ""
+            raise ConfigError(
+                f"{where}{exc.strerror or exc} (check state_dir and qdrant_path)"
+            ) from exc
+
+    return answered
 
 
 class Index:
@@ -109,11 +132,13 @@ class Index:
 
     # -- writing ----------------------------------------------------------------
 
+    @_one_line
     def sync(self, progress: Progress | None = None) -> Summary:
         """Make the index equal to the files: index what changed since the last
         sync, drop what was deleted. Through the daemon when one holds it."""
         return self.backfill(progress=progress)
 
+    @_one_line
     def backfill(
         self,
         *,
@@ -149,6 +174,7 @@ class Index:
                 run=run,
             )
 
+    @_one_line
     def verify(self, *, repair: bool = False, force: bool = False) -> VerifyReport:
         """`mdindex verify`: the live version's points against the files; ``repair``
         fixes them, under backfill's guard on deletions (``force`` overrides it)."""
@@ -163,6 +189,7 @@ class Index:
 
     # -- reading ----------------------------------------------------------------
 
+    @_one_line
     def search(
         self,
         query: str | Query,
@@ -199,12 +226,14 @@ class Index:
                 raise ConfigError(f"search: {exc}") from None
         return [Hit.from_dict(h) for h in self._client.search(query)]
 
+    @_one_line
     def status(self, wait: float | None = None) -> Status:
         """How fresh the index is; with ``wait``, once every change made before
         the call is searchable or ``wait`` seconds passed (``caught_up`` says
         which). Without a daemon the roots are scanned (nothing is written)."""
         return Status.from_dict(self._client.status(_seconds(wait, "wait")))
 
+    @_one_line
     def refresh(self, timeout: float = 120.0) -> dict[str, Any]:
         """Every change made before the call, searchable (MCP's ``refresh``): the
         daemon's status once caught up, else a sync here that stops between
@@ -213,6 +242,7 @@ class Index:
 
     # -- versions ---------------------------------------------------------------
 
+    @_one_line
     def versions(self) -> list[Version]:
         """Every version of the index, newest first (`mdindex versions list`)."""
         # a daemon's rows count what it holds now, the catalog's its last whole reconcile
@@ -222,6 +252,7 @@ class Index:
             rows = Catalog.load(self.settings).rows(self.settings)
         return [Version.from_dict(r) for r in rows]
 
+    @_one_line
     def use_version(
         self, fingerprint: str, *, progress: Progress | None = None, timeout: float = 600.0
     ) -> Switch:
@@ -239,6 +270,7 @@ class Index:
         fp, summary = rollout.use_version(self.settings, fingerprint, hooks, self._loaded)
         return Switch(target=fp, live=fp, daemon=False, summary=summary)
 
+    @_one_line
     def drop_versions(self, fingerprints: Iterable[str] = ()) -> Dropped:
         """`mdindex versions drop [FP...]`: delete these versions (or prefixes),
         or every old one; never the live one (a ConfigError). Through the
@@ -260,15 +292,18 @@ class Index:
 
         serve_stdio(self.settings, _McpAnswers(self), self.documents)
 
+    @_one_line
     def links(self, document: str | Path, root: str | None = None) -> dict[str, Any]:
         """A document's links, backlinks and tags (`mdindex links FILE`):
         ``document`` is a file under a root, or a path inside ``root``."""
         return self.documents.links(document, root)
 
+    @_one_line
     def broken_links(self) -> list[dict[str, Any]]:
         """Every local link to no indexed document (`mdindex links --broken`)."""
         return self.documents.broken_links()
 
+    @_one_line
     def eval(
         self,
         questions: str | Path | None = None,
@@ -291,7 +326,11 @@ class Index:
 
 def _checked(settings: Settings) -> Settings:
     folder = settings.state_dir
-    if any(p.exists() and not p.is_dir() for p in (folder, *folder.parents)):
+    try:
+        not_a_folder = any(p.exists() and not p.is_dir() for p in (folder, *folder.parents))
+    except OSError as exc:  # a name too long: exists() raised it
+        raise ConfigError(f"state_dir: {quoted(str(folder))}: {exc.strerror}") from exc
+    if not_a_folder:
         raise ConfigError(f"state_dir: {quoted(str(folder))} is not a folder")
     return settings
 

@@ -249,7 +249,7 @@ class Settings(BaseSettings):
         edge = self.qdrant_path or self.state_dir / "edge"
         # the collection itself (before versions) or any of its versions
         names = (self.collection, f"{self.collection}__*")
-        if any(any(client.glob(n)) for n in names) and not any(any(edge.glob(n)) for n in names):
+        if _holds(client, names) and not _holds(edge, names):
             self.store = "client"
 
     @classmethod
@@ -313,6 +313,16 @@ class Settings(BaseSettings):
         if self.qdrant_path is not None:
             return self.qdrant_path
         return self.state_dir / ("edge" if self.store == "edge" else "qdrant")
+
+
+def _holds(folder: Path, names: tuple[str, ...]) -> bool:
+    """Whether ``folder`` holds one of ``names`` (globs); False when it cannot
+    be looked at: a state_dir whose name is too long raised OSError out of
+    load_settings (what the store then meets is said when it is opened)."""
+    try:
+        return any(any(folder.glob(n)) for n in names)
+    except OSError:
+        return False
 
 
 def _check_combinations(s: Settings) -> None:
