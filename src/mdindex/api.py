@@ -132,13 +132,11 @@ class Index:
 
     # -- writing ----------------------------------------------------------------
 
-    @_one_line
     def sync(self, progress: Progress | None = None) -> Summary:
         """Make the index equal to the files: index what changed since the last
         sync, drop what was deleted. Through the daemon when one holds it."""
         return self.backfill(progress=progress)
 
-    @_one_line
     def backfill(
         self,
         *,
@@ -174,7 +172,6 @@ class Index:
                 run=run,
             )
 
-    @_one_line
     def verify(self, *, repair: bool = False, force: bool = False) -> VerifyReport:
         """`mdindex verify`: the live version's points against the files; ``repair``
         fixes them, under backfill's guard on deletions (``force`` overrides it)."""
@@ -189,7 +186,6 @@ class Index:
 
     # -- reading ----------------------------------------------------------------
 
-    @_one_line
     def search(
         self,
         query: str | Query,
@@ -226,14 +222,12 @@ class Index:
                 raise ConfigError(f"search: {exc}") from None
         return [Hit.from_dict(h) for h in self._client.search(query)]
 
-    @_one_line
     def status(self, wait: float | None = None) -> Status:
         """How fresh the index is; with ``wait``, once every change made before
         the call is searchable or ``wait`` seconds passed (``caught_up`` says
         which). Without a daemon the roots are scanned (nothing is written)."""
         return Status.from_dict(self._client.status(_seconds(wait, "wait")))
 
-    @_one_line
     def refresh(self, timeout: float = 120.0) -> dict[str, Any]:
         """Every change made before the call, searchable (MCP's ``refresh``): the
         daemon's status once caught up, else a sync here that stops between
@@ -242,7 +236,6 @@ class Index:
 
     # -- versions ---------------------------------------------------------------
 
-    @_one_line
     def versions(self) -> list[Version]:
         """Every version of the index, newest first (`mdindex versions list`)."""
         # a daemon's rows count what it holds now, the catalog's its last whole reconcile
@@ -252,7 +245,6 @@ class Index:
             rows = Catalog.load(self.settings).rows(self.settings)
         return [Version.from_dict(r) for r in rows]
 
-    @_one_line
     def use_version(
         self, fingerprint: str, *, progress: Progress | None = None, timeout: float = 600.0
     ) -> Switch:
@@ -270,7 +262,6 @@ class Index:
         fp, summary = rollout.use_version(self.settings, fingerprint, hooks, self._loaded)
         return Switch(target=fp, live=fp, daemon=False, summary=summary)
 
-    @_one_line
     def drop_versions(self, fingerprints: Iterable[str] = ()) -> Dropped:
         """`mdindex versions drop [FP...]`: delete these versions (or prefixes),
         or every old one; never the live one (a ConfigError). Through the
@@ -292,18 +283,15 @@ class Index:
 
         serve_stdio(self.settings, _McpAnswers(self), self.documents)
 
-    @_one_line
     def links(self, document: str | Path, root: str | None = None) -> dict[str, Any]:
         """A document's links, backlinks and tags (`mdindex links FILE`):
         ``document`` is a file under a root, or a path inside ``root``."""
         return self.documents.links(document, root)
 
-    @_one_line
     def broken_links(self) -> list[dict[str, Any]]:
         """Every local link to no indexed document (`mdindex links --broken`)."""
         return self.documents.broken_links()
 
-    @_one_line
     def eval(
         self,
         questions: str | Path | None = None,
@@ -322,6 +310,14 @@ class Index:
         asked = chosen_questions(self.settings, questions, headings, seed)
         many = [modes] if isinstance(modes, str) else list(modes)  # "hybrid" is one mode
         return evaluate.compare(self.settings, self._client, asked, versions, many)
+
+
+# every call the filesystem may refuse (``_one_line``)
+for _call in (
+    "sync", "backfill", "verify", "search", "status", "refresh", "versions",
+    "use_version", "drop_versions", "links", "broken_links", "eval",
+):  # fmt: skip
+    setattr(Index, _call, _one_line(getattr(Index, _call)))
 
 
 def _checked(settings: Settings) -> Settings:

@@ -317,8 +317,7 @@ class Settings(BaseSettings):
 
 def _holds(folder: Path, names: tuple[str, ...]) -> bool:
     """Whether ``folder`` holds one of ``names`` (globs); False when it cannot
-    be looked at: a state_dir whose name is too long raised OSError out of
-    load_settings (what the store then meets is said when it is opened)."""
+    be looked at (a state_dir whose name is too long raised OSError here)."""
     try:
         return any(any(folder.glob(n)) for n in names)
     except OSError:
