@@ -107,6 +107,22 @@ def test_a_forced_backfill_of_the_daemons_roots_after_one_was_dropped_goes_throu
         d.stop()
 
 
+def test_a_search_of_a_state_dir_with_nothing_indexed_says_so(
+    tmp_path: Path, root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A newcomer's mistyped --state-dir: the search said "no results" and
+    exited 0, as if the notes held nothing on the subject."""
+    empty = settings_for(tmp_path / "typo", [str(root)])
+    assert IndexClient(empty).search(sparse("secret recipe")) == []
+    [warned] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned.startswith("nothing is indexed in ") and str(empty.state_dir) in warned
+    s = settings_for(tmp_path, [str(root)])
+    run_rollout(s, TinyEmbedder())
+    caplog.clear()
+    assert IndexClient(s).search(sparse("nothing like this")) == []  # indexed: no word
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
 def test_without_a_daemon_the_store_is_opened_here(tmp_path: Path, root: Path) -> None:
     s = settings_for(tmp_path, [str(root)])
     run_rollout(s, TinyEmbedder())

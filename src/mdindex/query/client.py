@@ -255,6 +255,13 @@ class IndexClient:
             self._models = (fp, make_models(live, queries_only=True))
         models = self._models[1]
         store = make_store(live)
+        if not store.exists() and Catalog.load(self.settings).live is None:
+            # "no results", exit 0, was all a mistyped --state-dir got
+            log.warning(
+                "nothing is indexed in %s yet: run `mdindex backfill` first, or check "
+                "the state dir",
+                shown(str(self.settings.state_dir)),
+            )
         try:
             store.open()
             require_live(self.settings)
