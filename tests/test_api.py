@@ -429,3 +429,13 @@ def test_a_state_dir_the_filesystem_refuses_is_a_config_error(tmp_path: Path, st
             getattr(Index([docs], state_dir=folder), call)()
         assert isinstance(raised.value.__cause__, OSError)
         assert "\n" not in str(raised.value) and len(str(raised.value)) < 400
+
+
+@pytest.mark.parametrize("where", [5, None, b"state", ["state"], "x" * 5000])
+def test_connect_to_no_path_is_a_config_error(where: Any) -> None:
+    """Index.connect(5) raised TypeError from Path(), a name too long OSError
+    from is_dir(): an argument of another type is a ConfigError, as the
+    other calls' are."""
+    with pytest.raises(ConfigError, match="where") as raised:
+        Index.connect(where)
+    assert "\n" not in str(raised.value) and len(str(raised.value)) < 400

@@ -106,8 +106,8 @@ class Index:
         Found through its lock file as the command line finds it, also when its
         socket went to a temporary folder (a state path too long for a socket's
         name). StoreUnavailable when no daemon holds it."""
-        path = Path(where)
-        if path.is_dir():
+        path, is_dir = _where(where)
+        if is_dir:
             index = cls(state_dir=path, **settings)
         else:
             index = cls(state_dir=path.parent, collection=path.stem, **settings)
@@ -318,6 +318,17 @@ for _call in (
     "use_version", "drop_versions", "links", "broken_links", "eval",
 ):  # fmt: skip
     setattr(Index, _call, _one_line(getattr(Index, _call)))
+
+
+def _where(where: Any) -> tuple[Path, bool]:
+    """``Index.connect``'s argument as a path, and whether it is a folder;
+    ConfigError otherwise (Index.connect(5) raised TypeError, a name too long
+    OSError)."""
+    [path] = _paths(where, "where")
+    try:
+        return path, path.is_dir()
+    except OSError as exc:
+        raise ConfigError(f"where: {quoted(str(path))}: {exc.strerror}") from exc
 
 
 def _checked(settings: Settings) -> Settings:
