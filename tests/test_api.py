@@ -439,3 +439,28 @@ def test_connect_to_no_path_is_a_config_error(where: Any) -> None:
     with pytest.raises(ConfigError, match="where") as raised:
         Index.connect(where)
     assert "\n" not in str(raised.value) and len(str(raised.value)) < 400
+
+
+def test_links_versions_and_eval_arguments_of_another_type_are_config_errors(
+    tmp_path: Path,
+) -> None:
+    """Found by a review (hypothesis over every call's arguments): links(None)
+    and drop_versions(None) raised TypeError, links("a.md", root=False) a
+    ValueError, eval(b"q.yaml") and eval(headings=[3]) TypeError."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    index = Index([docs], state_dir=tmp_path / "state")
+    for call in (
+        lambda: index.links(None),  # type: ignore[arg-type]
+        lambda: index.links(5),  # type: ignore[arg-type]
+        lambda: index.links("a.md", root=False),  # type: ignore[arg-type]
+        lambda: index.drop_versions(None),  # type: ignore[arg-type]
+        lambda: index.drop_versions([5]),  # type: ignore[list-item]
+        lambda: index.eval(b"q.yaml"),  # type: ignore[arg-type]
+        lambda: index.eval(headings=[3]),  # type: ignore[arg-type]
+        lambda: index.eval(headings=3, seed="x"),  # type: ignore[arg-type]
+        lambda: index.eval(headings=3, modes=None),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(ConfigError) as raised:
+            call()
+        assert "\n" not in str(raised.value)

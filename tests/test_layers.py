@@ -24,7 +24,7 @@ LAYERS = [
     ("versions",),
     ("query",),
     ("daemon",),
-    ("answers", "api"),
+    ("answers", "api", "arguments"),
     ("cli", "__main__"),
 ]
 MAX_MODULE_LINES = 400

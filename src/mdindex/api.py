@@ -10,13 +10,13 @@ later is not locked out. See docs/python.md.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from mdindex.answers import Dropped, Hit, Status, Switch, Version
+from mdindex.arguments import connect_arg, eval_args, links_args, one_line, path_args, text_args
 from mdindex.config import Settings, load_settings
 from mdindex.errors import ConfigError, StoreUnavailable
 from mdindex.index.lock import WriterLock
@@ -36,28 +36,6 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[int], None]
 """Called with the number of files read so far in this sync."""
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _one_line(call: Callable[_P, _R]) -> Callable[_P, _R]:
-    """A call whose OSError (a state dir that cannot be made or written, a
-    path too long) is the ConfigError the command line prints for it: the
-    API promises an MdindexError, and Index(state_dir="/sys/x").sync() raised
-    PermissionError (the OSError is its ``__cause__``)."""
-
-    @functools.wraps(call)
-    def answered(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return call(*args, **kwargs)
-        except OSError as exc:
-            where = f"{quoted(str(exc.filename))}: " if exc.filename else ""
-            raise ConfigError(
-                f"{where}{exc.strerror or exc} (check state_dir and qdrant_path)"
-            ) from exc
-
-    return answered
 
 
 class Index:
@@ -81,10 +59,10 @@ class Index:
     ) -> None:
         overrides = dict(settings)
         if roots:
-            overrides["roots"] = [str(r) for r in _paths(roots, "roots", many=True)]
+            overrides["roots"] = [str(r) for r in path_args(roots, "roots", many=True)]
         if state_dir is not None:
-            [overrides["state_dir"]] = _paths(state_dir, "state_dir")
-        self._open(load_settings(overrides, _paths(config, "config")[0] if config else None))
+            [overrides["state_dir"]] = path_args(state_dir, "state_dir")
+        self._open(load_settings(overrides, path_args(config, "config")[0] if config else None))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Index:
@@ -106,7 +84,7 @@ class Index:
         Found through its lock file as the command line finds it, also when its
         socket went to a temporary folder (a state path too long for a socket's
         name). StoreUnavailable when no daemon holds it."""
-        path, is_dir = _where(where)
+        path, is_dir = connect_arg(where)
         if is_dir:
             index = cls(state_dir=path, **settings)
         else:
@@ -268,7 +246,7 @@ class Index:
         daemon when one holds the store."""
         from mdindex.versions import rollout
 
-        fps = [fingerprints] if isinstance(fingerprints, str) else list(fingerprints)
+        fps = list(text_args(fingerprints, "fingerprints"))
         if self.daemon_running():
             return Dropped(self._client.versions("drop", fps)["dropped"], daemon=True)
         return Dropped(rollout.drop_versions(self.settings, fps), daemon=False)
@@ -286,7 +264,7 @@ class Index:
     def links(self, document: str | Path, root: str | None = None) -> dict[str, Any]:
         """A document's links, backlinks and tags (`mdindex links FILE`):
         ``document`` is a file under a root, or a path inside ``root``."""
-        return self.documents.links(document, root)
+        return self.documents.links(*links_args(document, root))
 
     def broken_links(self) -> list[dict[str, Any]]:
         """Every local link to no indexed document (`mdindex links --broken`)."""
@@ -307,28 +285,17 @@ class Index:
         from mdindex.query import evaluate
         from mdindex.query.questions import chosen_questions
 
-        asked = chosen_questions(self.settings, questions, headings, seed)
-        many = [modes] if isinstance(modes, str) else list(modes)  # "hybrid" is one mode
+        asked = chosen_questions(self.settings, *eval_args(questions, headings, seed))
+        many = list(text_args(modes, "modes"))  # "hybrid" is one mode
         return evaluate.compare(self.settings, self._client, asked, versions, many)
 
 
-# every call the filesystem may refuse (``_one_line``)
+# every call the filesystem may refuse (``arguments.one_line``)
 for _call in (
     "sync", "backfill", "verify", "search", "status", "refresh", "versions",
     "use_version", "drop_versions", "links", "broken_links", "eval",
 ):  # fmt: skip
-    setattr(Index, _call, _one_line(getattr(Index, _call)))
-
-
-def _where(where: Any) -> tuple[Path, bool]:
-    """``Index.connect``'s argument as a path, and whether it is a folder;
-    ConfigError otherwise (Index.connect(5) raised TypeError, a name too long
-    OSError)."""
-    [path] = _paths(where, "where")
-    try:
-        return path, path.is_dir()
-    except OSError as exc:
-        raise ConfigError(f"where: {quoted(str(path))}: {exc.strerror}") from exc
+    setattr(Index, _call, one_line(getattr(Index, _call)))
 
 
 def _checked(settings: Settings) -> Settings:
@@ -353,18 +320,6 @@ def _seconds(value: Any, what: str, required: bool = False) -> Any:
         return number(value, what, 0, MAX_WAIT_S)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-
-
-def _paths(value: Any, name: str, many: bool = False) -> list[Path]:
-    """A path argument (or several, with ``many``) as paths; ConfigError otherwise."""
-    values = [value] if isinstance(value, str | Path) or not many else value
-    try:
-        if all(isinstance(v, str | Path) for v in values):
-            return [Path(v) for v in values]
-    except TypeError:  # roots=5
-        pass
-    kind = "a path or a list of paths" if many else "a path"
-    raise ConfigError(f"{name} must be {kind}, not {quoted(value)}")
 
 
 class _McpAnswers:

@@ -1,0 +1,92 @@
+"""The Python API's arguments, checked as the command line checks its own:
+a value of another type, or a path the filesystem refuses, is a ConfigError
+of one line (docs/python.md promises an MdindexError for every error)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from mdindex.errors import ConfigError
+from mdindex.outside import integer, quoted, strings
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def one_line(call: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A call whose OSError (a state dir that cannot be made or written, a
+    path too long) is the ConfigError the command line prints for it: the
+    API promises an MdindexError, and Index(state_dir="/sys/x").sync() raised
+    PermissionError (the OSError is its ``__cause__``)."""
+
+    @functools.wraps(call)
+    def answered(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return call(*args, **kwargs)
+        except BrokenPipeError:
+            raise  # the reader went (mdindex ... | head): the command line's own exit
+        except OSError as exc:
+            where = f"{quoted(str(exc.filename))}: " if exc.filename else ""
+            raise ConfigError(
+                f"{where}{exc.strerror or exc} (check state_dir and qdrant_path)"
+            ) from exc
+
+    return answered
+
+
+def path_args(value: Any, name: str, many: bool = False) -> list[Path]:
+    """A path argument (or several, with ``many``) as paths; ConfigError otherwise."""
+    values = [value] if isinstance(value, str | Path) or not many else value
+    try:
+        if all(isinstance(v, str | Path) for v in values):
+            return [Path(v) for v in values]
+    except TypeError:  # roots=5
+        pass
+    kind = "a path or a list of paths" if many else "a path"
+    raise ConfigError(f"{name} must be {kind}, not {quoted(value)}")
+
+
+def connect_arg(where: Any) -> tuple[Path, bool]:
+    """``Index.connect``'s argument as a path, and whether it is a folder;
+    ConfigError otherwise (Index.connect(5) raised TypeError, a name too long
+    OSError)."""
+    [path] = path_args(where, "where")
+    try:
+        return path, path.is_dir()
+    except OSError as exc:
+        raise ConfigError(f"where: {quoted(str(path))}: {exc.strerror}") from exc
+
+
+def text_args(value: Any, name: str) -> tuple[str, ...]:
+    """One string or several (``strings``); ConfigError for anything else
+    (drop_versions(None) and eval(modes=None) raised TypeError; None is no
+    list of none: drop_versions() drops every old version)."""
+    try:
+        if value is None:
+            raise ValueError(f"{name} must be a string or a list of strings, not None")
+        return strings(value, name)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def links_args(document: Any, root: Any) -> tuple[Path, str | None]:
+    """``links``'s arguments checked: links(None) raised TypeError, and
+    links("a.md", root=False) a ValueError."""
+    [path] = path_args(document, "document")
+    if root is not None and not isinstance(root, str):
+        raise ConfigError(f"root must be a root's label, not {quoted(root)}")
+    return path, root
+
+
+def eval_args(questions: Any, headings: Any, seed: Any) -> tuple[Path | None, int | None, int]:
+    """``eval``'s arguments checked: eval(b"q.yaml") and eval(headings="3")
+    raised TypeError (its range is checked with the questions)."""
+    path = None if questions is None else path_args(questions, "questions")[0]
+    try:
+        count = None if headings is None else integer(headings, "headings", -(2**63), 2**63)
+        return path, count, integer(seed, "seed", -(2**63), 2**63)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
