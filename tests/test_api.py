@@ -444,8 +444,8 @@ def test_connect_to_no_path_is_a_config_error(where: Any) -> None:
 def test_links_versions_and_eval_arguments_of_another_type_are_config_errors(
     tmp_path: Path,
 ) -> None:
-    """Found by a review (hypothesis over every call's arguments): links(None)
-    and drop_versions(None) raised TypeError, links("a.md", root=False) a
+    """Found by a review (hypothesis over every call's arguments): links(None),
+    use_version(1) and drop_versions(None) raised TypeError, links("a.md", root=False) a
     ValueError, eval(b"q.yaml") and eval(headings=[3]) TypeError."""
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -454,6 +454,7 @@ def test_links_versions_and_eval_arguments_of_another_type_are_config_errors(
         lambda: index.links(None),  # type: ignore[arg-type]
         lambda: index.links(5),  # type: ignore[arg-type]
         lambda: index.links("a.md", root=False),  # type: ignore[arg-type]
+        lambda: index.use_version(1),  # type: ignore[arg-type]
         lambda: index.drop_versions(None),  # type: ignore[arg-type]
         lambda: index.drop_versions([5]),  # type: ignore[list-item]
         lambda: index.eval(b"q.yaml"),  # type: ignore[arg-type]

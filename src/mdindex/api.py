@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mdindex.answers import Dropped, Hit, Status, Switch, Version
-from mdindex.arguments import connect_arg, eval_args, links_args, one_line, path_args, text_args
+from mdindex.arguments import (
+    connect_arg,
+    eval_args,
+    links_args,
+    one_line,
+    path_args,
+    text_arg,
+    text_args,
+)
 from mdindex.config import Settings, load_settings
 from mdindex.errors import ConfigError, StoreUnavailable
 from mdindex.index.lock import WriterLock
@@ -226,10 +234,10 @@ class Index:
     def use_version(
         self, fingerprint: str, *, progress: Progress | None = None, timeout: float = 600.0
     ) -> Switch:
-        """`mdindex versions use FP`: a complete version (or a prefix of its
-        fingerprint) caught up with the roots, when set, and made live, pinned
-        over the settings. A watch daemon holding the store does it while it
-        answers; this waits ``timeout`` s for its switch (``Switch.done``)."""
+        """`mdindex versions use FP`: a complete version (or a prefix of its fingerprint)
+        caught up with the roots, when set, and made live, pinned over the settings; a
+        watch daemon holding the store does it, waited ``timeout`` s (``Switch.done``)."""
+        fingerprint = text_arg(fingerprint, "fingerprint")  # use_version(1): TypeError
         from mdindex.index.indexer import Hooks
         from mdindex.versions import rollout
 

@@ -60,6 +60,13 @@ def connect_arg(where: Any) -> tuple[Path, bool]:
         raise ConfigError(f"where: {quoted(str(path))}: {exc.strerror}") from exc
 
 
+def text_arg(value: Any, name: str) -> str:
+    """A string argument; ConfigError for anything else."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{name} must be a string, not {quoted(value)}")
+    return value
+
+
 def text_args(value: Any, name: str) -> tuple[str, ...]:
     """One string or several (``strings``); ConfigError for anything else
     (drop_versions(None) and eval(modes=None) raised TypeError; None is no
