@@ -42,3 +42,26 @@ def test_without_roots_a_read_finds_the_roots_the_last_sync_recorded(
 def test_with_nothing_indexed_and_no_roots_a_read_says_so(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="roots: none configured"):
         Documents(settings_for(tmp_path, [])).read("notes", "a.md")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("notes", True),
+        ("notes", ["a.md"]),
+        (None, "a.md"),
+        ("notes", "a.md", "x"),
+        ("notes", "a.md", 1, [2]),
+    ],
+)
+def test_a_read_argument_of_another_type_is_a_one_line_value_error(
+    tmp_path: Path, indexed: Path, args: tuple[object, ...]
+) -> None:
+    """docs/python.md: a root, path or line range documents.read refuses is a
+    ValueError of one line. read("notes", True) raised TypeError, a path
+    given as a list AttributeError, start_line="x" TypeError."""
+    documents = Documents(settings_for(tmp_path, [indexed]))
+    with pytest.raises(ValueError) as raised:
+        documents.read(*args)  # type: ignore[arg-type]
+    assert "\n" not in str(raised.value)
+    assert documents.read("notes", "a.md", 3.0, "3")["text"] == "See [b](b.md)."  # type: ignore[arg-type]

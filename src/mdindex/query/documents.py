@@ -16,7 +16,7 @@ from mdindex.config import Root, Settings
 from mdindex.documents.files import Failure, FileRef, PathFilter, stat_file
 from mdindex.documents.reading import decode, read_bytes, text_digest
 from mdindex.errors import MdindexError
-from mdindex.outside import cut, quoted
+from mdindex.outside import cut, integer, quoted
 from mdindex.query import links
 from mdindex.query.links import live_state
 
@@ -102,7 +102,15 @@ def read_document(
     start_line: int | None = None,
     end_line: int | None = None,
 ) -> dict[str, Any]:
-    """Lines of a document as the file holds them now, numbered from 1."""
+    """Lines of a document as the file holds them now, numbered from 1. Any
+    argument of another type is a ValueError too (read("docs", True) raised
+    TypeError, a path list AttributeError, start_line="x" TypeError)."""
+    if not isinstance(root, str) or not isinstance(path, str):
+        raise ValueError("root and path must be strings")
+    start_line, end_line = (
+        None if n is None else integer(n, name, -(2**63), 2**63)
+        for n, name in ((start_line, "start_line"), (end_line, "end_line"))
+    )
     ref = locate_document(settings, root, path)
     try:
         data = read_bytes(ref.path, settings.max_file_bytes, ref, head=MAX_READ_BYTES + 1)
