@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mdindex.sinks import Point
-from mdindex.sinks.base import SearchFilter, StoreQuery
+from mdindex.sinks.base import INDEXED_KEYS, SearchFilter, StoreQuery
 from mdindex.sinks.edge import EdgeStore
 from mdindex.sinks.edge.shard import HNSW_EF_CONSTRUCT, HNSW_M
 
@@ -205,7 +205,12 @@ def test_a_hybrid_int8_store_keeps_int8_copies_and_scores_with_the_originals(
     vectors = structured(n, 16, seed=3)
     store.upsert(
         [
-            Point(str(uuid.UUID(int=i + 1)), vectors[i].tolist(), {"i": i}, Sparse([i], [1.0]))
+            Point(
+                str(uuid.UUID(int=i + 1)),
+                vectors[i].tolist(),
+                {"i": i, "root": "docs" if i % 2 else "other"},
+                Sparse([i], [1.0]),
+            )
             for i in range(n)
         ]
     )
@@ -226,6 +231,11 @@ def test_a_hybrid_int8_store_keeps_int8_copies_and_scores_with_the_originals(
             for c in indexed
         )
         assert store.describe()["indexed_points"] == n
+        # the keyword indexes filters use are on disk too, through the build
+        schema = store.shard.info().payload_schema
+        assert {k: str(schema[k].params.memory) for k in INDEXED_KEYS} == dict.fromkeys(
+            INDEXED_KEYS, "Memory.Cold"
+        )
         q = vectors[11]
         hits = store.search(StoreQuery(5, dense=q.tolist(), sparse=Sparse([11], [1.0])))
         assert hits[0].payload["i"] == 11
@@ -233,6 +243,9 @@ def test_a_hybrid_int8_store_keeps_int8_copies_and_scores_with_the_originals(
         assert [h.payload["i"] for h in dense] == np.argsort(-(vectors @ q))[:5].tolist()
         for h in dense:
             assert abs(h.score - float(vectors[h.payload["i"]] @ q)) < 1e-4
+        odd = [i for i in np.argsort(-(vectors @ q)).tolist() if i % 2][:5]
+        docs = store.search(StoreQuery(5, dense=q.tolist(), filter=SearchFilter(roots=("docs",))))
+        assert [h.payload["i"] for h in docs] == odd  # filtered through the index on disk
     finally:
         store.close()
 

@@ -155,7 +155,7 @@ class EdgeStore(Scrolling):
             ),
         )
         self._sparse = sparse
-        ensure_indexes(self.shard, self._retry)
+        ensure_indexes(self.shard, self._retry, self.on_disk_vectors)
 
     def count(self) -> int:
         from qdrant_edge import CountRequest
