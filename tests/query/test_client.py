@@ -6,35 +6,16 @@ from __future__ import annotations
 
 import http.client
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from mdindex.errors import FreshnessUnknown, LockError
-from mdindex.index.lock import WriterLock
 from mdindex.index.search import Query
 from mdindex.query.client import IndexClient
 from mdindex.query.daemon import DaemonGone, find_daemon
 from tests.conftest import TinyEmbedder, run_rollout, settings_for
 from tests.daemon.running import QUIET_MS, Running, converges, token_of
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    r = tmp_path / "notes"
-    r.mkdir()
-    (r / "a.md").write_text("# A\n\nAlpha apples, a secret recipe.\n")
-    return r
-
-
-@pytest.fixture
-def holder(tmp_path: Path, root: Path) -> Iterator[WriterLock]:
-    """The writer lock as a daemon holds it, before it records where it listens."""
-    s = settings_for(tmp_path, [str(root)])
-    lock = WriterLock(s.state_dir, s.collection, "watch").acquire()
-    yield lock
-    lock.release()
 
 
 def sparse(text: str) -> Query:

@@ -18,14 +18,6 @@ from tests.daemon.running import QUIET_MS, Running
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    r = tmp_path / "notes"
-    r.mkdir()
-    (r / "a.md").write_text("# A\n\nAlpha apples, a secret recipe.\n")
-    return r
-
-
-@pytest.fixture
 def holder(tmp_path: Path, root: Path) -> Iterator[WriterLock]:
     """The writer lock as a daemon holds it, before it records where it listens."""
     s = settings_for(tmp_path, [str(root)])
