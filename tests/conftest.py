@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import mcp.client.stdio  # noqa: F401  (see below)
 import numpy as np
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -21,6 +22,13 @@ from mdindex.embedding.tokens import TokenCounter
 from mdindex.index.indexer import Indexer
 from mdindex.index.state import State
 from mdindex.runtime import make_models, make_store, state_path
+
+# mcp.client.stdio binds sys.stderr as stdio_client's errlog when it is first
+# imported. A first import inside a capsys test (an in-process `mdindex`
+# command) bound pytest's in-memory stream, which has no fileno, and every
+# later stdio client in that worker failed to start its server
+# ("io.UnsupportedOperation: fileno"; two MCP tests in one CI run). Imported
+# here, at collection, it binds a real stream.
 from mdindex.versions.rollout import Rollout
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
