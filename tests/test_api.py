@@ -16,7 +16,7 @@ import pytest
 
 import mdindex
 from mdindex.api import Dropped, Hit, Index, Status, Switch, Version
-from mdindex.errors import ConfigError, MdindexError, StoreUnavailable
+from mdindex.errors import ConfigError, MdindexError, PruneRefused, StoreUnavailable
 from mdindex.runtime import version_of
 from mdindex.versions.catalog import Catalog, reader_settings
 from tests.conftest import TinyEmbedder, rollout_for, stored_points
@@ -133,6 +133,22 @@ def test_search_answers_typed_hits_and_versions(tmp_path: Path) -> None:
     [version] = index.versions()
     assert isinstance(version, Version) and version.live and version.status == "complete"
     assert version.documents == 1 and version.points == len(stored)
+
+
+def test_a_refusal_names_the_keyword_a_python_caller_passes(tmp_path: Path) -> None:
+    """Found by a newcomer's walk-through: the guard's refusal told a Python
+    caller to "pass --force", which Index.sync has no way to take."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Alpha\n\nAlpha is the first letter.\n")
+    index = Index([docs], state_dir=tmp_path / "state", sparse_vectors=True)
+    rollout_for(index.settings, TinyEmbedder()).backfill()
+    shutil.rmtree(docs)  # an unmounted disk, as the guard sees it
+    with pytest.raises(PruneRefused) as refused:
+        index.sync()
+    assert "force=True" in str(refused.value) and "--force" not in str(refused.value)
+    [version] = index.versions()
+    assert version.documents == 1  # nothing was pruned
 
 
 def test_bad_arguments_are_the_error_tree(tmp_path: Path) -> None:

@@ -9,18 +9,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from mdindex.errors import ConfigError
+from mdindex.errors import ConfigError, PruneRefused, RepairRefused
 from mdindex.outside import integer, quoted, strings
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
+# The guard's refusals name the command line's flags; in Python they are keywords.
+KEYWORDS = {"--force": "force=True", "--no-prune": "prune=False"}
+
+
 def one_line(call: Callable[_P, _R]) -> Callable[_P, _R]:
     """A call whose OSError (a state dir that cannot be made or written, a
     path too long) is the ConfigError the command line prints for it: the
     API promises an MdindexError, and Index(state_dir="/sys/x").sync() raised
-    PermissionError (the OSError is its ``__cause__``)."""
+    PermissionError (the OSError is its ``__cause__``). A refusal that tells
+    the command line's user to ``pass --force`` tells a Python caller to pass
+    ``force=True``."""
 
     @functools.wraps(call)
     def answered(*args: _P.args, **kwargs: _P.kwargs) -> _R:
@@ -28,6 +34,11 @@ def one_line(call: Callable[_P, _R]) -> Callable[_P, _R]:
             return call(*args, **kwargs)
         except BrokenPipeError:
             raise  # the reader went (mdindex ... | head): the command line's own exit
+        except (PruneRefused, RepairRefused) as exc:
+            text = str(exc)
+            for flag, keyword in KEYWORDS.items():
+                text = text.replace(flag, keyword)
+            raise type(exc)(text) from None
         except OSError as exc:
             where = f"{quoted(str(exc.filename))}: " if exc.filename else ""
             raise ConfigError(
