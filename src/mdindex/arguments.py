@@ -20,6 +20,14 @@ _R = TypeVar("_R")
 KEYWORDS = {"--force": "force=True", "--no-prune": "prune=False"}
 
 
+def as_flags(text: str) -> str:
+    """A refusal's text as the command line says it: the command line calls
+    the same API, whose refusals name the keywords."""
+    for flag, keyword in KEYWORDS.items():
+        text = text.replace(keyword, flag)
+    return text
+
+
 def one_line(call: Callable[_P, _R]) -> Callable[_P, _R]:
     """A call whose OSError (a state dir that cannot be made or written, a
     path too long) is the ConfigError the command line prints for it: the

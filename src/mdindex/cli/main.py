@@ -10,9 +10,10 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from mdindex.arguments import as_flags
 from mdindex.cli.commands import COMMANDS
 from mdindex.cli.parser import build_parser, settings_from
-from mdindex.errors import EXIT_STORE, EXIT_USAGE, MdindexError
+from mdindex.errors import EXIT_STORE, EXIT_USAGE, MdindexError, PruneRefused, RepairRefused
 from mdindex.outside import shown
 
 
@@ -28,6 +29,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         debug = settings.log_level == "DEBUG"  # from the environment or the file too
         setup_logging(settings.log_level, settings.log_format)
         return COMMANDS[args.command](args, settings)
+    except (PruneRefused, RepairRefused) as exc:
+        return _fail(as_flags(str(exc)), exc.exit_code, debug)  # "pass --force", not force=True
     except MdindexError as exc:
         return _fail(str(exc), exc.exit_code, debug)
     except KeyboardInterrupt:
