@@ -3,6 +3,7 @@
     python bench/scale.py                      # 10,000 files, the real model
     python bench/scale.py --large              # 25,000 to 200,000 files in 2x steps, stand-in embedder
     python bench/scale.py --sizes 2000 --embedder fixed --edits 5   # a quick look
+    python bench/scale.py --large --layout on_disk_int8   # the store's other layout
 
 The tree is generated from the corpus (../shared/corpus, and examples/docs):
 file i is corpus file i mod n under ``setNNN/`` (its folders kept, as a docs
@@ -18,8 +19,13 @@ batch), named as such in the table: what is measured is everything but the
 model; the real model's cost is its chunks embedded over its chunks/s
 (measured here by the model run, or given with ``--model-chunks-per-s``).
 
+``--layout`` picks the store's layout for every process, as a user's
+``MDINDEX_*`` settings would: ``default``, ``on_disk`` (``on_disk_vectors``)
+or ``on_disk_int8`` (and ``quantization = "int8"``).
+
 Prints one table (every figure against size), writes bench/results/scale.json
-and draws bench/results/scale.png (cost against files, log axes).
+and draws bench/results/scale.png (cost against files, log axes); a layout
+other than the default is named in the file's name.
 """
 
 from __future__ import annotations
@@ -122,6 +128,13 @@ zephyr anchor bramble cobalt dune fjord garnet heron indigo jasper kelp lichen m
 nectar onyx prairie quill ridge spruce thistle upland vapor wren"""
 WORDS = VOCABULARY.split()
 
+# --layout: the settings each mdindex process of the run gets
+LAYOUTS = {
+    "default": {},
+    "on_disk": {"MDINDEX_ON_DISK_VECTORS": "true"},
+    "on_disk_int8": {"MDINDEX_ON_DISK_VECTORS": "true", "MDINDEX_QUANTIZATION": "int8"},
+}
+
 HEADING = re.compile(r"^#{1,6}\s")
 FENCE = re.compile(r"^\s*(```|~~~)")
 
@@ -178,7 +191,7 @@ def generate(files: list[tuple[str, str]], dest: Path, count: int) -> None:
 class Env:
     """The commands of one size: its tree, state, embedder and environment."""
 
-    def __init__(self, work: Path, stand_in: bool) -> None:
+    def __init__(self, work: Path, stand_in: bool, layout: str) -> None:
         self.work = work
         self.root = work / "docs"
         self.state = work / "state"
@@ -190,6 +203,7 @@ class Env:
             # git outside the tree: its objects are not part of the docs
             "GIT_DIR": str(work / "git"),
             "GIT_WORK_TREE": str(self.root),
+            **LAYOUTS[layout],
         }
 
     def argv(self, *args: str) -> list[str]:
@@ -317,8 +331,8 @@ def searchable(daemon: Daemon, word: str, path: str) -> bool:
 
 def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix=f"mdindex-scale-{size}-", dir=args.tmp))
-    env = Env(work, stand_in=args.embedder == "fixed")
-    row: dict[str, Any] = {"files": size, "embedder": args.embedder}
+    env = Env(work, stand_in=args.embedder == "fixed", layout=args.layout)
+    row: dict[str, Any] = {"files": size, "embedder": args.embedder, "layout": args.layout}
     t = time.perf_counter()
     generate(files, env.root, size)
     env.git("init", "-q", "-b", "main")
@@ -538,7 +552,10 @@ def picture(rows: list[dict[str, Any]], cpu: str, path: Path) -> None:
         right.plot(xs, [r[key] for r in rows], marker="o", label=label)
     right.set(xscale="log", yscale="log", xlabel="files", ylabel="MB", title="memory and disk")
     right.legend(fontsize=7)
-    fig.suptitle(f"mdindex against tree size ({rows[0]['embedder']} embedder; {cpu})", fontsize=9)
+    fig.suptitle(
+        f"mdindex against tree size ({rows[0]['embedder']} embedder; {rows[0]['layout']} layout; {cpu})",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -581,6 +598,7 @@ def main() -> None:
         action="store_true",
         help="25,000 to 200,000 files in 2x steps, stand-in embedder",
     )
+    ap.add_argument("--layout", choices=list(LAYOUTS), default="default")
     ap.add_argument("--edits", type=int, default=20)
     ap.add_argument("--queries", type=int, default=50)
     ap.add_argument(
@@ -601,7 +619,7 @@ def main() -> None:
         if args.embedder == "fixed" and rate:
             row["model_would_add_s"] = row["chunks_embedded"] / rate
     print(
-        f"mdindex at scale; {cpu}; embedder: {args.embedder}"
+        f"mdindex at scale; {cpu}; layout: {args.layout}; embedder: {args.embedder}"
         + (
             " (a stand-in: word-hash vectors, fixed cost per batch)"
             if args.embedder == "fixed"
@@ -614,7 +632,17 @@ def main() -> None:
         print()
     flagged = growth(rows)
     name = "scale" if args.embedder == "model" else "scale_large"
-    write_json(name, {"cpu": cpu, "embedder": args.embedder, "rows": rows, "flagged": flagged})
+    name += "" if args.layout == "default" else f"_{args.layout}"
+    write_json(
+        name,
+        {
+            "cpu": cpu,
+            "embedder": args.embedder,
+            "layout": args.layout,
+            "rows": rows,
+            "flagged": flagged,
+        },
+    )
     RESULTS.mkdir(parents=True, exist_ok=True)
     picture(rows, cpu, RESULTS / f"{name}.png")
     print(f"written bench/results/{name}.json and .png")
