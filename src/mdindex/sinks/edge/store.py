@@ -250,7 +250,8 @@ class EdgeStore(Scrolling):
             return {}
         wanted: list[int | UUID | str] = list(ids)
         records = self._retry(
-            "retrieve", lambda: self.shard.retrieve(wanted, with_payload=False, with_vector=True)
+            "retrieve",
+            lambda: self.shard.retrieve(wanted, with_payload=False, with_vector=[SPARSE_NAME]),
         )
         return sparse_by_id(records)
 
