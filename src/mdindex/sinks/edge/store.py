@@ -249,10 +249,8 @@ class EdgeStore(Scrolling):
         if not ids or not self.has_sparse:
             return {}
         wanted: list[int | UUID | str] = list(ids)
-        records = self._retry(
-            "retrieve",
-            lambda: self.shard.retrieve(wanted, with_payload=False, with_vector=[SPARSE_NAME]),
-        )
+        sparse = [SPARSE_NAME]  # not True: that paged in the dense matrix (771 MB at 545k)
+        records = self._retry("retrieve", lambda: self.shard.retrieve(wanted, False, sparse))
         return sparse_by_id(records)
 
     def _docs_filter(self, docs: Sequence[tuple[str, str]]) -> Any:
