@@ -103,14 +103,16 @@ class Detector:
         seen = Seen(scope=[])
         assert seen.scope is not None
         self.folders = {}
-        folders = list(folders)
-        listed = [loc for loc in map(self._locate_folder, folders) if loc is not None]
+        located = [loc for loc in (locate(self.roots, p) for p in folders) if loc is not None]
+        scanned = [(r, f) for r, f in located if storable(f) and r.path.is_dir()]
         for path in paths:
             loc = locate(self.roots, path)
             if loc is None or not loc[1]:
                 continue
             root, rel = loc
-            if any(r.label == root.label and (not f or rel.startswith(f + "/")) for r, f in listed):
+            if any(
+                r.label == root.label and (not f or rel.startswith(f + "/")) for r, f in scanned
+            ):
                 continue  # the folder's scan below sees it (it counted twice: "2 files")
             if not storable(rel):  # never a document: say why, and look no further
                 # ... when it is there and the filter takes it, as a scan does:
@@ -131,27 +133,15 @@ class Detector:
             elif isinstance(found, Failure):
                 seen.seen += 1
                 seen.failures.append(found)
-        for path in folders:
-            loc = locate(self.roots, path)
-            if loc is None:
-                continue
-            root, rel = loc
+        for root, rel in located:
             if not storable(rel):
                 seen.failures.append(Failure(root.label, printable(rel), UNNAMEABLE, folder=True))
-                continue
-            if not root.path.is_dir():
+            elif (root, rel) not in scanned:  # its root is gone
                 seen.missing_roots.append(root.label)
-                continue
-            seen.scope.append((root.label, rel, True))
-            self._scan_into(seen, root, rel)
+            else:
+                seen.scope.append((root.label, rel, True))
+                self._scan_into(seen, root, rel)
         return seen
-
-    def _locate_folder(self, path: str) -> tuple[Root, str] | None:
-        """The root and relative path of a folder ``paths`` scans, else None."""
-        loc = locate(self.roots, path)
-        if loc is None or not storable(loc[1]) or not loc[0].path.is_dir():
-            return None
-        return loc
 
     def _scan_into(self, seen: Seen, root: Root, under: str) -> None:
         for item in scan(root, self.accept, self.follow, under, self.folders):
