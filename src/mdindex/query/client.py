@@ -38,8 +38,6 @@ from mdindex.query.daemon import DaemonClient, DaemonGone, find_daemon
 from mdindex.versions.catalog import Catalog
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from mdindex.runtime import Models
 
 log = logging.getLogger(__name__)
@@ -182,19 +180,12 @@ class IndexClient:
         unindexed. The daemon's are among those its last whole sync recorded
         (which keep a root left out of its config while the guard refuses to
         prune it, so fewer roots than recorded are no mismatch)."""
-        import sqlite3
-
-        from mdindex.query.links import live_state, recorded_root_folders
+        from mdindex.query.links import recorded_roots
 
         given = {r.label: r.path.resolve() for r in self.settings.root_list()}
         if not given:  # Index.connect: the daemon's roots
             return
-        with live_state(self.settings) as db:
-            try:
-                theirs = recorded_root_folders(db) if db is not None else {}
-            except sqlite3.Error as exc:
-                log.debug("reading the state: %s", exc)
-                theirs = {}
+        theirs = recorded_roots(self.settings)
         recorded = {(label, path.resolve()) for label, path in theirs.items()}
         if theirs and not set(given.items()) <= recorded:
             raise LockError(

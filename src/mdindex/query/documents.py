@@ -65,19 +65,9 @@ def locate_document(settings: Settings, root: str, path: str, *, indexed: bool =
 def indexed_roots(settings: Settings) -> list[Root]:
     """The roots configured, else those the live version's last sync recorded
     (``Index.connect`` names none), as ``related`` and `mdindex links` find them."""
-    import sqlite3
-
     if settings.root_list():
         return settings.root_list()
-    with live_state(settings) as db:
-        if db is None:
-            return []
-        try:
-            folders = links.root_folders(settings, db)
-        except sqlite3.Error as exc:
-            log.debug("reading the state: %s", exc)
-            return []
-    return [Root(label, folder) for label, folder in folders.items()]
+    return [Root(label, folder) for label, folder in links.recorded_roots(settings).items()]
 
 
 def capped(answer: dict[str, Any]) -> dict[str, Any]:

@@ -65,6 +65,19 @@ def root_folders(settings: Settings, db: sqlite3.Connection) -> dict[str, Path]:
     return recorded_root_folders(db)
 
 
+def recorded_roots(settings: Settings) -> dict[str, Path]:
+    """Each root's folder where the live version's last whole sync found it;
+    {} when there is no state yet, or it cannot be read."""
+    with live_state(settings) as db:
+        if db is None:
+            return {}
+        try:
+            return recorded_root_folders(db)
+        except sqlite3.Error as exc:
+            log.debug("reading the state: %s", exc)
+            return {}
+
+
 def recorded_root_folders(db: sqlite3.Connection) -> dict[str, Path]:
     """Each root's folder where the last whole sync found it ({} before one)."""
     row = db.execute("SELECT v FROM meta WHERE k=?", (graph.ROOT_FOLDERS_KEY,)).fetchone()
