@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import logging
@@ -218,6 +219,17 @@ def real_embedder() -> ModelEmbedder:
 @pytest.fixture
 def tiny() -> TinyEmbedder:
     return TinyEmbedder()
+
+
+@contextlib.contextmanager
+def umask(mask: int) -> Iterator[None]:
+    """Files and folders made inside take ``mask`` (the Python API leaves the
+    caller's umask alone; the command line sets 077)."""
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
 
 
 def settings_for(tmp_path: Path, roots: Sequence[str | Path], **overrides: Any) -> Settings:

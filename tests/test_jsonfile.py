@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from mdindex.jsonfile import private_dir, read_json, write_json
-
-
-@contextlib.contextmanager
-def umask(mask: int) -> Iterator[None]:
-    old = os.umask(mask)
-    try:
-        yield
-    finally:
-        os.umask(old)
+from tests.conftest import umask
 
 
 def mode(path: Path) -> int:

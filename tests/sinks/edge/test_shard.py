@@ -4,7 +4,6 @@ and an existing one checked against the model by its own creation record."""
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 
 from mdindex.errors import LayoutMismatch, LockError, StoreError, StoreMismatch
 from mdindex.sinks.edge.shard import CONFIG_FILE, check_existing, create, load, read_config
+from tests.conftest import umask
 
 
 def made(path: Path, dimension: int = 8, sparse: bool = True, threshold: int = 1234) -> Path:
@@ -41,11 +41,8 @@ def test_the_store_folder_is_private_whatever_the_umask(tmp_path: Path) -> None:
     """Found by a newcomer: the Python API leaves the umask alone (the command
     line sets 077), and under umask 002 the embedded store's folders came out
     group-writable and world-readable, the indexed text with them."""
-    old = os.umask(0o002)
-    try:
+    with umask(0o002):
         made(tmp_path / "store" / "edge" / "c")
-    finally:
-        os.umask(old)
     for folder in (tmp_path / "store", tmp_path / "store" / "edge"):
         assert folder.stat().st_mode & 0o777 == 0o700, folder
 

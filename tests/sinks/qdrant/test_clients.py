@@ -5,7 +5,6 @@ uses it; and which failures are worth a retry."""
 from __future__ import annotations
 
 import multiprocessing
-import os
 import sqlite3
 import uuid
 from pathlib import Path
@@ -19,6 +18,7 @@ from mdindex.errors import LockError
 from mdindex.sinks import Point
 from mdindex.sinks.qdrant import QdrantStore
 from mdindex.sinks.qdrant.clients import connect_local, folder_lock, release, transient
+from tests.conftest import umask
 
 
 def _open_from_another_process(folder: str, collection: str, results: Any, again: Any) -> None:
@@ -75,11 +75,8 @@ def test_the_store_folder_is_private_whatever_the_umask(tmp_path: Path) -> None:
     umask 002 the embedded store's folders came out group-writable and
     world-readable, the indexed text with them."""
     folder = tmp_path / "state" / "qdrant"
-    old = os.umask(0o002)
-    try:
+    with umask(0o002):
         client = connect_local(folder)
-    finally:
-        os.umask(old)
     release(client, folder)
     for made in (tmp_path / "state", folder):
         assert made.stat().st_mode & 0o777 == 0o700, made
