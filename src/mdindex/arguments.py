@@ -20,9 +20,16 @@ _R = TypeVar("_R")
 KEYWORDS = {"--force": "force=True", "--no-prune": "prune=False"}
 
 
+def as_keywords(text: str) -> str:
+    """A refusal's text as a Python caller needs it: ``force=True``, not ``--force``."""
+    for flag, keyword in KEYWORDS.items():
+        text = text.replace(flag, keyword)
+    return text
+
+
 def as_flags(text: str) -> str:
     """A refusal's text as the command line says it: the command line calls
-    the same API, whose refusals name the keywords."""
+    the same API, whose refusals name the keywords (``as_keywords`` undone)."""
     for flag, keyword in KEYWORDS.items():
         text = text.replace(keyword, flag)
     return text
@@ -43,10 +50,7 @@ def one_line(call: Callable[_P, _R]) -> Callable[_P, _R]:
         except BrokenPipeError:
             raise  # the reader went (mdindex ... | head): the command line's own exit
         except (PruneRefused, RepairRefused) as exc:
-            text = str(exc)
-            for flag, keyword in KEYWORDS.items():
-                text = text.replace(flag, keyword)
-            raise type(exc)(text) from None
+            raise type(exc)(as_keywords(str(exc))) from None
         except OSError as exc:
             where = f"{quoted(str(exc.filename))}: " if exc.filename else ""
             raise ConfigError(
