@@ -123,5 +123,7 @@ def test_a_client_racing_a_daemons_stop_waits_for_its_lock(
 
     s = settings_for(tmp_path, [str(root)])
     holder.update(socket=str(tmp_path / "gone.sock"))  # its token already removed
-    threading.Timer(0.5, holder.release).start()  # its stores closed: the lock goes
+    stopped = threading.Timer(0.5, holder.release)  # its stores closed: the lock goes
+    stopped.start()
     assert find_daemon(s) is None
+    stopped.join()  # the record goes before the lock: the fixture's release waits for it

@@ -88,12 +88,14 @@ class WriterLock:
         os.pwrite(self.fd, record, 0)
 
     def release(self) -> None:
-        if self.fd is not None:
+        # taken first: a second release while this one truncates must not close
+        # the descriptor again (by then its number may be another file's)
+        fd, self.fd = self.fd, None
+        if fd is not None:
             # still held: the record goes, so the file left names no one who stopped
             with contextlib.suppress(OSError):
-                os.ftruncate(self.fd, 0)
-            os.close(self.fd)
-            self.fd = None
+                os.ftruncate(fd, 0)
+            os.close(fd)
 
     def __enter__(self) -> WriterLock:
         return self.acquire()
