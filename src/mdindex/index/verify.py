@@ -43,6 +43,9 @@ VECTOR_MATCH_COSINE = 0.98
 # through while a suspicion needed 5 samples).
 SUSPECT_SHARE = 0.5
 SUSPECT_MIN = 5
+# The pass over every point gives back the store's pages it read this often
+# (Store.let_go): edge reads each point's whole payload.
+LET_GO_EVERY = 16_384
 
 
 @dataclass
@@ -155,6 +158,7 @@ class Check:
         self._draw(agree)
         self._check_sparse(agree)
         self._check_graph(works)
+        self.indexer.let_go()  # the group's pages: held, they grew with the tree
         if self.plans is not None:
             self.plans.extend(works)
 
@@ -202,7 +206,10 @@ class Check:
     def finish(self, failed: set[Key]) -> VerifyReport:
         """The points of documents with no file, the vector sample, and the report."""
         known = self.docs | failed
-        for pid, payload in self.indexer.stored_payloads(keys=["root", "doc_path", "chunk_index"]):
+        points = self.indexer.stored_payloads(keys=["root", "doc_path", "chunk_index"])
+        for n, (pid, payload) in enumerate(points, 1):
+            if n % LET_GO_EVERY == 0:
+                self.indexer.let_go()
             entry = _stored_entry(pid, payload)
             if (entry["root"], entry["doc_path"]) not in known:
                 self.stale.append({**entry, "reason": "no such chunk in the files"})

@@ -196,6 +196,10 @@ class IndexView:
         for pid, payload, _ in self.store.scroll(payload=keys, docs=docs):
             yield pid, payload
 
+    def let_go(self) -> None:
+        """Give back the memory the store's points read so far took (``Store.let_go``)."""
+        self.store.let_go()
+
     def vector_donors(self) -> dict[str, str]:
         """A stored point for every vector key the state knows."""
         return vectors.donors(self.state.db)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import threading
@@ -138,6 +137,11 @@ class Store(Protocol):
         (a filtered scroll, indexed on a server and on edge)."""
         ...
 
+    def let_go(self) -> None:
+        """Give back the memory reading points took in this process (an embedded
+        store's mapped pages): a pass over every point calls it as it goes."""
+        ...
+
     def describe(self) -> dict[str, Any]:
         """What `status` shows about the engine; never waits for a busy store."""
         ...
@@ -182,6 +186,9 @@ class Scrolling:
         raise NotImplementedError
 
     retrieve_batch = 512  # IDs per retrieve call
+
+    def let_go(self) -> None:
+        """A server holds the points: nothing of them is in this process."""
 
     def _retrieve(self, ids: list[str]) -> Sequence[Any]:
         """Records of these IDs with their vector and vector key (a store call)."""
@@ -263,22 +270,6 @@ class Retrier:
                 f"{short(exc)}{diagnose(self.path)}"
             ),
         )
-
-
-def batches(points: Sequence[Point], max_points: int, max_bytes: int) -> Iterator[list[Point]]:
-    """Points in batches of at most ``max_points`` and about ``max_bytes`` (a
-    server's request size: payload JSON and 12 bytes a vector value)."""
-    batch: list[Point] = []
-    size = 0
-    for point in points:
-        est = len(json.dumps(point.payload, ensure_ascii=False)) + 12 * len(point.vector)
-        if batch and (len(batch) >= max_points or size + est > max_bytes):
-            yield batch
-            batch, size = [], 0
-        batch.append(point)
-        size += est
-    if batch:
-        yield batch
 
 
 # An embedded store is locked by whoever has it open: a short-lived reader (a

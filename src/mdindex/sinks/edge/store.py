@@ -29,6 +29,7 @@ from mdindex.sinks.base import (
     waiting_for_lock,
 )
 from mdindex.sinks.edge.optimize import add_written, optimize, wants_index
+from mdindex.sinks.edge.pages import page_out
 from mdindex.sinks.edge.query import docs_filter, matches, plan
 from mdindex.sinks.edge.shard import (
     CONFIG_FILE,
@@ -113,11 +114,8 @@ class EdgeStore(Scrolling):
     def open(self) -> EdgeStore:
         # Creation waits for ensure_collection, which knows the vector size.
         if self._shard is None and self.exists():
-            self._shard = waiting_for_lock(lambda: self._retry("open", self._load))
+            self._shard = waiting_for_lock(lambda: self._retry("open", lambda: load(self.path)))
         return self
-
-    def _load(self) -> EdgeShard:
-        return load(self.path)
 
     @property
     def shard(self) -> EdgeShard:
@@ -255,6 +253,9 @@ class EdgeStore(Scrolling):
 
     def _docs_filter(self, docs: Sequence[tuple[str, str]]) -> Any:
         return docs_filter(docs)
+
+    def let_go(self) -> None:
+        page_out(self.path)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"engine": "qdrant-edge"}

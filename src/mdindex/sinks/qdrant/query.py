@@ -1,12 +1,13 @@
-"""A search as qdrant-client asks it: the request and its filter."""
+"""What qdrant-client is sent: a search's request and its filter, and writes in batches."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from mdindex.embedding.sparse import SPARSE_NAME
-from mdindex.sinks.base import SearchFilter, StoreQuery
+from mdindex.sinks.base import Point, SearchFilter, StoreQuery
 
 
 def request(query: StoreQuery, has_sparse: bool) -> dict[str, Any] | None:
@@ -97,3 +98,19 @@ def docs_filter(docs: Sequence[tuple[str, str]]) -> Any:
         for root, rels in by_root.items()
     ]
     return clauses[0] if len(clauses) == 1 else qm.Filter(should=clauses)
+
+
+def batches(points: Sequence[Point], max_points: int, max_bytes: int) -> Iterator[list[Point]]:
+    """Points in batches of at most ``max_points`` and about ``max_bytes`` (a
+    server's request size: payload JSON and 12 bytes a vector value)."""
+    batch: list[Point] = []
+    size = 0
+    for point in points:
+        est = len(json.dumps(point.payload, ensure_ascii=False)) + 12 * len(point.vector)
+        if batch and (len(batch) >= max_points or size + est > max_bytes):
+            yield batch
+            batch, size = [], 0
+        batch.append(point)
+        size += est
+    if batch:
+        yield batch

@@ -22,7 +22,6 @@ from mdindex.sinks.base import (
     Retrier,
     Scrolling,
     StoreQuery,
-    batches,
     folder_bytes,
     paged,
     sparse_by_id,
@@ -48,7 +47,7 @@ from mdindex.sinks.qdrant.collection import (
     point_struct,
     tune_local,
 )
-from mdindex.sinks.qdrant.query import docs_filter, request
+from mdindex.sinks.qdrant.query import batches, docs_filter, request
 
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient
