@@ -48,7 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO, RESULTS, corpus_dir, cpu_name, table, write_json
+from common import REPO, RESULTS, corpus_dir, cpu_name, reclaim, table, write_json
 
 # The stand-in embedder, put in place of the model in every mdindex process the
 # bench starts (the one place the model is made: mdindex.runtime).
@@ -610,7 +610,7 @@ def main() -> None:
     if args.large:
         args.sizes, args.embedder = "25000,50000,100000,200000", "fixed"
     files = corpus_files(corpus_dir(args.corpus))
-    cpu = cpu_name()
+    cpu = cpu_name() + (f"; {reclaim()}" if reclaim() else "")
     rows = [measure(int(s), files, args) for s in args.sizes.split(",")]
     rate = args.model_chunks_per_s or (
         rows[0]["cold_chunks_per_s"] if args.embedder == "model" else model_rate()

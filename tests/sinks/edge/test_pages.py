@@ -68,6 +68,8 @@ def test_only_the_stored_data_and_log_under_the_shard_are_let_go(tmp_path: Path)
             # the indexes and ID tracker every filtered read consults stay
             f"7f0000007000-7f0000008000 r--s 00000000 fd:01 4 {seg}/payload_index/x-map/page_0.dat",
             f"7f0000009000-7f000000a000 r--s 00000000 fd:01 5 {seg}/id_tracker.mappings",
+            # a private writable mapping: its changes are not the file's
+            f"7f000000f000-7f0000010000 rw-p 00000000 fd:01 7 {seg}/payload_storage/page_1.dat",
             # another shard whose name begins as this one's, and unnamed memory
             f"7f000000b000-7f000000c000 r--s 00000000 fd:01 6 {shard.resolve()}2/wal/open-1",
             "7f000000d000-7f000000e000 rw-p 00000000 00:00 0",
