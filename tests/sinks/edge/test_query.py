@@ -50,12 +50,6 @@ def test_sparse_and_hybrid_searches(store: EdgeStore) -> None:
     assert [p.limit for p in request.prefetches] == [4, 4] and request.limit == 3
     assert "Dbsf" in repr(request.query)
     assert set(ran(store, request)[:2]) == {pid(4), pid(1)}  # the best of each kind
-    # a dense search rescores a shard's int8 copies with the originals; a
-    # hybrid's dense candidates keep the copies' scores (query.plan's note)
-    dense = plan(StoreQuery(3, dense=vector(4)), has_sparse=True)[0].params.quantization
-    assert (dense.rescore, dense.oversampling) == (True, 2.0)
-    assert request.prefetches[0].params.quantization.rescore is False
-    assert request.prefetches[0].params.hnsw_ef == HNSW_EF
     rrf = plan(
         StoreQuery(3, dense=vector(4), sparse=Sparse([2], [1.0]), fusion="rrf", rrf_k=7), True
     )

@@ -186,9 +186,8 @@ def test_a_hybrid_int8_store_keeps_int8_copies_and_scores_with_the_originals(
     tmp_path: Path,
 ) -> None:
     """Issue 37: a store with sparse vectors builds its index, and with
-    quantization = int8 the index's segment records the int8 copies; dense
-    searches answer with the originals' cosines (rescored), and hybrid ones find
-    the point both halves rank first."""
+    quantization = int8 the index's segment records the int8 copies; hybrid and
+    dense searches answer with the originals' cosines (rescored)."""
     import json
 
     from mdindex.embedding.sparse import Sparse

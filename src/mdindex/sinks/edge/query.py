@@ -47,19 +47,9 @@ def plan(query: StoreQuery, has_sparse: bool) -> tuple[Any, StoreQuery, tuple[An
     where = search_filter(query.filter)
     # A shard with int8 copies searches them, then rescores the best
     # OVERSAMPLING x limit with the original vectors; a shard without ignores it.
-    # A hybrid's dense candidates are left as the copies score them: fusion
-    # needs their spread, not their exact order, and rescoring read 200
-    # originals a search, 2.4 of 11.8 ms at 545k points on disk (bench/scale.py's
-    # store, cold pages); recall@3 on the evalsets stays within 0.002 of fp32
-    # (bench/quantization.py, docs/stores.md).
-    ef = max(HNSW_EF, query.candidates, query.k)
+    rescore = QuantizationSearchParams(rescore=True, oversampling=OVERSAMPLING)
     params = SearchParams(
-        hnsw_ef=ef,
-        exact=query.exact,
-        quantization=QuantizationSearchParams(rescore=True, oversampling=OVERSAMPLING),
-    )
-    candidates = SearchParams(
-        hnsw_ef=ef, exact=query.exact, quantization=QuantizationSearchParams(rescore=False)
+        hnsw_ef=max(HNSW_EF, query.candidates, query.k), exact=query.exact, quantization=rescore
     )
     dense = Query.Nearest(list(query.dense)) if query.dense is not None else None
     sparse = (
@@ -72,7 +62,7 @@ def plan(query: StoreQuery, has_sparse: bool) -> tuple[Any, StoreQuery, tuple[An
         request = QueryRequest(
             limit=query.k,
             prefetches=[
-                Prefetch(limit=query.candidates, query=dense, filter=where, params=candidates),
+                Prefetch(limit=query.candidates, query=dense, filter=where, params=params),
                 Prefetch(limit=query.candidates, query=sparse, filter=where),
             ],
             query=fusion,
