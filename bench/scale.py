@@ -610,7 +610,8 @@ def main() -> None:
     if args.large:
         args.sizes, args.embedder = "25000,50000,100000,200000", "fixed"
     files = corpus_files(corpus_dir(args.corpus))
-    cpu = cpu_name() + (f"; {reclaim()}" if reclaim() else "")
+    paging = reclaim()
+    cpu = cpu_name() + (f"; {paging}" if paging else "")
     rows = [measure(int(s), files, args) for s in args.sizes.split(",")]
     rate = args.model_chunks_per_s or (
         rows[0]["cold_chunks_per_s"] if args.embedder == "model" else model_rate()

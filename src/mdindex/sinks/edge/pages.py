@@ -19,6 +19,7 @@ Elsewhere than on Linux this does nothing.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import sys
 from collections.abc import Callable
@@ -31,6 +32,7 @@ MADV_DONTNEED = 4
 DATA_PARTS = ("payload_storage", "vector_storage", "wal")
 
 
+@functools.cache  # once a process: verify asks for every group of documents
 def _madvise() -> Callable[[int, int, int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
