@@ -30,6 +30,7 @@ from mdindex.index.changes import Key
 from mdindex.index.indexer import Indexer
 from mdindex.index.planning import DocWork, Planned
 from mdindex.index.summary import Summary
+from mdindex.index.writer import LET_GO_EVERY
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,6 @@ VECTOR_MATCH_COSINE = 0.98
 # through while a suspicion needed 5 samples).
 SUSPECT_SHARE = 0.5
 SUSPECT_MIN = 5
-# The pass over every point gives back the store's pages it read this often
-# (Store.let_go): edge reads each point's whole payload.
-LET_GO_EVERY = 16_384
 
 
 @dataclass

@@ -39,6 +39,11 @@ CRASH_ENV = "MDINDEX_CRASH_POINT"
 CRASH_POINTS = ("after_chunk", "after_embed", "after_upsert", "after_delete", "after_commit")
 # Where a version's rollout can die (mdindex.versions.rollout): a build dies at the points above.
 ROLLOUT_CRASH_POINTS = ("before_switch", "after_switch", "during_drop")
+# Points written (or read, by verify's pass over every point) between two
+# Store.let_go calls. Edge writes and reads through memory maps, and each page
+# touched stayed in the process's RSS: two thirds of a cold backfill's peak
+# (3.9 GB at 545k points, bench/scale.py), and verify's reads of whole payloads.
+LET_GO_EVERY = 16_384
 
 
 def crash_point(name: str) -> None:
@@ -117,6 +122,7 @@ class Writer:
         # work beside them only slows them down (bench/backfill.py: overhead 1.19 with
         # the worker thread, 0.98 without, in bf16), so embedding runs inline.
         self.pipelined = (os.cpu_count() or 1) > 2
+        self.held = 0  # points written since the store last let go of its pages
 
     def pool(self) -> ThreadPoolExecutor | _Inline:
         """Where embedding runs while this thread writes and reads the next group."""
@@ -186,6 +192,10 @@ class Writer:
             except StoreError:
                 group = self._one_by_one(group, vectors, stamp, summary)
         crash_point("after_upsert")
+        self.held += len(planned)
+        if self.held >= LET_GO_EVERY:
+            self.store.let_go()
+            self.held = 0
         stale: list[str] = []
         for w in group:
             stale.extend(self.state.point_ids(w.ref.root, w.ref.rel) - {p.id for p in w.points})
