@@ -7,9 +7,10 @@ import re
 import uuid
 from pathlib import Path
 
+from mdindex.embedding.sparse import Sparse
 from mdindex.sinks import Point
 from mdindex.sinks.edge import EdgeStore
-from mdindex.sinks.edge.pages import data_mappings
+from mdindex.sinks.edge.pages import data_mappings, trim_heap
 
 
 def resident_kb(folder: Path, part: str) -> int:
@@ -81,3 +82,37 @@ def test_only_the_stored_data_and_log_under_the_shard_are_let_go(tmp_path: Path)
         (0x7F0000002000, 0x7F0000004000),
         (0x7F0000005000, 0x7F0000006000),
     ]
+
+
+def rss_anon_kb() -> int:
+    with open("/proc/self/status", encoding="utf-8") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssAnon:"))
+
+
+def test_the_heap_a_closed_shard_held_is_given_back(tmp_path: Path) -> None:
+    """The engine frees what it held for a shard, and glibc kept it: after
+    closing the shard, trim_heap hands it back (a cold backfill of 6,000 files
+    held 313 MB of anonymous memory after closing, 159 MB after the trim)."""
+    path = tmp_path / "c"
+    store = EdgeStore("c", path=path, batch_points=256)
+    store.ensure_collection(64, sparse=True)
+    rng = random.Random(0)
+    points = [
+        Point(
+            str(uuid.UUID(int=i + 1)),
+            [rng.random() for _ in range(64)],
+            {"text": f"{rng.getrandbits(64):x} " * 20, "doc_path": f"d{i % 500}.md"},
+            sparse=Sparse(sorted(rng.sample(range(100_000), 30)), [1.0] * 30),
+        )
+        for i in range(20_000)
+    ]
+    store.upsert(points)
+    del points
+    store.close()
+    before = rss_anon_kb()
+    trim_heap()
+    after = rss_anon_kb()
+    assert before - after > 10_000, (before, after)  # KB
+    store.open()
+    assert store.count() == 20_000
+    store.close()
