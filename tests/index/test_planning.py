@@ -19,11 +19,11 @@ from mdindex.documents.files import Failure, FileRef
 from mdindex.documents.parsing import parse_document
 from mdindex.documents.types import Chunk, Document, digest
 from mdindex.embedding.model import ModelInfo
-from mdindex.embedding.sparse import SparseEncoder, sparse_text
+from mdindex.embedding.sparse import SEPARATOR, SparseEncoder, sparse_text
 from mdindex.embedding.tokens import TokenCounter
 from mdindex.errors import ConfigError
 from mdindex.index.payload import FRAMEWORK_KEYS, public
-from mdindex.index.planning import SEPARATOR, DocWork, Planned, Planner, innermost, point_id
+from mdindex.index.planning import DocWork, Planned, Planner, innermost, point_id
 from mdindex.runtime import make_models
 from tests.conftest import Factory, TinyEmbedder, run_backfill, settings_for, stored_points
 

@@ -97,6 +97,11 @@ class Sparse:
         return {"indices": self.indices, "values": self.values}
 
 
+# Between the title and the headings of a chunk's context, for both halves
+# (the embedded text's prefix: index.planning).
+SEPARATOR = " > "
+
+
 def sparse_text(payload: dict[str, Any], prepend_context: bool) -> str:
     """What a point's sparse vector is computed from: its chunk text, behind its
     title and heading path when context is prepended. From the payload alone, so
@@ -106,7 +111,7 @@ def sparse_text(payload: dict[str, Any], prepend_context: bool) -> str:
         return text
     path = payload.get("heading_path") or []
     context = [str(payload.get("title") or ""), *(str(h) for h in path)]
-    return " > ".join(c for c in context if c) + "\n\n" + text
+    return SEPARATOR.join(c for c in context if c) + "\n\n" + text
 
 
 # Scripts written without spaces, which only the Multilingual tokenizer cuts into words.

@@ -24,7 +24,7 @@ from mdindex.documents.links import Graph, graph_of
 from mdindex.documents.reading import describe
 from mdindex.documents.types import Chunk, Document, digest
 from mdindex.embedding.model import ModelInfo, model_languages_of
-from mdindex.embedding.sparse import Sparse, SparseEncoder, sparse_text
+from mdindex.embedding.sparse import SEPARATOR, Sparse, SparseEncoder, sparse_text
 from mdindex.embedding.tokens import Encoded, TokenCounter
 from mdindex.errors import FileTimeout, MdindexError
 from mdindex.index.payload import FRAMEWORK_KEYS, PAYLOAD_LAYOUT
@@ -32,8 +32,6 @@ from mdindex.sinks import Point
 
 log = logging.getLogger(__name__)
 
-# Between the title and the headings of a chunk's context prefix.
-SEPARATOR = " > "
 _ID_NAMESPACE = uuid.UUID("6f6d2a3e-5a1b-4c1e-9a7e-6d64696e6478")
 
 
