@@ -334,6 +334,12 @@ def searchable(daemon: Daemon, word: str, path: str) -> bool:
     return any(word in h["text"] for h in hits)
 
 
+def keep_so_far(work: Path, row: dict[str, Any]) -> None:
+    """The figures measured so far, in the run's folder: a run at 200,000 files
+    takes hours, and one stopped part way keeps what it measured."""
+    (work / "row.json").write_text(json.dumps(row, indent=1))
+
+
 def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix=f"mdindex-scale-{size}-", dir=args.tmp))
     env = Env(work, stand_in=args.embedder == "fixed", layout=args.layout)
@@ -359,6 +365,7 @@ def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -
         "cold_build_peak_rss_mb": cold["child_peak_rss_mb"],
     }
     print(f"[{size}] cold backfill {cold['wall_s']:.0f}s, {row['points']} points", file=sys.stderr)
+    keep_so_far(work, row)
     noop = env.run("backfill", str(env.root), "--json")
     row["noop_s"] = noop["wall_s"]
     row["noop_peak_rss_mb"] = noop["peak_rss_mb"]
@@ -374,6 +381,7 @@ def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -
         f"[{size}] no-op {row['noop_s']:.1f}s, status {row['status_s']:.1f}s, verify {row['verify_s']:.1f}s",
         file=sys.stderr,
     )
+    keep_so_far(work, row)
 
     daemon = Daemon(env)
     try:
@@ -465,6 +473,7 @@ def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -
         row["daemon_peak_rss_mb"] = proc_mem_mb(daemon.proc.pid, "VmHWM")
     finally:
         daemon.stop()
+    keep_so_far(work, row)
     # recall of the searches above against exact ones, in a process of its own
     asked = json.dumps(queries + headings[: args.queries])
     code = (STAND_IN if env.stand_in else "") + RECALL
