@@ -250,16 +250,18 @@ def make_indexer(
     hooks: Hooks | None = None,
     group_chars: int = GROUP_CHARS,
     siblings: Sequence[Indexer] = (),
+    state: State | None = None,
 ) -> Indexer:
-    """The sync core on the settings' store and state; ``store`` and ``embedder``
-    stand in for the settings' own (benchmarks measure through them)."""
+    """The sync core on the settings' store and state; ``store``, ``embedder``
+    and ``state`` stand in for the settings' own (benchmarks measure through
+    them; status reads an empty state where none exists)."""
     m = models or make_models(settings)
     return Indexer(
         settings,
         planner=m.planner,
         embedder=embedder or m.embedder,
         store=store or make_store(settings),
-        state=State(state_path(settings)),
+        state=state or State(state_path(settings)),
         hooks=hooks,
         group_chars=group_chars,
         siblings=siblings,

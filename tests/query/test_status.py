@@ -42,6 +42,24 @@ def test_without_a_daemon_status_scans_and_reads_the_state(docs_tree: Path, tmp_
     assert status["failed"] == [] and status["coverage"] == "4 of 4" and status["caught_up"]
 
 
+def test_status_before_any_backfill_creates_nothing(docs_tree: Path, tmp_path: Path) -> None:
+    """A mistyped --state-dir, or a first look before the first backfill:
+    status said 0 documents and left an empty state file behind."""
+    typo = str(tmp_path / "typo" / "state")
+    s = settings_for(tmp_path, [str(docs_tree)], state_dir=typo)
+    status = offline_status(s)
+    assert status["documents"] == 0 and status["files_seen"] == 3 and status["points"] == 0
+    assert status["pending"] == {"changed": 3, "deleted": 0} and status["caught_up"] is False
+    assert status["reason"] == f"nothing indexed yet in {typo}"
+    no_roots = offline_status(settings_for(tmp_path, [], state_dir=typo))
+    assert no_roots["reason"].startswith("nothing indexed yet") and no_roots["documents"] == 0
+    assert not (tmp_path / "typo").exists()
+    # once a backfill made the state, status reads it as before
+    run_backfill(s, TinyEmbedder())
+    status = offline_status(s)
+    assert status["documents"] == 3 and status["reason"] == "" and status["caught_up"] is True
+
+
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return mdindex(*args, env=ENV)
 

@@ -14,11 +14,18 @@ the same fields; without a daemon they come from the state and a scan.
 
 from __future__ import annotations
 
-from typing import Any
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from mdindex.config import Settings
 from mdindex.documents.files import printable
 from mdindex.embedding.model import model_languages_of
+
+if TYPE_CHECKING:
+    from mdindex.index.indexer import Indexer
 
 PHASES = ("starting", "reconciling", "watching", "degraded", "stopped")
 
@@ -65,14 +72,13 @@ def fields(
 def offline_status(settings: Settings) -> dict[str, Any]:
     """Status without a daemon: the state's counts and failures, and a scan of
     the roots for what has changed since (nothing is written)."""
-    from mdindex.runtime import make_indexer
     from mdindex.versions.catalog import Catalog, reader_settings, require_live
 
     require_live(settings)
     live = reader_settings(settings)
     if not settings.root_list():
         return _without_roots(settings, live)
-    with make_indexer(live) as indexer:
+    with _reading(live) as (indexer, empty):
         changes = indexer.changes()
         # size and mtime only say a file may have changed; its text decides
         changed, unreadable = indexer.confirm(changes)
@@ -96,7 +102,7 @@ def offline_status(settings: Settings) -> dict[str, Any]:
             failed=sorted(failed.values(), key=lambda f: (f["root"], f["path"])),
             last_sync=indexer.last_sync(),
             phase="stopped",
-            reason=f"deletions refused: {refused}" if refused else "",
+            reason=f"deletions refused: {refused}" if refused else empty,
             embedding=indexer.embedding_status(),
             versions=Catalog.load(settings).rows(settings),
             unresolved_links=indexer.unresolved_links(),
@@ -110,13 +116,33 @@ def offline_status(settings: Settings) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def _reading(live: Settings) -> Iterator[tuple[Indexer, str]]:
+    """The sync core on the live version's state, and "" with it; where there
+    is no state yet (nothing indexed, or a mistyped --state-dir), on an empty
+    one in a temporary folder, with a reason that says so: status creates
+    nothing."""
+    from mdindex.index.state import State
+    from mdindex.runtime import make_indexer, state_path
+
+    path = state_path(live)
+    if path.exists():
+        with make_indexer(live) as indexer:
+            yield indexer, ""
+        return
+    with (
+        tempfile.TemporaryDirectory(prefix="mdindex-status-") as tmp,
+        make_indexer(live, state=State(Path(tmp) / path.name)) as indexer,
+    ):
+        yield indexer, f"nothing indexed yet in {live.state_dir}"
+
+
 def _without_roots(settings: Settings, live: Settings) -> dict[str, Any]:
     """No daemon and no roots given: what the state and the store say, and that
     the files were not looked at (nothing is refused, nothing is pending)."""
-    from mdindex.runtime import make_indexer
     from mdindex.versions.catalog import Catalog
 
-    with make_indexer(live) as indexer:
+    with _reading(live) as (indexer, empty):
         documents, _ = indexer.counts()
         data = fields(
             live,
@@ -126,7 +152,7 @@ def _without_roots(settings: Settings, live: Settings) -> dict[str, Any]:
             failed=indexer.failures(),
             last_sync=indexer.last_sync(),
             phase="stopped",
-            reason="no roots given: the files were not compared with the index",
+            reason=empty or "no roots given: the files were not compared with the index",
             embedding=indexer.embedding_status(),
             versions=Catalog.load(settings).rows(settings),
             unresolved_links=indexer.unresolved_links(),
