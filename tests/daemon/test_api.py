@@ -75,7 +75,12 @@ def test_while_the_model_loads_status_answers_and_searches_wait(tmp_path: Path, 
         assert api.health() == (False, "starting")
         status = api.status()
         assert (status["phase"], status["healthy"], status["daemon"]) == ("starting", False, True)
-        assert status["store"] is None and status["points"] == 0
+        assert status["store"] is None
+        # what the state holds, published as soon as it is open, while the model loads
+        wait_for(lambda: api.status()["documents"] == 2, 30, "the state's counts")
+        status = api.status()
+        assert (status["phase"], status["points"]) == ("starting", 2)
+        assert status["last_sync"] is not None and not model.loaded.is_set()
         assert status["queue_paths"] == 0 and status["oldest_wait_s"] is None
         assert status["embedding"] == {} and "caught_up" not in status
         with pytest.raises(StoreError, match="still starting"):

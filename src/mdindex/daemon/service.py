@@ -127,6 +127,9 @@ class Daemon:
             s.rollout.begin(serving)  # a first version: live once complete
         indexer = s.builds.indexer(serving)
         s.builds.serve(indexer, serving)
+        # What the state holds, answered while the model loads: status said 0
+        # documents and 0 points until the model was in.
+        self.work.update_gauges()
         # Watch first, so nothing that changes during the reconcile is missed.
         s.watcher.start()
         try:
