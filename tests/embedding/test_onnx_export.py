@@ -268,6 +268,21 @@ def test_a_damaged_export_is_discarded_only_while_it_is_the_one_that_failed(
     assert not folder.exists() and onnx_export.find_export(info, cache) is None
 
 
+def test_a_discard_waits_for_the_exports_lock_a_bounded_time(
+    export: onnx_export.Export, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A process that held the export's lock for ever (hung, or a hostile one
+    sharing the cache) held every load that found a damaged export with it."""
+    info = resolve_model(DEFAULT_MODEL)
+    folder = copied(export, tmp_path / "cache")
+    failed = onnx_export.find_export(info, tmp_path / "cache")
+    assert failed is not None
+    with onnx_export.exporting(info, tmp_path / "cache"):
+        onnx_export.discard(failed, wait_s=0.3)  # returns, and leaves the folder
+    assert (folder / "model.onnx").is_file()
+    assert "left: its lock: held by another process for over 0.3 s" in caplog.text
+
+
 def test_a_killed_exports_temporary_file_goes_at_the_next_export(
     export: onnx_export.Export, tmp_path: Path
 ) -> None:

@@ -24,6 +24,7 @@ import logging
 import os
 import stat
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -146,7 +147,13 @@ def _versions() -> dict[str, str]:
     return {p: version(p) for p in ("torch", "onnx", "onnxruntime", "transformers")}
 
 
-def discard(found: Export) -> None:
+# How long a discard waits for an export another process is making (the
+# default model's export and check take about 5 s, docs/benchmarks.md); past
+# it the damaged folder is left for the next load to try again.
+DISCARD_WAIT_S = 120.0
+
+
+def discard(found: Export, wait_s: float = DISCARD_WAIT_S) -> None:
     """Remove an export that cannot be loaded (a damaged file): the next load
     with torch makes it again. Under the export's lock, and only while its
     record still names the file that failed: a process that removed it
@@ -156,7 +163,7 @@ def discard(found: Export) -> None:
 
     folder = found.path.parent
     try:
-        with _locked(folder):
+        with _locked(folder, wait_s):
             if read_json(folder / "meta.json").get("sha256", "") == found.sha256:
                 shutil.rmtree(folder, ignore_errors=True)
     except OSError as exc:
@@ -189,8 +196,9 @@ def exporting(info: ModelInfo, cache_dir: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    """The lock beside an export's folder (outside it: the folder may go)."""
+def _locked(folder: Path, wait_s: float | None = None) -> Iterator[None]:
+    """The lock beside an export's folder (outside it: the folder may go);
+    with ``wait_s``, OSError when another holds it that long."""
     path = folder.parent / f"{folder.name}.lock"
     # no link followed, and no FIFO waited on for ever: a plain file or an OSError
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -198,7 +206,15 @@ def _locked(folder: Path) -> Iterator[None]:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{path} is not a plain file")
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (fcntl.LOCK_NB if deadline else 0))
+                break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise OSError(f"held by another process for over {wait_s:g} s") from None
+                time.sleep(0.1)
         yield
     finally:
         os.close(fd)
