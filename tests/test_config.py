@@ -381,3 +381,17 @@ def test_a_root_named_in_bytes_not_utf8_is_indexed_under_a_printable_label(
     assert [r.label for r in s.root_list()] == ["caf\\xe9"]
     summary = run_backfill(s, TinyEmbedder())
     assert summary["files_changed"] == 1 and summary["files_failed"] == 0
+
+
+def test_folders_are_made_absolute_once_at_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "~/state" made a folder named "~" in the working folder, and a relative
+    state_dir moved with the working folder of whatever called next."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    s = load_settings({"state_dir": "~/state", "cache_dir": "work/../cache", "qdrant_path": "q"})
+    assert s.state_dir == tmp_path / "home" / "state"
+    assert (s.cache_dir, s.qdrant_path) == (tmp_path / "cache", tmp_path / "q")
+    monkeypatch.chdir("/")
+    assert s.store_path.is_relative_to(tmp_path)  # where it was when loaded

@@ -202,6 +202,14 @@ class Settings(BaseSettings):
                 raise ValueError(f"the state records it: give a UTF-8 path, not {quoted(text)}")
         return value
 
+    @field_validator("state_dir", "cache_dir", "qdrant_path", mode="after")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        # Once, at load: "~/state" made a folder named "~" (a unit's
+        # Environment= expands nothing), and a relative folder moved with the
+        # working folder of whatever called the API next.
+        return None if value is None else Path(os.path.abspath(value.expanduser()))
+
     @field_validator("language", mode="before")
     @classmethod
     def _language(cls, value: Any) -> Any:
