@@ -4,6 +4,11 @@ the torch forward against sentence-transformers' own encode."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from numpy.typing import NDArray
@@ -103,3 +108,39 @@ def test_encode_keeps_the_order_and_bf16_stays_close(real_embedder: ModelEmbedde
     bf16 = encode(model, "bf16", texts, 2)
     assert bf16.dtype == np.float32
     assert float(np.min(np.sum(bf16 * both, axis=1))) > 0.99
+
+
+TINY_SESSION = """
+import sys
+from pathlib import Path
+import onnx
+from onnx import TensorProto, helper
+
+ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, 1])
+out = helper.make_tensor_value_info("out", TensorProto.INT64, [1, 1])
+graph = helper.make_graph([helper.make_node("Identity", ["input_ids"], ["out"])], "g", [ids], [out])
+onnx.save(helper.make_model(graph), sys.argv[1])
+if sys.argv[2] == "mdindex":
+    from mdindex.embedding.engines import OnnxRunner
+    OnnxRunner(Path(sys.argv[1]), ("input_ids",))
+else:
+    import onnxruntime
+    onnxruntime.InferenceSession(sys.argv[1])
+"""
+
+
+def test_an_onnx_session_leaves_no_telemetry_behind(tmp_path: Path) -> None:
+    """onnxruntime 1.32 keeps a device id and an event store for upload under
+    ~/.cache/Microsoft from its first import; mdindex's sessions make none."""
+    drop = ("ORT_DISABLE_TELEMETRY", "XDG_CACHE_HOME")  # ~/.cache, under the HOME given
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    made = {}
+    for who in ("onnxruntime", "mdindex"):
+        home = tmp_path / who
+        home.mkdir()
+        run = [sys.executable, "-c", TINY_SESSION, str(tmp_path / f"{who}.onnx"), who]
+        subprocess.run(run, env=env | {"HOME": str(home)}, check=True, timeout=120)
+        made[who] = sorted(p.relative_to(home).as_posix() for p in home.rglob("*"))
+    # the library alone writes them (so this test can fail), mdindex's session nothing
+    assert ".cache/Microsoft/DeveloperTools/.onnxruntime/deviceid" in made["onnxruntime"]
+    assert made["mdindex"] == []

@@ -6,6 +6,7 @@ onnxruntime, with no torch at all."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,18 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # changes no vector (mean cosine 0.999996 in bf16) and no speed (91 against 88
 # chunks/s on 1,500 corpus chunks, AMD EPYC with avx512_bf16, 2 cores).
 PAD_MULTIPLE = 16
+
+
+def onnxruntime() -> Any:
+    """The onnxruntime module, with its telemetry off. Since 1.32 it keeps a
+    device id and an event store under ~/.cache/Microsoft from its first import
+    and uploads them (its POSIX 1DS telemetry, on by default);
+    ``ORT_DISABLE_TELEMETRY=1``, set before that import, makes none. A notes
+    indexer sends nothing anywhere; a user's own value of it is kept."""
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    import onnxruntime as ort
+
+    return ort
 
 
 def give_back_heap() -> None:
@@ -82,8 +95,7 @@ class OnnxRunner:
     layer norm): 1.08x the basic level on the corpus's chunks here."""
 
     def __init__(self, path: Path | bytes, inputs: tuple[str, ...] = INPUTS) -> None:
-        import onnxruntime as ort
-
+        ort = onnxruntime()
         from mdindex.embedding.machine import threads
 
         options = ort.SessionOptions()
