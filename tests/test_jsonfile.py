@@ -42,6 +42,16 @@ def test_the_folders_it_makes_are_private_whatever_the_umask(tmp_path: Path) -> 
     assert read_json(made / "calibration" / "c.json") == {"a": 1}
 
 
+def test_a_umask_that_takes_the_owners_write_still_makes_usable_folders(tmp_path: Path) -> None:
+    """Under umask 277 the folders came out 0500: the state dir was made, and
+    nothing could be written into it."""
+    with umask(0o277):
+        write_json(tmp_path / "state" / "versions" / "catalog.json", {"a": 1})
+    for folder in (tmp_path / "state", tmp_path / "state" / "versions"):
+        assert mode(folder) == 0o700, folder
+    assert read_json(tmp_path / "state" / "versions" / "catalog.json") == {"a": 1}
+
+
 def test_read_json_takes_missing_or_garbled_files_as_empty(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     assert read_json(path) == {}

@@ -11,7 +11,6 @@ across a power cut."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import math
@@ -185,8 +184,18 @@ def private_dir(path: Path) -> None:
         missing.append(path)
         path = path.parent
     for folder in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # made meanwhile: its owner's choice
+        try:
             folder.mkdir(mode=0o700)
+        except FileExistsError:  # made meanwhile: its owner's choice
+            continue
+        # mkdir's mode is masked too: under umask 277 the folder came out 0500,
+        # and the state could not be written into it. Set on the folder opened
+        # (no link followed), not on whatever the name points to by then.
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
