@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -395,3 +396,12 @@ def test_folders_are_made_absolute_once_at_load(
     assert (s.cache_dir, s.qdrant_path) == (tmp_path / "cache", tmp_path / "q")
     monkeypatch.chdir("/")
     assert s.store_path.is_relative_to(tmp_path)  # where it was when loaded
+
+
+@pytest.mark.parametrize("values", [{"state_dir": "~nosuchuser/s"}, {"roots": ["~nosuchuser/n"]}])
+def test_a_home_that_is_not_there_is_a_config_error(values: dict[str, Any]) -> None:
+    """"~nosuchuser/notes" raised RuntimeError out of Python's expanduser: an
+    internal error, where every other bad path names the setting."""
+    with pytest.raises(ConfigError, match=r"nosuchuser.*no home folder for its ~") as raised:
+        load_settings(values).root_list()
+    assert "\n" not in str(raised.value)

@@ -208,7 +208,7 @@ class Settings(BaseSettings):
         # Once, at load: "~/state" made a folder named "~" (a unit's
         # Environment= expands nothing), and a relative folder moved with the
         # working folder of whatever called the API next.
-        return None if value is None else Path(os.path.abspath(value.expanduser()))
+        return None if value is None else Path(os.path.abspath(expand(value)))
 
     @field_validator("language", mode="before")
     @classmethod
@@ -374,6 +374,15 @@ def _check_combinations(s: Settings) -> None:
         )
 
 
+def expand(path: Path) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` expanded; ValueError for a user
+    there is no home of (Python raised RuntimeError, an internal error)."""
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        raise ValueError(f"{quoted(str(path))}: no home folder for its ~ (no such user)") from None
+
+
 def _parse_roots(items: list[str]) -> list[Root]:
     roots: list[Root] = []
     for item in items:
@@ -381,7 +390,10 @@ def _parse_roots(items: list[str]) -> list[Root]:
         if not sep or not _LABEL.match(label):
             path = item
             label = decoded(Path(item).resolve().name) or "root"  # caf\xe9, no surrogate
-        roots.append(Root(label, Path(path).expanduser()))
+        try:
+            roots.append(Root(label, expand(Path(path))))
+        except ValueError as exc:
+            raise ValueError(f"roots: {exc}") from None
     labels = [r.label for r in roots]
     dupes = sorted({x for x in labels if labels.count(x) > 1})
     if dupes:
