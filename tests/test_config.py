@@ -400,7 +400,7 @@ def test_folders_are_made_absolute_once_at_load(
 
 @pytest.mark.parametrize("values", [{"state_dir": "~nosuchuser/s"}, {"roots": ["~nosuchuser/n"]}])
 def test_a_home_that_is_not_there_is_a_config_error(values: dict[str, Any]) -> None:
-    """"~nosuchuser/notes" raised RuntimeError out of Python's expanduser: an
+    """ "~nosuchuser/notes" raised RuntimeError out of Python's expanduser: an
     internal error, where every other bad path names the setting."""
     with pytest.raises(ConfigError, match=r"nosuchuser.*no home folder for its ~") as raised:
         load_settings(values).root_list()
