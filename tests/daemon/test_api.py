@@ -102,6 +102,50 @@ def test_while_the_model_loads_status_answers_and_searches_wait(tmp_path: Path, 
         d.stop()
 
 
+class SlowFirstPass(TinyEmbedder):
+    """A model whose embedding waits until the test lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+
+    def embed(self, texts: Any, token_ids: Any = None) -> Any:
+        assert self.go.wait(60)
+        return super().embed(texts, token_ids)
+
+
+@pytest.mark.slow
+def test_a_search_while_the_first_index_is_built_waits_for_it(tmp_path: Path, root: Path) -> None:
+    """Found by a newcomer's walk-through: `mdindex watch` on a new index, then
+    `mdindex search`, said "no results" (exit 0): the search was answered from
+    the first index while its first pass was still writing it."""
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    model = SlowFirstPass()
+    d = Running(s, model)
+    d.thread.start()
+    found: list[Any] = []
+    try:
+        api = d.daemon.api
+        wait_for(d.daemon.shared.ready.is_set, 30, "the model")
+        with pytest.raises(StoreError, match="still building the first index"):
+            api.serving(timeout=0.3)
+
+        def search() -> None:
+            found.extend(api.search({"q": "bananas", "k": 1, "mode": "sparse"}))
+
+        searcher = threading.Thread(target=search, daemon=True)
+        searcher.start()
+        searcher.join(0.5)
+        assert searcher.is_alive() and found == []  # it waits for the first pass
+        model.go.set()
+        searcher.join(30)
+        assert [h["doc_path"] for h in found] == ["sub/b.md"]
+    finally:
+        model.go.set()
+        wait_for(lambda: d.daemon.work.next_rescan > 0, 30, "the start")
+        d.stop()
+
+
 @pytest.mark.slow
 def test_a_running_daemon_answers_health_search_and_status(daemon: Running) -> None:
     api = daemon.daemon.api

@@ -48,12 +48,22 @@ class DaemonApi:
 
     def serving(self, timeout: float | None = None) -> Indexer:
         """The live version's sync core, once the daemon can answer: a request
-        that arrives while it loads its model waits for it (``timeout``, by
-        default the daemon's ``starting_wait_s``)."""
+        that arrives while it loads its model, or while it builds a first index,
+        waits for it (``timeout``, by default the daemon's ``starting_wait_s``)."""
         d = self.shared
         wait = d.timings.starting_wait_s if timeout is None else timeout
+        deadline = time.monotonic() + wait
         if not d.ready.wait(wait) or d.builds.live is None:
             raise StoreError("the daemon is still starting (loading its model); try again")
+        # A first index answers once its first pass is complete: a search while
+        # it ran answered from a half-built index ("no results", exit 0).
+        while d.rollout.live is None:
+            if time.monotonic() >= deadline:
+                raise StoreError(
+                    "the daemon is still building the first index; try again "
+                    "(`mdindex status --wait` waits for it)"
+                )
+            time.sleep(0.05)
         return d.builds.live
 
     def search(self, params: dict[str, Any]) -> list[dict[str, Any]]:
