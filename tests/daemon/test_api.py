@@ -75,7 +75,7 @@ def test_while_the_model_loads_status_answers_and_searches_wait(tmp_path: Path, 
         assert api.health() == (False, "starting")
         status = api.status()
         assert (status["phase"], status["healthy"], status["daemon"]) == ("starting", False, True)
-        assert status["store"] is None
+        assert status["store"] is None and status["reason"] == "loading the model"
         # what the state holds, published as soon as it is open, while the model loads
         wait_for(lambda: api.status()["documents"] == 2, 30, "the state's counts")
         status = api.status()

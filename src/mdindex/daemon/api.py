@@ -141,7 +141,8 @@ class DaemonApi:
             failed=gauges.failed,
             last_sync=gauges.last_sync,
             phase=d.phase,
-            reason=d.health.reason or failure,
+            # a starting daemon said nothing of why it answered nothing yet
+            reason=d.health.reason or failure or ("" if d.ready.is_set() else "loading the model"),
             embedding=indexer.embedding_status() if indexer is not None else {},
             versions=gauges.versions,
             unresolved_links=gauges.unresolved_links,
