@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from mdindex.documents.files import Failure
@@ -109,7 +110,9 @@ def test_the_counts_status_takes_after_every_sync_read_indexes(tmp_path: Path) -
     for name in ("points_pending", "langs_lang", "links_unresolved"):
         db.execute(f"DROP INDEX {name}")
     db.execute("BEGIN IMMEDIATE")  # another process, writing
-    busy = State(path)  # waits its 5 s, then opens without them
+    started = time.monotonic()
+    busy = State(path)  # opens without them, at once
+    assert time.monotonic() - started < 4  # the busy timeout is 5 s
     assert not busy.fresh and busy.point_counts() == (9, 1)
     assert "points_pending" not in indexes()
     busy.close()
@@ -117,3 +120,29 @@ def test_the_counts_status_takes_after_every_sync_read_indexes(tmp_path: Path) -
     db.close()
     State(path).close()
     assert {"points_pending", "langs_lang", "links_unresolved"} <= indexes()
+
+
+def test_a_state_another_holds_locked_is_refused_not_rebuilt(tmp_path: Path) -> None:
+    """Found by a hostile review: a connection holding the state exclusively
+    made an open fail with "database is locked", which was taken for a damaged
+    state, and a read-only `mdindex status` deleted it to rebuild it."""
+    import sqlite3
+
+    import pytest
+
+    from mdindex.errors import StateError
+
+    path = tmp_path / "s.sqlite3"
+    state = State(path)
+    state.commit_docs([("r", "a", DocRow(1, 1, "h", "f"), [PointRow("a0", "k")])], "now")
+    state.close()
+    holder = sqlite3.connect(path)
+    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    with pytest.raises(StateError, match="cannot be opened: database is locked"):
+        State(path)
+    holder.rollback()
+    holder.close()
+    state = State(path)  # whole: nothing was discarded
+    assert not state.fresh and state.point_counts() == (1, 0) and state.doc_count() == 1
+    state.close()

@@ -45,7 +45,12 @@ class State:
         private_dir(path.parent)
         try:
             self.db, self.fresh = tables.connect(path)
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.OperationalError as exc:
+            # Locked, busy, unopenable: not damage. "database is locked" (another
+            # connection holding it exclusively) was taken for a damaged state,
+            # and a read-only status deleted it.
+            raise StateError(f"local state {path} cannot be opened: {exc}") from exc
+        except sqlite3.DatabaseError as exc:  # not a database, or a malformed one
             log.warning("state %s is unreadable (%s); rebuilding it from the store", path, exc)
             self._discard()
             self.db, self.fresh = tables.connect(path)

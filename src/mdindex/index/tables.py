@@ -114,6 +114,10 @@ def _count_indexes(db: sqlite3.Connection) -> None:
     have = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     if have >= COUNT_INDEXES.keys():
         return
+    # held by a writer: tried at a later open, at once (every open waited out
+    # the 5 s busy timeout while another wrote)
+    waited = db.execute("PRAGMA busy_timeout").fetchone()[0]
+    db.execute("PRAGMA busy_timeout = 0")
     try:
         db.execute("BEGIN IMMEDIATE")
         for sql in COUNT_INDEXES.values():
@@ -123,6 +127,8 @@ def _count_indexes(db: sqlite3.Connection) -> None:
         if db.in_transaction:
             db.execute("ROLLBACK")
         log.debug("state busy or read-only; its count indexes are made later: %s", exc)
+    finally:
+        db.execute(f"PRAGMA busy_timeout = {int(waited)}")
 
 
 def _rekey(db: sqlite3.Connection) -> None:
