@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from mdindex.daemon import api as daemon_api
 from mdindex.errors import ConfigError, StoreError, StoreUnavailable
 from mdindex.index.lock import lock_path, read_holder
 from mdindex.query.daemon import find_daemon
@@ -115,10 +116,14 @@ class SlowFirstPass(TinyEmbedder):
 
 
 @pytest.mark.slow
-def test_a_search_while_the_first_index_is_built_waits_for_it(tmp_path: Path, root: Path) -> None:
+def test_a_search_while_the_first_index_is_built_waits_for_it(
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Found by a newcomer's walk-through: `mdindex watch` on a new index, then
     `mdindex search`, said "no results" (exit 0): the search was answered from
-    the first index while its first pass was still writing it."""
+    the first index while its first pass was still writing it. It waits a
+    little, then says so: a waiting search holds one of the server's slots
+    (16 of them held every request out, status included, for 120 s)."""
     s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
     model = SlowFirstPass()
     d = Running(s, model)
@@ -129,6 +134,10 @@ def test_a_search_while_the_first_index_is_built_waits_for_it(tmp_path: Path, ro
         wait_for(d.daemon.shared.ready.is_set, 30, "the model")
         with pytest.raises(StoreError, match="still building the first index"):
             api.serving(timeout=0.3)
+        monkeypatch.setattr(daemon_api, "FIRST_INDEX_WAIT_S", 0.3)
+        with pytest.raises(StoreError, match=r"first index \(0 of \d files so far\)"):
+            api.search({"q": "bananas", "k": 1, "mode": "sparse"})  # its own wait is 120 s
+        monkeypatch.undo()
 
         def search() -> None:
             found.extend(api.search({"q": "bananas", "k": 1, "mode": "sparse"}))

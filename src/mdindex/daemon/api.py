@@ -30,6 +30,8 @@ from mdindex.query.status import fields
 log = logging.getLogger(__name__)
 
 SOCKET_PATH_MAX = 100
+# How long a search waits for a first index to be complete before saying so.
+FIRST_INDEX_WAIT_S = 5.0
 
 
 class DaemonApi:
@@ -48,20 +50,25 @@ class DaemonApi:
 
     def serving(self, timeout: float | None = None) -> Indexer:
         """The live version's sync core, once the daemon can answer: a request
-        that arrives while it loads its model, or while it builds a first index,
-        waits for it (``timeout``, by default the daemon's ``starting_wait_s``)."""
+        that arrives while it loads its model waits for it (``timeout``, by
+        default the daemon's ``starting_wait_s``), and while it builds a first
+        index, up to FIRST_INDEX_WAIT_S of that."""
         d = self.shared
         wait = d.timings.starting_wait_s if timeout is None else timeout
         deadline = time.monotonic() + wait
         if not d.ready.wait(wait) or d.builds.live is None:
             raise StoreError("the daemon is still starting (loading its model); try again")
         # A first index answers once its first pass is complete: a search while
-        # it ran answered from a half-built index ("no results", exit 0).
+        # it ran answered from a half-built index ("no results", exit 0). The
+        # wait is short: a waiting request holds one of the server's slots, and
+        # a first pass over a large tree takes hours.
+        deadline = min(deadline, time.monotonic() + FIRST_INDEX_WAIT_S)
         while d.rollout.live is None:
             if time.monotonic() >= deadline:
+                done, seen = d.health.gauges.documents, d.files_seen
                 raise StoreError(
-                    "the daemon is still building the first index; try again "
-                    "(`mdindex status --wait` waits for it)"
+                    f"the daemon is still building the first index ({done} of {seen} files "
+                    "so far); try again, or wait for it with `mdindex status --wait`"
                 )
             time.sleep(0.05)
         return d.builds.live
