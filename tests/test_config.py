@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -393,7 +394,7 @@ def test_folders_are_made_absolute_once_at_load(
     monkeypatch.chdir(tmp_path)
     s = load_settings({"state_dir": "~/state", "cache_dir": "work/../cache", "qdrant_path": "q"})
     assert s.state_dir == tmp_path / "home" / "state"
-    assert (s.cache_dir, s.qdrant_path) == (tmp_path / "cache", tmp_path / "q")
+    assert (s.cache_dir, s.qdrant_path) == (tmp_path / "work" / ".." / "cache", tmp_path / "q")
     monkeypatch.chdir("/")
     assert s.store_path.is_relative_to(tmp_path)  # where it was when loaded
 
@@ -405,3 +406,23 @@ def test_a_home_that_is_not_there_is_a_config_error(values: dict[str, Any]) -> N
     with pytest.raises(ConfigError, match=r"nosuchuser.*no home folder for its ~") as raised:
         load_settings(values).root_list()
     assert "\n" not in str(raised.value)
+
+
+def test_a_folder_is_checked_once_expanded_and_from_a_working_folder_that_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a hostile review: "~/st" under a HOME that is not UTF-8 passed
+    the check and failed later with UnicodeEncodeError, after the folders
+    were made; a relative state_dir in a deleted working folder raised
+    FileNotFoundError out of the settings."""
+    monkeypatch.setenv("HOME", os.fsdecode(bytes(tmp_path) + b"/h\xff"))
+    with pytest.raises(ConfigError, match="state_dir: the state records it: give a UTF-8 path"):
+        load_settings({"state_dir": "~/st"})
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    with pytest.raises(ConfigError, match="'relst' is relative, and the working folder cannot"):
+        load_settings({"state_dir": "relst"})
+    # a link before '..' decides where it leads, as the system reads the path
+    assert load_settings({"state_dir": "/a/link/../st"}).state_dir == Path("/a/link/../st")

@@ -43,6 +43,8 @@ def default_cache_dir() -> Path:
 def checked_path(value: Any, field: str) -> Any:
     """A path setting's value (a list of them for roots), checked; the folders
     (``FOLDERS``) made absolute, with ``~`` expanded."""
+    if field in FOLDERS and isinstance(value, Path):
+        value = absolute(expand(value))  # checked as it will be used: HOME may be anything
     # "st\u0000x" raised ValueError at the first open, and a state_dir or
     # qdrant_path not UTF-8 UnicodeEncodeError where the state records it.
     for text in [str(v) for v in (value if isinstance(value, list) else [value])]:
@@ -50,9 +52,19 @@ def checked_path(value: Any, field: str) -> Any:
             raise ValueError(f"a path cannot hold a NUL byte, not {quoted(text)}")
         if field in ("state_dir", "qdrant_path") and text != decoded(text):
             raise ValueError(f"the state records it: give a UTF-8 path, not {quoted(text)}")
-    if field in FOLDERS and isinstance(value, Path):
-        return Path(os.path.abspath(expand(value)))
     return value
+
+
+def absolute(path: Path) -> Path:
+    """``path`` from the working folder (no ``..`` taken out: a link before it
+    decides where it leads); ValueError when that folder is gone."""
+    try:
+        return path.absolute()
+    except OSError as exc:
+        raise ValueError(
+            f"{quoted(str(path))} is relative, and the working folder cannot be read "
+            f"({exc.strerror})"
+        ) from None
 
 
 def expand(path: Path) -> Path:
