@@ -50,6 +50,10 @@ def test_a_umask_that_takes_the_owners_write_still_makes_usable_folders(tmp_path
     for folder in (tmp_path / "state", tmp_path / "state" / "versions"):
         assert mode(folder) == 0o700, folder
     assert read_json(tmp_path / "state" / "versions" / "catalog.json") == {"a": 1}
+    with umask(0o477):  # the owner may not even read what mkdir makes
+        private_dir(tmp_path / "cache" / "onnx")
+    for folder in (tmp_path / "cache", tmp_path / "cache" / "onnx"):
+        assert mode(folder) == 0o700, folder
 
 
 def test_read_json_takes_missing_or_garbled_files_as_empty(tmp_path: Path) -> None:

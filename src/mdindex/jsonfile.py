@@ -188,14 +188,26 @@ def private_dir(path: Path) -> None:
             folder.mkdir(mode=0o700)
         except FileExistsError:  # made meanwhile: its owner's choice
             continue
-        # mkdir's mode is masked too: under umask 277 the folder came out 0500,
-        # and the state could not be written into it. Set on the folder opened
-        # (no link followed), not on whatever the name points to by then.
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
+        _owner_only(folder)
+
+
+def _owner_only(folder: Path) -> None:
+    """0700 on a folder just made: mkdir's mode is masked too, and under umask
+    277 it came out 0500, the state never written into it. Set through the
+    folder opened without following links, not on whatever its name points to
+    by then; opened by path only (O_PATH), which needs no permission on it
+    (under umask 477 the owner may not read it), then changed through
+    /proc/self/fd."""
+    flags = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    by_path = getattr(os, "O_PATH", 0) and os.path.isdir("/proc/self/fd")
+    fd = os.open(folder, flags | (os.O_PATH if by_path else os.O_RDONLY))
+    try:
+        if by_path:
+            os.chmod(f"/proc/self/fd/{fd}", 0o700)
+        else:
             os.fchmod(fd, 0o700)
-        finally:
-            os.close(fd)
+    finally:
+        os.close(fd)
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
