@@ -58,6 +58,13 @@ def test_status_before_any_backfill_creates_nothing(docs_tree: Path, tmp_path: P
     run_backfill(s, TinyEmbedder())
     status = offline_status(s)
     assert status["documents"] == 3 and status["reason"] == "" and status["caught_up"] is True
+    # the state alone gone, the store whole: status does not say nothing is indexed
+    for file in (tmp_path / "typo" / "state").glob("*.sqlite3*"):
+        file.unlink()
+    status = offline_status(s)
+    assert status["points"] > 0 and status["reason"] == (
+        f"no local state in {typo}: the next sync rebuilds it from the store"
+    )
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -123,18 +123,21 @@ def _reading(live: Settings) -> Iterator[tuple[Indexer, str]]:
     one in a temporary folder, with a reason that says so: status creates
     nothing."""
     from mdindex.index.state import State
-    from mdindex.runtime import make_indexer, state_path
+    from mdindex.runtime import make_indexer, make_store, state_path
 
     path = state_path(live)
     if path.exists():
         with make_indexer(live) as indexer:
             yield indexer, ""
         return
+    why = f"nothing indexed yet in {live.state_dir}"
+    if make_store(live).exists():  # the state alone is gone: the store's counts stand
+        why = f"no local state in {live.state_dir}: the next sync rebuilds it from the store"
     with (
         tempfile.TemporaryDirectory(prefix="mdindex-status-") as tmp,
         make_indexer(live, state=State(Path(tmp) / path.name)) as indexer,
     ):
-        yield indexer, f"nothing indexed yet in {live.state_dir}"
+        yield indexer, why
 
 
 def _without_roots(settings: Settings, live: Settings) -> dict[str, Any]:
