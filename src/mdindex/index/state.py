@@ -38,6 +38,18 @@ class PointRow:
     vector_key: str
 
 
+def path_scopes(rel: str) -> list[tuple[str, tuple[str, ...]]]:
+    """The SQL conditions, with their arguments, for the documents at ``rel`` or
+    below it ("" is the whole root). Paths below "a/b" sort between "a/b/" and
+    "a/b0" ("0" follows "/"). One query for the path and one for the range:
+    joined by OR, SQLite read the points by root alone, every point of the root
+    for each path of a batch (113 ms a path at 1.09M points, and a 1,000-file
+    checkout took longer than 120 s at 200,000 files)."""
+    if not rel:
+        return [("1", ())]
+    return [("path=?", (rel,)), ("path>=? AND path<?", (f"{rel}/", f"{rel}0"))]
+
+
 class State:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -131,18 +143,20 @@ class State:
         An index range, not a scan, so the daemon's per-event work does not grow
         with the size of the index. ``rel`` empty means the whole root.
         """
-        # Paths below "a/b" sort between "a/b/" and "a/b0" ("0" follows "/").
-        scope = "root=? AND (path=? OR (path>=? AND path<?))" if rel else "root=?"
-        args: tuple[str, ...] = (root, rel, f"{rel}/", f"{rel}0") if rel else (root,)
-        rows = {
-            (r, p): DocRow(s, m, h, f)
-            for r, p, s, m, h, f in self.db.execute(
-                f"SELECT root, path, size, mtime_ns, doc_hash, fingerprint FROM docs WHERE {scope}",
-                args,
+        rows: dict[tuple[str, str], DocRow] = {}
+        known: set[tuple[str, str]] = set()
+        for scope, args in path_scopes(rel):
+            docs = self.db.execute(
+                "SELECT root, path, size, mtime_ns, doc_hash, fingerprint FROM docs "
+                f"WHERE root=? AND {scope}",
+                (root, *args),
             )
-        }
-        pending = self.db.execute(f"SELECT DISTINCT root, path FROM points WHERE {scope}", args)
-        return rows.keys() | {(r, p) for r, p in pending}, rows
+            rows.update({(r, p): DocRow(s, m, h, f) for r, p, s, m, h, f in docs})
+            pending = self.db.execute(
+                f"SELECT DISTINCT root, path FROM points WHERE root=? AND {scope}", (root, *args)
+            )
+            known.update((r, p) for r, p in pending)
+        return rows.keys() | known, rows
 
     def touch(self, root: str, rel: str, size: int, mtime_ns: int) -> None:
         sql = "UPDATE docs SET size=?, mtime_ns=? WHERE root=? AND path=?"
