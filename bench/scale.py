@@ -320,7 +320,8 @@ class Daemon:
 
 
 def status_wait(env: Env) -> float:
-    out = env.run("status", "--wait", "--timeout", "120", "--json")
+    # 900: a 1,000-file checkout at 200,000 files took longer than 120 s
+    out = env.run("status", "--wait", "--timeout", "900", "--json")
     if out["rc"] != 0:
         sys.exit(f"status --wait failed: {out['stdout'][-2000:]}")
     return float(out["wall_s"])
