@@ -9,27 +9,10 @@ malloc_trim gave 44 MB of it back.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import functools
-from typing import Any
-
-
-@functools.cache
-def _trim() -> Any:
-    """glibc's malloc_trim, or None where the C library has none (musl, macOS)."""
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        return None
+from mdindex.embedding.engines import give_back_heap
 
 
 def give_back() -> bool:
-    """Return the heap's free pages to the system (malloc_trim(0): a few ms);
-    False where the C library cannot."""
-    trim = _trim()
-    if trim is None:
-        return False
-    trim(0)
-    return True
+    """Return the heap's free pages to the system; False where the C library
+    cannot (``give_back_heap``)."""
+    return give_back_heap()

@@ -40,8 +40,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mdindex.embedding.engines import give_back_heap
 from mdindex.jsonfile import load_json
-from mdindex.sinks.edge.pages import trim_heap
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def optimize(path: Path, give_way: Callable[[], bool]) -> bool:
     """Optimize the (closed) shard at ``path`` in a child process; it is killed
     as soon as ``give_way()`` says so. True when it finished."""
     log.info("building the search index of %s in a child process", path)
-    trim_heap()  # what the closed shard held, given back while the child runs
+    give_back_heap()  # what the closed shard held, given back while the child runs
     started = time.monotonic()
     child = subprocess.Popen(
         [sys.executable, "-c", _OPTIMIZE, str(path)],

@@ -25,6 +25,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from mdindex.embedding.engines import give_back_heap
+
 log = logging.getLogger(__name__)
 
 MADV_DONTNEED = 4
@@ -44,30 +46,6 @@ def _madvise() -> Callable[[int, int, int], int] | None:
     fn.restype = ctypes.c_int
     madvise: Callable[[int, int, int], int] = fn
     return madvise
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's malloc_trim; None elsewhere (musl, macOS)."""
-    try:
-        fn = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_size_t]
-    fn.restype = ctypes.c_int
-    trim: Callable[[int], int] = fn
-    return trim
-
-
-def trim_heap() -> None:
-    """Give the C heap's free pages back to the kernel. The engine frees what
-    it held for a write or a closed shard, and glibc kept it in its arenas: a
-    cold backfill of 6,000 files held 313 MB of anonymous memory after closing
-    its shard and 159 MB after this, and 45 to 50 MB less at each call while
-    writing, at a cost of 5 to 7 ms a call (AMD EPYC)."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 def data_mappings(folder: Path, maps: str) -> list[tuple[int, int]]:
@@ -93,7 +71,7 @@ def data_mappings(folder: Path, maps: str) -> list[tuple[int, int]]:
 
 def page_out(folder: Path) -> int:
     """Unmap this process's pages of the stored data under ``folder`` (the
-    page cache keeps them), and trim the heap (``trim_heap``); how many
+    page cache keeps them), and give the heap back (``give_back_heap``); how many
     mappings it let go. Never raises."""
     madvise = _madvise()
     if madvise is None:
@@ -105,5 +83,5 @@ def page_out(folder: Path) -> int:
         log.debug("cannot read /proc/self/maps: %s", exc)
         return 0
     let_go = sum(madvise(start, end - start, MADV_DONTNEED) == 0 for start, end in ranges)
-    trim_heap()
+    give_back_heap()
     return let_go
