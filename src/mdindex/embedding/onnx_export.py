@@ -209,7 +209,7 @@ def _locked(folder: Path, wait_s: float | None = None) -> Iterator[None]:
         deadline = None if wait_s is None else time.monotonic() + wait_s
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (fcntl.LOCK_NB if deadline else 0))
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if deadline is None else fcntl.LOCK_NB))
                 break
             except BlockingIOError:
                 if deadline is not None and time.monotonic() >= deadline:

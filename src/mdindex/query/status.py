@@ -130,12 +130,13 @@ def _reading(live: Settings) -> Iterator[tuple[Indexer, str]]:
         with make_indexer(live) as indexer:
             yield indexer, ""
         return
+    store = make_store(live)
     why = f"nothing indexed yet in {live.state_dir}"
-    if make_store(live).exists():  # the state alone is gone: the store's counts stand
+    if store.exists():  # the state alone is gone: the store's counts stand
         why = f"no local state in {live.state_dir}: the next sync rebuilds it from the store"
     with (
         tempfile.TemporaryDirectory(prefix="mdindex-status-") as tmp,
-        make_indexer(live, state=State(Path(tmp) / path.name)) as indexer,
+        make_indexer(live, store=store, state=State(Path(tmp) / path.name)) as indexer,
     ):
         yield indexer, why
 
