@@ -44,6 +44,23 @@ def settled(d: Running) -> None:
     wait_for(done, 30, "the first version live")
 
 
+def a_search_waits_for(api: Any, release: threading.Event) -> None:
+    """A search, on a thread of its own, still waiting half a second on, and
+    answered once ``release`` is set."""
+    found: list[Any] = []
+
+    def search() -> None:
+        found.extend(api.search({"q": "bananas", "k": 1, "mode": "sparse"}))
+
+    searcher = threading.Thread(target=search, daemon=True)
+    searcher.start()
+    searcher.join(0.5)
+    assert searcher.is_alive() and found == []  # it waits
+    release.set()
+    searcher.join(30)
+    assert [h["doc_path"] for h in found] == ["sub/b.md"]
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     r = tmp_path / "notes"
@@ -69,7 +86,6 @@ def test_while_the_model_loads_status_answers_and_searches_wait(tmp_path: Path, 
     model = SlowLoad()
     d = Running(s, model)
     d.thread.start()
-    found: list[Any] = []
     try:
         wait_for(lambda: bool(d.daemon.endpoints.servers), 30, "the endpoints")
         api = d.daemon.api
@@ -86,17 +102,7 @@ def test_while_the_model_loads_status_answers_and_searches_wait(tmp_path: Path, 
         assert status["embedding"] == {} and "caught_up" not in status
         with pytest.raises(StoreError, match="still starting"):
             api.serving(timeout=0.2)
-
-        def search() -> None:
-            found.extend(api.search({"q": "bananas", "k": 1, "mode": "sparse"}))
-
-        searcher = threading.Thread(target=search, daemon=True)
-        searcher.start()
-        searcher.join(0.5)
-        assert searcher.is_alive() and found == []  # it waits for the model
-        model.loaded.set()
-        searcher.join(30)
-        assert [h["doc_path"] for h in found] == ["sub/b.md"]
+        a_search_waits_for(api, model.loaded)  # the model
     finally:
         model.loaded.set()
         wait_for(lambda: d.daemon.work.next_rescan > 0, 30, "the start")
@@ -128,7 +134,6 @@ def test_a_search_while_the_first_index_is_built_waits_for_it(
     model = SlowFirstPass()
     d = Running(s, model)
     d.thread.start()
-    found: list[Any] = []
     try:
         api = d.daemon.api
         wait_for(d.daemon.shared.ready.is_set, 30, "the model")
@@ -138,17 +143,7 @@ def test_a_search_while_the_first_index_is_built_waits_for_it(
         with pytest.raises(StoreError, match=r"first index \(0 of \d files so far\)"):
             api.search({"q": "bananas", "k": 1, "mode": "sparse"})  # its own wait is 120 s
         monkeypatch.undo()
-
-        def search() -> None:
-            found.extend(api.search({"q": "bananas", "k": 1, "mode": "sparse"}))
-
-        searcher = threading.Thread(target=search, daemon=True)
-        searcher.start()
-        searcher.join(0.5)
-        assert searcher.is_alive() and found == []  # it waits for the first pass
-        model.go.set()
-        searcher.join(30)
-        assert [h["doc_path"] for h in found] == ["sub/b.md"]
+        a_search_waits_for(api, model.go)  # the first pass
     finally:
         model.go.set()
         wait_for(lambda: d.daemon.work.next_rescan > 0, 30, "the start")
