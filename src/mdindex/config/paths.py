@@ -43,8 +43,14 @@ def default_cache_dir() -> Path:
 def checked_path(value: Any, field: str) -> Any:
     """A path setting's value (a list of them for roots), checked; the folders
     (``FOLDERS``) made absolute, with ``~`` expanded."""
+    _check(value, field)  # before expanding: "~\0" raised ValueError from pwd
     if field in FOLDERS and isinstance(value, Path):
-        value = absolute(expand(value))  # checked as it will be used: HOME may be anything
+        value = absolute(expand(value))
+        _check(value, field)  # and as it will be used: HOME may be anything
+    return value
+
+
+def _check(value: Any, field: str) -> None:
     # "st\u0000x" raised ValueError at the first open, and a state_dir or
     # qdrant_path not UTF-8 UnicodeEncodeError where the state records it.
     for text in [str(v) for v in (value if isinstance(value, list) else [value])]:
@@ -52,7 +58,6 @@ def checked_path(value: Any, field: str) -> Any:
             raise ValueError(f"a path cannot hold a NUL byte, not {quoted(text)}")
         if field in ("state_dir", "qdrant_path") and text != decoded(text):
             raise ValueError(f"the state records it: give a UTF-8 path, not {quoted(text)}")
-    return value
 
 
 def absolute(path: Path) -> Path:
