@@ -90,8 +90,9 @@ from mdindex.cli import main
 rc = main(sys.argv[1:])
 hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')]
 ru = resource.getrusage(resource.RUSAGE_SELF)
-kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the index build's, in KB
-print('probe', hwm[0], ru.ru_utime + ru.ru_stime, kids, file=sys.stderr)
+kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # the index build's: KB, CPU s
+kids_cpu = kids.ru_utime + kids.ru_stime
+print('probe', hwm[0], ru.ru_utime + ru.ru_stime, kids.ru_maxrss, kids_cpu, file=sys.stderr)
 sys.exit(rc)
 """
 
@@ -227,6 +228,8 @@ class Env:
             # the child's own only where larger (6.8 GB at 545k points, against 2.2)
             "child_peak_rss_mb": int(probe[-1][3]) / 1024 or None if probe else None,
             "cpu_s": float(probe[-1][2]) if probe else None,
+            # CPU seconds, unlike wall time, barely move when other work shares the cores
+            "child_cpu_s": float(probe[-1][4]) if probe else None,
             "stdout": proc.stdout,
             "rc": proc.returncode,
         }
@@ -364,6 +367,8 @@ def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -
         "cold_embed_share": summary.get("embed_seconds", 0.0) / cold["wall_s"],
         "cold_peak_rss_mb": cold["peak_rss_mb"],
         "cold_build_peak_rss_mb": cold["child_peak_rss_mb"],
+        "cold_cpu_s": (cold["cpu_s"] or 0) + (cold["child_cpu_s"] or 0) or None,
+        "cold_build_cpu_s": cold["child_cpu_s"],
     }
     print(f"[{size}] cold backfill {cold['wall_s']:.0f}s, {row['points']} points", file=sys.stderr)
     keep_so_far(work, row)
@@ -377,12 +382,15 @@ def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -
     verify = env.run("verify", str(env.root), "--json")
     row["verify_s"] = verify["wall_s"]
     row["verify_peak_rss_mb"] = verify["peak_rss_mb"]
+    row["verify_cpu_s"] = verify["cpu_s"]
     row["verify_in_sync"] = bool(json.loads(verify["stdout"]).get("in_sync"))
     print(
         f"[{size}] no-op {row['noop_s']:.1f}s, status {row['status_s']:.1f}s, verify {row['verify_s']:.1f}s",
         file=sys.stderr,
     )
     keep_so_far(work, row)
+    if args.batch_only:
+        return sizes(env, work, row, args.keep)
 
     daemon = Daemon(env)
     try:
@@ -487,9 +495,16 @@ def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -
     if proc.returncode != 0:
         sys.exit(f"recall failed:\n{proc.stderr[-3000:]}")
     row |= json.loads(proc.stdout.strip().splitlines()[-1])
+    return sizes(env, work, row, args.keep)
+
+
+def sizes(env: Env, work: Path, row: dict[str, Any], keep: bool) -> dict[str, Any]:
+    """The state's and store's size on disk into ``row``; the run folder goes
+    unless kept."""
     row["state_mb"] = sum(p.stat().st_size for p in env.state.glob("*.sqlite3*")) / 2**20
     row["store_mb"] = size_mb(env.state) - row["state_mb"]
-    if not args.keep:
+    keep_so_far(work, row)
+    if not keep:
         shutil.rmtree(work, ignore_errors=True)
     return row
 
@@ -504,6 +519,8 @@ COLUMNS = [
     "cold_embed_share",
     "cold_peak_rss_mb",
     "cold_build_peak_rss_mb",
+    "cold_cpu_s",
+    "cold_build_cpu_s",
     "model_would_add_s",
     "noop_s",
     "noop_peak_rss_mb",
@@ -511,6 +528,7 @@ COLUMNS = [
     "status_peak_rss_mb",
     "verify_s",
     "verify_peak_rss_mb",
+    "verify_cpu_s",
     "daemon_start_s",
     "rescan_s",
     "rescan_cpu_s",
@@ -555,7 +573,7 @@ def picture(rows: list[dict[str, Any]], cpu: str, path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
     xs = [r["files"] for r in rows]
     for key, label in PLOTTED.items():
-        left.plot(xs, [r[key] for r in rows], marker="o", label=label)
+        left.plot(xs, [r.get(key) or float("nan") for r in rows], marker="o", label=label)
     left.set(xscale="log", yscale="log", xlabel="files", ylabel="seconds", title="time")
     left.legend(fontsize=7)
     for key, label in (
@@ -567,7 +585,7 @@ def picture(rows: list[dict[str, Any]], cpu: str, path: Path) -> None:
         ("store_mb", "store on disk"),
         ("state_mb", "state on disk"),
     ):
-        right.plot(xs, [r[key] or float("nan") for r in rows], marker="o", label=label)
+        right.plot(xs, [r.get(key) or float("nan") for r in rows], marker="o", label=label)
     right.set(xscale="log", yscale="log", xlabel="files", ylabel="MB", title="memory and disk")
     right.legend(fontsize=7)
     fig.suptitle(
@@ -624,6 +642,11 @@ def main() -> None:
     )
     ap.add_argument("--tmp", help="where the trees go (default: the system's temp folder)")
     ap.add_argument("--keep", action="store_true", help="keep the trees, states and stores")
+    ap.add_argument(
+        "--batch-only",
+        action="store_true",
+        help="the one-shot commands only (cold backfill, no-op, status, verify): no daemon",
+    )
     args = ap.parse_args()
     if args.large:
         args.sizes, args.embedder = "25000,50000,100000,200000", "fixed"
@@ -652,6 +675,7 @@ def main() -> None:
     flagged = growth(rows)
     name = "scale" if args.embedder == "model" else "scale_large"
     name += "" if args.layout == "default" else f"_{args.layout}"
+    name += "_batch" if args.batch_only else ""
     write_json(
         name,
         {
