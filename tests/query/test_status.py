@@ -42,11 +42,14 @@ def test_without_a_daemon_status_scans_and_reads_the_state(docs_tree: Path, tmp_
     assert status["failed"] == [] and status["coverage"] == "4 of 4" and status["caught_up"]
 
 
-def test_status_before_any_backfill_creates_nothing(docs_tree: Path, tmp_path: Path) -> None:
+def test_status_before_any_backfill_creates_nothing(
+    docs_tree: Path, tmp_path: Path, engine: str
+) -> None:
     """A mistyped --state-dir, or a first look before the first backfill:
-    status said 0 documents and left an empty state file behind."""
+    status said 0 documents and left an empty state file behind (and with the
+    client engine, local mode's folder, lock and meta.json)."""
     typo = str(tmp_path / "typo" / "state")
-    s = settings_for(tmp_path, [str(docs_tree)], state_dir=typo)
+    s = settings_for(tmp_path, [str(docs_tree)], state_dir=typo, store=engine)
     status = offline_status(s)
     assert status["documents"] == 0 and status["files_seen"] == 3 and status["points"] == 0
     assert status["pending"] == {"changed": 3, "deleted": 0} and status["caught_up"] is False

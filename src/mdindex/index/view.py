@@ -123,7 +123,7 @@ class IndexView:
         about itself. ``points`` when the caller knows them (a daemon must not
         wait behind a long write to count); else counted, without any write."""
         if points is None:
-            points = self.store.open().count()
+            points = self.store.count()  # opens the store only where it exists
         return {"store": self.store.where, "points": points, **self.store.describe()}
 
     def embedding_status(self) -> dict[str, Any]:

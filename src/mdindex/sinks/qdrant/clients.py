@@ -76,6 +76,16 @@ def connect_server(
     )
 
 
+def local_made(path: Path) -> bool:
+    """Whether local mode has ever opened the folder: it writes ``meta.json``
+    (its list of collections) at once, so without one there is no collection.
+    A folder that cannot be looked into counts as made, for opening to say why."""
+    try:
+        return (path / "meta.json").exists()
+    except OSError:
+        return True
+
+
 def connect_local(path: Path) -> QdrantClient:
     """The folder's client, shared with the other stores open in it."""
     from qdrant_client import QdrantClient

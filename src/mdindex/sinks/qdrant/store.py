@@ -31,6 +31,7 @@ from mdindex.sinks.qdrant.clients import (
     connect_local,
     connect_server,
     folder_lock,
+    local_made,
     release,
     said,
     transient,
@@ -97,9 +98,7 @@ class QdrantStore(Scrolling):
         if self._sparse is None:
             if not self.exists():
                 return False
-            info = self._call(
-                "collection info", lambda: self.client.get_collection(self.collection)
-            )
+            info = self._info()
             self._sparse = SPARSE_NAME in (info.config.params.sparse_vectors or {})
         return self._sparse
 
@@ -153,16 +152,19 @@ class QdrantStore(Scrolling):
     # -- collection ------------------------------------------------------
 
     def exists(self) -> bool:
+        if self._client is None and self.path is not None and not local_made(self.path):
+            return False  # opening local mode makes the folder: status creates nothing
         return self._call(
             "collection check", lambda: self.client.collection_exists(self.collection)
         )
 
+    def _info(self) -> Any:
+        return self._call("collection info", lambda: self.client.get_collection(self.collection))
+
     def ensure_collection(self, dimension: int, sparse: bool = True) -> None:
         """Create the collection, or refuse one whose vector settings differ."""
         if self.exists():
-            info = self._call(
-                "collection info", lambda: self.client.get_collection(self.collection)
-            )
+            info = self._info()
             self._sparse = check_existing(info, self.collection, dimension, sparse)
             tune_local(self.client, self.collection)
             return
@@ -287,9 +289,7 @@ class QdrantStore(Scrolling):
             self._retry.lock.release()
 
     def settle(self, idle: Callable[[], bool] | None = None) -> bool:
-        """Nothing to do: qdrant-client's local mode has no index, and a server
-        optimizes on its own."""
-        return True
+        return True  # local mode has no index to build; a server optimizes on its own
 
     # -- versions ----------------------------------------------------------
 
