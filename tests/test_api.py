@@ -159,6 +159,10 @@ def test_bad_arguments_are_the_error_tree(tmp_path: Path) -> None:
         index.search("anything", mode="fuzzy")
     with pytest.raises(ConfigError, match="eval: give a QUESTIONS file"):
         index.eval()
+    with pytest.raises(
+        ConfigError, match=r"not both \('docs' was read as QUESTIONS; roots go in --root\)"
+    ):
+        index.eval("docs", headings=3)
     with pytest.raises(ConfigError, match="strategy"):
         Index([tmp_path], state_dir=tmp_path / ".state", strategy="paragraphs")
     with pytest.raises(StoreUnavailable, match="no watch daemon"):

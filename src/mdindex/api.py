@@ -35,7 +35,7 @@ from mdindex.query.client import IndexClient
 from mdindex.query.daemon import find_daemon
 from mdindex.query.documents import Documents
 from mdindex.runtime import Loaded
-from mdindex.versions.catalog import Catalog, reader_settings, require_live
+from mdindex.versions.catalog import Catalog, reader_settings, require_indexed, require_live
 
 if TYPE_CHECKING:
     from mdindex.index.verify import VerifyReport
@@ -166,8 +166,10 @@ class Index:
 
         self.settings.require_roots()
         require_live(self.settings)  # a verify creates no collection
+        live = reader_settings(self.settings)
+        require_indexed(live)  # nor a first store and state, where nothing is indexed
         lock = WriterLock(self.settings.state_dir, self.settings.collection, "verify")
-        with lock, make_indexer(reader_settings(self.settings)) as indexer:
+        with lock, make_indexer(live) as indexer:
             return verify(indexer, repair=repair, force=force)
 
     # -- reading ----------------------------------------------------------------

@@ -92,6 +92,36 @@ def test_verify_repair_on_an_empty_root_exits_2_with_one_line(
     assert stored_points(settings_for(tmp_path, [root])) == before
 
 
+@pytest.mark.parametrize("store", ["edge", "client"])
+def test_verify_where_nothing_is_indexed_says_so_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], store: str
+) -> None:
+    """A mistyped --state-dir: verify made an empty store and state there and
+    called every file missing (exit 4); search made local mode's folder."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nApples.\n")
+    typo = tmp_path / "typo"
+    state = ["--state-dir", str(typo), "--store", store]
+    for repair in ((), ("--repair",)):
+        r = in_process(capsys, "verify", *repair, str(root), *state)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.strip().splitlines() == [
+            f"mdindex: error: nothing is indexed in {typo} yet: "
+            "run `mdindex backfill` first, or check the state dir"
+        ]
+    r = in_process(capsys, "search", "apples", *state)
+    assert r.returncode == 0 and "nothing is indexed in" in r.stderr
+    assert not typo.exists()
+    # once indexed, verify compares as before; a store gone is named, not rebuilt
+    assert in_process(capsys, "backfill", str(root), *state).returncode == 0
+    assert in_process(capsys, "verify", str(root), *state).returncode == 0
+    shutil.rmtree(typo / ("edge" if store == "edge" else "qdrant"))
+    r = in_process(capsys, "verify", str(root), *state)
+    assert r.returncode == 2 and "has no collection in the store" in r.stderr
+    assert not (typo / ("edge" if store == "edge" else "qdrant")).exists()
+
+
 class ChangedEmbedder(TinyEmbedder):
     """The tiny embedder with its dimensions rotated: a model changed under the
     index (a model.onnx with its rows permuted did this in a hostile review)."""

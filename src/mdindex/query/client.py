@@ -241,18 +241,20 @@ class IndexClient:
         from mdindex.versions.catalog import require_live
 
         live = self.live_settings()
-        fp = version_of(live)
-        if self._models is None or self._models[0] != fp:
-            self._models = (fp, make_models(live, queries_only=True))
-        models = self._models[1]
         store = make_store(live)
         if not store.exists() and Catalog.load(self.settings).live is None:
-            # "no results", exit 0, was all a mistyped --state-dir got
+            # "no results", exit 0, was all a mistyped --state-dir got; nothing
+            # is opened (local mode would make its folder) and no model loaded
             log.warning(
                 "nothing is indexed in %s yet: run `mdindex backfill` first, or check "
                 "the state dir",
                 shown(str(self.settings.state_dir)),
             )
+            return []
+        fp = version_of(live)
+        if self._models is None or self._models[0] != fp:
+            self._models = (fp, make_models(live, queries_only=True))
+        models = self._models[1]
         try:
             store.open()
             require_live(self.settings)

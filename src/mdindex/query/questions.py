@@ -81,7 +81,13 @@ def chosen_questions(
 ) -> list[Question]:
     """`mdindex eval`'s questions: those of the file ``questions``, or ``headings``
     sections' heading paths, picked with ``seed`` (ConfigError unless one of them)."""
-    if (questions is None) == (headings is None):
+    if questions is not None and headings is not None:
+        # `eval --headings 3 docs` reads docs as QUESTIONS: roots go in --root
+        raise ConfigError(
+            f"eval: give a QUESTIONS file or --headings, not both ({quoted(str(questions))} "
+            "was read as QUESTIONS; roots go in --root)"
+        )
+    if questions is None and headings is None:
         raise ConfigError("eval: give a QUESTIONS file, or --headings for the heading self-check")
     settings.require_roots()
     if questions is not None:

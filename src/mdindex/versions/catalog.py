@@ -36,8 +36,15 @@ from mdindex.config import WHEN_SET_KEYS, Settings
 from mdindex.errors import CollectionMissing, ConfigError, StateError
 from mdindex.index.planning import now_iso
 from mdindex.jsonfile import load_json, write_json
-from mdindex.outside import quoted
-from mdindex.runtime import code_versions, fingerprint, make_store, physical_name, version_of
+from mdindex.outside import quoted, shown
+from mdindex.runtime import (
+    code_versions,
+    fingerprint,
+    make_store,
+    physical_name,
+    state_path,
+    version_of,
+)
 from mdindex.versions.catalog_file import CatalogFile, VersionFile, first_line
 
 Status = Literal["building", "complete", "dropping"]
@@ -315,6 +322,25 @@ def require_live(settings: Settings) -> None:
             )
     finally:
         store.close()
+
+
+def require_indexed(settings: Settings) -> None:
+    """ConfigError where nothing was ever indexed with these settings' state dir:
+    no live version, no collection and no state (a first run, or a mistyped
+    --state-dir). A command that compares the index with the files made an
+    empty store and state there, and called every file missing."""
+    if Catalog.load(settings).live is not None or state_path(settings).exists():
+        return
+    store = make_store(settings)
+    try:
+        if store.exists():
+            return
+    finally:
+        store.close()
+    raise ConfigError(
+        f"nothing is indexed in {shown(str(settings.state_dir))} yet: "
+        "run `mdindex backfill` first, or check the state dir"
+    )
 
 
 # The code versions every release before the catalog recorded them made
