@@ -35,7 +35,7 @@ from mdindex.query.client import IndexClient
 from mdindex.query.daemon import find_daemon
 from mdindex.query.documents import Documents
 from mdindex.runtime import Loaded
-from mdindex.versions.catalog import Catalog, reader_settings, require_indexed, require_live
+from mdindex.versions.catalog import Catalog, require_indexed
 
 if TYPE_CHECKING:
     from mdindex.index.verify import VerifyReport
@@ -165,9 +165,7 @@ class Index:
         from mdindex.runtime import make_indexer
 
         self.settings.require_roots()
-        require_live(self.settings)  # a verify creates no collection
-        live = reader_settings(self.settings)
-        require_indexed(live)  # nor a first store and state, where nothing is indexed
+        live = require_indexed(self.settings)  # a verify creates no collection, nor state
         lock = WriterLock(self.settings.state_dir, self.settings.collection, "verify")
         with lock, make_indexer(live) as indexer:
             return verify(indexer, repair=repair, force=force)

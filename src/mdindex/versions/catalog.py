@@ -324,17 +324,19 @@ def require_live(settings: Settings) -> None:
         store.close()
 
 
-def require_indexed(settings: Settings) -> None:
-    """ConfigError where nothing was ever indexed with these settings' state dir:
-    no live version, no collection and no state (a first run, or a mistyped
-    --state-dir). A command that compares the index with the files made an
-    empty store and state there, and called every file missing."""
-    if Catalog.load(settings).live is not None or state_path(settings).exists():
-        return
-    store = make_store(settings)
+def require_indexed(settings: Settings) -> Settings:
+    """``require_live``, then the live version's settings; ConfigError where
+    nothing was ever indexed in the state dir: no live version, no collection
+    and no state (a first run, or a mistyped --state-dir). verify made an empty
+    store and state there, and called every file missing."""
+    require_live(settings)
+    live = reader_settings(settings)
+    if Catalog.load(settings).live is not None or state_path(live).exists():
+        return live
+    store = make_store(live)
     try:
         if store.exists():
-            return
+            return live
     finally:
         store.close()
     raise ConfigError(
