@@ -133,10 +133,6 @@ class Indexer(IndexView):
         self.state.put("store", consistency.store_identity(self.store))
         self._store_checked = True
 
-    def store_unchanged_since_last_run(self) -> bool:
-        sig = self.store.signature()
-        return bool(sig) and sig != "absent" and self.state.get("store_signature") == sig
-
     # -- backfill ----------------------------------------------------------
 
     def backfill(

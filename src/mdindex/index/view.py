@@ -124,7 +124,21 @@ class IndexView:
         wait behind a long write to count); else counted, without any write."""
         if points is None:
             points = self.store.count()  # opens the store only where it exists
-        return {"store": self.store.where, "points": points, **self.store.describe()}
+        return {"store": self.store.where, "points": points, **self.store.describe(points)}
+
+    def store_unchanged_since_last_run(self) -> bool:
+        """The store's files are as the last run that opened it left them."""
+        sig = self.store.signature()
+        return bool(sig) and sig != "absent" and self.state.get("store_signature") == sig
+
+    def known_points(self) -> int | None:
+        """The store's points as the state counts them, where that count is the
+        store's (its files unchanged since the last run, no write pending); None
+        otherwise. Offline status then opens no store."""
+        if not self.store_unchanged_since_last_run():
+            return None
+        committed, pending = self.state.point_counts()
+        return None if pending else committed
 
     def embedding_status(self) -> dict[str, Any]:
         """How the embedder computes and why (``mdindex.embedding.calibration``),

@@ -96,7 +96,7 @@ def offline_status(settings: Settings) -> dict[str, Any]:
         }
         data = fields(
             live,
-            indexer.store_status(),
+            indexer.store_status(indexer.known_points()),
             documents=documents,
             files_seen=changes.seen,
             failed=sorted(failed.values(), key=lambda f: (f["root"], f["path"])),
@@ -150,7 +150,7 @@ def _without_roots(settings: Settings, live: Settings) -> dict[str, Any]:
         documents, _ = indexer.counts()
         data = fields(
             live,
-            indexer.store_status(),
+            indexer.store_status(indexer.known_points()),
             documents=documents,
             files_seen=0,
             failed=indexer.failures(),

@@ -142,8 +142,10 @@ class Store(Protocol):
         store's mapped pages): a pass over every point calls it as it goes."""
         ...
 
-    def describe(self) -> dict[str, Any]:
-        """What `status` shows about the engine; never waits for a busy store."""
+    def describe(self, points: int | None = None) -> dict[str, Any]:
+        """What `status` shows about the engine; never waits for a busy store.
+        ``points``: the store's count where the caller knows it (a closed store
+        may then describe itself from its files)."""
         ...
 
     def settle(self, idle: Callable[[], bool] | None = None) -> bool:

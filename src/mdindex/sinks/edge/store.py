@@ -34,6 +34,7 @@ from mdindex.sinks.edge.query import docs_filter, matches, plan
 from mdindex.sinks.edge.shard import (
     CONFIG_FILE,
     check_existing,
+    closed_info,
     create,
     ensure_indexes,
     load,
@@ -257,15 +258,16 @@ class EdgeStore(Scrolling):
     def let_go(self) -> None:
         page_out(self.path)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, points: int | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {"engine": "qdrant-edge"}
+        if self._shard is None and points is not None and self.exists():
+            return out | closed_info(self.path, points)
         if self._shard is None or not self._retry.lock.acquire(blocking=False):
             return out  # closed, or busy building its index
         try:
-            out |= shard_info(self._shard, read_config(self.path), self.path)
+            return out | shard_info(self._shard, read_config(self.path), self.path)
         finally:
             self._retry.lock.release()
-        return out
 
     # -- versions ----------------------------------------------------------
 

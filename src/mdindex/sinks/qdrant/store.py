@@ -278,7 +278,7 @@ class QdrantStore(Scrolling):
     def _docs_filter(self, docs: Sequence[tuple[str, str]]) -> Any:
         return docs_filter(docs)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, points: int | None = None) -> dict[str, Any]:
         if self.local:
             return {"engine": "qdrant-client local mode"}
         if not self._retry.lock.acquire(blocking=False):  # busy writing; status must not wait
