@@ -112,8 +112,17 @@ def links_args(document: Any, root: Any) -> tuple[Path, str | None]:
 
 
 def eval_args(questions: Any, headings: Any, seed: Any) -> tuple[Path | None, int | None, int]:
-    """``eval``'s arguments checked: eval(b"q.yaml") and eval(headings="3")
-    raised TypeError (its range is checked with the questions)."""
+    """``eval``'s arguments checked: one of a questions file and a count of
+    headings; eval(b"q.yaml") and eval(headings="3") raised TypeError (the
+    count's range is checked with the questions)."""
+    if questions is not None and headings is not None:
+        # `eval --headings 3 docs` reads docs as QUESTIONS: roots go in --root
+        raise ConfigError(
+            f"eval: give a QUESTIONS file or --headings, not both ({quoted(str(questions))} "
+            "was read as QUESTIONS; roots go in --root)"
+        )
+    if questions is None and headings is None:
+        raise ConfigError("eval: give a QUESTIONS file, or --headings for the heading self-check")
     path = None if questions is None else path_args(questions, "questions")[0]
     try:
         count = None if headings is None else integer(headings, "headings", -(2**63), 2**63)

@@ -106,6 +106,12 @@ def test_exit_codes(docs_tree: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
     r = in_process(capsys, "backfill", str(docs_tree), *state, "--json")
     assert r.returncode == 1
     assert json.loads(r.stdout)["errors"][0]["path"] == "bad.md"
+    # a file that cannot be chunked fails itself (1); one that is not there is a typo (2)
+    assert in_process(capsys, "chunk", str(docs_tree / "bad.md")).returncode == 1
+    r = in_process(capsys, "chunk", str(docs_tree / "nope.md"), "--root", str(docs_tree))
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"mdindex: error: chunk: no such file: {str(docs_tree / 'nope.md')!r}"
+    ]
 
     r = in_process(
         capsys,

@@ -113,13 +113,27 @@ def test_verify_where_nothing_is_indexed_says_so_and_creates_nothing(
     r = in_process(capsys, "search", "apples", *state)
     assert r.returncode == 0 and "nothing is indexed in" in r.stderr
     assert not typo.exists()
+    r = in_process(capsys, "verify", str(root), *state, "--collection", "notes")
+    assert r.stderr.strip().splitlines() == [
+        f"mdindex: error: nothing is indexed in {typo} for collection notes yet: "
+        "run `mdindex backfill` first, or check the state dir and the collection"
+    ]
     # once indexed, verify compares as before; a store gone is named, not rebuilt
     assert in_process(capsys, "backfill", str(root), *state).returncode == 0
     assert in_process(capsys, "verify", str(root), *state).returncode == 0
-    shutil.rmtree(typo / ("edge" if store == "edge" else "qdrant"))
+    folder = typo / ("edge" if store == "edge" else "qdrant")
+    shutil.rmtree(folder)
+    for command in (("verify", str(root)), ("search", "apples")):
+        r = in_process(capsys, *command, *state)
+        assert r.returncode == 2 and "has no collection in the store" in r.stderr
+        assert not folder.exists()  # search made local mode's folder
+    # the catalog gone too, a state left: nothing is indexed (verify emptied the state)
+    (typo / "mdindex.versions.json").unlink()
+    states = {p.name: p.read_bytes() for p in typo.glob("*.sqlite3")}
     r = in_process(capsys, "verify", str(root), *state)
-    assert r.returncode == 2 and "has no collection in the store" in r.stderr
-    assert not (typo / ("edge" if store == "edge" else "qdrant")).exists()
+    assert r.returncode == 2 and "nothing is indexed in" in r.stderr
+    assert not folder.exists() and states
+    assert {p.name: p.read_bytes() for p in typo.glob("*.sqlite3")} == states
 
 
 class ChangedEmbedder(TinyEmbedder):

@@ -27,7 +27,7 @@ from mdindex.index.lock import WriterLock
 from mdindex.index.payload import public
 from mdindex.index.planning import DocWork
 from mdindex.index.search import MAX_K, Query, parse_where
-from mdindex.outside import integer, shown
+from mdindex.outside import integer, quoted, shown
 from mdindex.runtime import make_models
 from mdindex.versions.catalog import one_fingerprint
 
@@ -193,9 +193,9 @@ def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:
             break
     rel = path.resolve().relative_to(root.path.resolve()).as_posix()
     accept = lambda _rel: True  # noqa: E731  # the file named is shown, whatever the globs say
-    found = stat_file(root, rel, accept, follow_symlinks=True) or Failure(
-        root.label, rel, "no such file"
-    )
+    found = stat_file(root, rel, accept, follow_symlinks=True)
+    if found is None:  # a mistyped FILE is a usage error, as argparse's are
+        raise ConfigError(f"chunk: no such file: {quoted(str(args.file))}")
     doc = found if isinstance(found, Failure) else load_document(found, settings)
     work: DocWork | Failure | None = doc if isinstance(doc, Failure) else None
     if isinstance(doc, Document) and isinstance(found, FileRef):

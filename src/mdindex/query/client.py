@@ -238,26 +238,22 @@ class IndexClient:
     def search_here(self, query: Query) -> list[dict[str, Any]]:
         """Search without a daemon: the live version's model and store, opened here."""
         from mdindex.runtime import make_models, make_store, version_of
-        from mdindex.versions.catalog import require_live
+        from mdindex.versions.catalog import nothing_indexed, require_live
 
         live = self.live_settings()
         store = make_store(live)
         if not store.exists() and Catalog.load(self.settings).live is None:
             # "no results", exit 0, was all a mistyped --state-dir got; nothing
             # is opened (local mode would make its folder) and no model loaded
-            log.warning(
-                "nothing is indexed in %s yet: run `mdindex backfill` first, or check "
-                "the state dir",
-                shown(str(self.settings.state_dir)),
-            )
+            log.warning("%s", nothing_indexed(self.settings))
             return []
+        require_live(self.settings)  # before the model, and before opening (see above)
         fp = version_of(live)
         if self._models is None or self._models[0] != fp:
             self._models = (fp, make_models(live, queries_only=True))
         models = self._models[1]
         try:
             store.open()
-            require_live(self.settings)
             return models.search(store, query)
         except ValueError as exc:
             raise ConfigError(f"search: {exc}") from None

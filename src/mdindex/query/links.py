@@ -90,9 +90,11 @@ def recorded_root_folders(db: sqlite3.Connection) -> dict[str, Path]:
     return {str(k): Path(v) for k, v in recorded.items() if isinstance(v, str)}
 
 
-def _need(db: sqlite3.Connection | None) -> sqlite3.Connection:
+def _need(db: sqlite3.Connection | None, settings: Settings) -> sqlite3.Connection:
+    from mdindex.versions.catalog import nothing_indexed
+
     if db is None:
-        raise ConfigError("nothing is indexed here yet (run mdindex backfill first)")
+        raise nothing_indexed(settings)
     return db
 
 
@@ -103,7 +105,7 @@ def related(settings: Settings, root: str, path: str) -> dict[str, Any]:
     if not isinstance(root, str) or not isinstance(path, str):
         raise ValueError("root and path must be strings")
     with live_state(settings) as maybe:
-        db = _need(maybe)
+        db = _need(maybe, settings)
         this = graph.node(db, root, path) if len(root) + len(path) < 8192 else None
         if this is None:
             raise ConfigError(f"{cut(root)}:{cut(path)} is not an indexed document")
@@ -162,7 +164,7 @@ def broken(settings: Settings) -> list[dict[str, Any]]:
     """Every local link whose document, attachment or heading does not exist,
     each with where it is and why."""
     with live_state(settings) as maybe:
-        db = _need(maybe)
+        db = _need(maybe, settings)
         return broken_in(db, root_folders(settings, db))
 
 
@@ -306,7 +308,7 @@ def document_of(settings: Settings, file: Path) -> tuple[str, str]:
     if real.is_dir():
         raise ConfigError(f"{printable(str(file))} is a folder; give one of its documents")
     with live_state(settings) as maybe:
-        db = _need(maybe)
+        db = _need(maybe, settings)
         label, sep, rel = str(file).partition(":")
         if sep and not path.exists() and graph.node(db, label, rel) is not None:
             return label, rel  # ROOT:PATH, as the output names documents

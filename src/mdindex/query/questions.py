@@ -80,16 +80,11 @@ def chosen_questions(
     settings: Settings, questions: str | Path | None, headings: int | None, seed: int
 ) -> list[Question]:
     """`mdindex eval`'s questions: those of the file ``questions``, or ``headings``
-    sections' heading paths, picked with ``seed`` (ConfigError unless one of them)."""
-    if questions is not None and headings is not None:
-        # `eval --headings 3 docs` reads docs as QUESTIONS: roots go in --root
-        raise ConfigError(
-            f"eval: give a QUESTIONS file or --headings, not both ({quoted(str(questions))} "
-            "was read as QUESTIONS; roots go in --root)"
-        )
-    if questions is None and headings is None:
-        raise ConfigError("eval: give a QUESTIONS file, or --headings for the heading self-check")
+    sections' heading paths, picked with ``seed`` (one of them: ``eval_args``)."""
+    from mdindex.versions.catalog import require_indexed
+
     settings.require_roots()
+    require_indexed(settings)  # not "no documents of the roots given", on a typo
     if questions is not None:
         return load_questions(settings, Path(questions))
     assert headings is not None

@@ -376,17 +376,22 @@ def folder_bytes(folder: Path) -> int:
 
 
 def files_signature(folder: Path) -> str:
-    """Sizes and mtimes of every file under ``folder``; "absent" when it is missing."""
+    """Sizes and mtimes of every file under ``folder``; "absent" when it is
+    missing, "" when a file cannot be looked at (no signature: nothing is taken
+    as unchanged). Offline status reads it: a link loop in the store made it
+    exit 2, and a name that is not UTF-8 an internal error."""
     if not folder.is_dir():
         return "absent"
-    parts: list[str] = []
+    parts: list[bytes] = []
     for dirpath, _, names in sorted(os.walk(folder)):
         for name in sorted(names):
             try:
                 st = os.stat(os.path.join(dirpath, name))
             except FileNotFoundError:
                 continue
-            parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+            except OSError:
+                return ""
+            parts.append(os.fsencode(name) + f":{st.st_size}:{st.st_mtime_ns}".encode())
     if not parts:
         return "absent"
-    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:32]
+    return hashlib.sha256(b"/".join(parts)).hexdigest()[:32]

@@ -42,7 +42,6 @@ from mdindex.runtime import (
     fingerprint,
     make_store,
     physical_name,
-    state_path,
     version_of,
 )
 from mdindex.versions.catalog_file import CatalogFile, VersionFile, first_line
@@ -326,12 +325,12 @@ def require_live(settings: Settings) -> None:
 
 def require_indexed(settings: Settings) -> Settings:
     """``require_live``, then the live version's settings; ConfigError where
-    nothing was ever indexed in the state dir: no live version, no collection
-    and no state (a first run, or a mistyped --state-dir). verify made an empty
-    store and state there, and called every file missing."""
+    nothing is indexed: no live version and no collection (a first run, a
+    mistyped --state-dir, or a store deleted with its catalog). verify made an
+    empty store there, emptied any state left, and called every file missing."""
     require_live(settings)
     live = reader_settings(settings)
-    if Catalog.load(settings).live is not None or state_path(live).exists():
+    if Catalog.load(settings).live is not None:
         return live
     store = make_store(live)
     try:
@@ -339,9 +338,16 @@ def require_indexed(settings: Settings) -> Settings:
             return live
     finally:
         store.close()
-    raise ConfigError(
-        f"nothing is indexed in {shown(str(settings.state_dir))} yet: "
+    raise nothing_indexed(settings)
+
+
+def nothing_indexed(settings: Settings) -> ConfigError:
+    """The one line for a command that needs an index where none was built."""
+    named = "" if settings.collection == "mdindex" else f" for collection {settings.collection}"
+    return ConfigError(
+        f"nothing is indexed in {shown(str(settings.state_dir))}{named} yet: "
         "run `mdindex backfill` first, or check the state dir"
+        + (" and the collection" if named else "")
     )
 
 

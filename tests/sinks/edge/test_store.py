@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,27 @@ def test_a_search_through_the_index_finds_what_an_exact_scan_finds(
         for h in hits:
             assert abs(h.score - float(vectors[h.payload["i"]] @ q)) < 1e-4
     assert found / (10 * len(queries)) >= 0.98
+    # closed, with its count known (offline status), it says the same from its files
+    opened = store.describe()
+    store.close()
+    assert store.describe(n) == opened and opened["segments"] >= 1
+    assert store.describe() == {"engine": "qdrant-edge"}
+    # while its index is built (the lock held) its files change: it says nothing more
+    held, release = threading.Event(), threading.Event()
+
+    def build() -> None:
+        with store._retry.lock:
+            held.set()
+            release.wait(10)
+
+    builder = threading.Thread(target=build)
+    builder.start()
+    held.wait(10)
+    try:
+        assert store.describe(n) == {"engine": "qdrant-edge"}
+    finally:
+        release.set()
+        builder.join()
     store.close()
 
 

@@ -4,7 +4,6 @@ checked against the model's (its ``edge_config.json`` records how it was made)."
 from __future__ import annotations
 
 import errno
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from mdindex.embedding.sparse import SPARSE_NAME
 from mdindex.errors import LayoutMismatch, LockError, StoreError, StoreMismatch
-from mdindex.jsonfile import private_dir
+from mdindex.jsonfile import load_json, private_dir
 from mdindex.sinks.base import INDEXED_KEYS, MIN_FREE_BYTES, Point, free_bytes
 from mdindex.sinks.edge.optimize import has_graph, unindexed
 
@@ -117,9 +116,9 @@ def quantization_of(config: dict[str, Any]) -> str:
 
 def read_config(path: Path) -> dict[str, Any]:
     """The shard's own record of how it was created."""
-    try:
-        config = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    try:  # the bounded reader: a FIFO there held status, '[' * 100000 recursed
+        config = load_json(path / CONFIG_FILE)
+    except (OSError, ValueError, RecursionError) as exc:
         raise StoreError(f"edge store {path}: unreadable {CONFIG_FILE}") from exc
     if not isinstance(config, dict):
         raise StoreError(f"edge store {path}: unreadable {CONFIG_FILE}")

@@ -260,12 +260,12 @@ class EdgeStore(Scrolling):
 
     def describe(self, points: int | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {"engine": "qdrant-edge"}
-        if self._shard is None and points is not None and self.exists():
-            return out | closed_info(self.path, points)
-        if self._shard is None or not self._retry.lock.acquire(blocking=False):
-            return out  # closed, or busy building its index
+        if not self._retry.lock.acquire(blocking=False):
+            return out  # busy: building its index rewrites the files read below
         try:
-            return out | shard_info(self._shard, read_config(self.path), self.path)
+            if self._shard is not None:
+                return out | shard_info(self._shard, read_config(self.path), self.path)
+            return out | (closed_info(self.path, points) if points is not None else {})
         finally:
             self._retry.lock.release()
 
