@@ -306,9 +306,9 @@ def test_status_wait_without_a_daemon_or_roots_cannot_claim_freshness(
     r = in_process(capsys, "status", "--wait", "--timeout", "5", *state)
     assert r.returncode == 4
     assert r.stderr.strip().splitlines() == [
-        "mdindex: error: status --wait: no daemon holds the index and no roots are given, so "
-        "nothing can tell whether it is caught up; give the roots (or the config) or start "
-        "mdindex watch"
+        "mdindex: error: status --wait: no daemon holds the index (none came in 5 s) and no "
+        "roots are given, so nothing can tell whether it is caught up; give the roots (or the "
+        "config) or start mdindex watch"
     ]
 
 

@@ -244,9 +244,11 @@ print(json.dumps({"code": code,
 """
 
 
-def _backfill(root: Path, state: Path, cache: Path, *extra: str) -> tuple[dict[str, Any], ...]:
+def _backfill(
+    root: Path, state: Path, cache: Path, command: str = "backfill"
+) -> tuple[dict[str, Any], ...]:
     out = subprocess.run(
-        [sys.executable, "-c", RUN, "backfill", str(root), "--state-dir", str(state), "--json"],
+        [sys.executable, "-c", RUN, command, str(root), "--state-dir", str(state), "--json"],
         capture_output=True,
         text=True,
         env=os.environ | {"HF_HUB_OFFLINE": "1", "MDINDEX_CACHE_DIR": str(cache)},
@@ -300,6 +302,11 @@ def test_small_runs_and_runs_that_embed_nothing_never_import_torch(
     assert not (modules["torch"] or modules["st"]), modules
     summary, modules = _backfill(root, state, onnx_cache)  # a no-op
     assert summary["files_changed"] == 0 and not modules["torch"]
+    # verify re-embeds its sample (every point, here) as a small run: torch took 6.7 s
+    report, modules = _backfill(root, state, onnx_cache, "verify")
+    held = stored_points(Settings(roots=[str(root)], state_dir=state))
+    assert report["in_sync"] and report["vectors_checked"] == len(held) == 8
+    assert not modules["torch"], modules
 
     # status, after: the last run's choice and why, without a daemon
     cache = {"MDINDEX_CACHE_DIR": str(onnx_cache)}

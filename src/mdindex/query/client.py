@@ -103,10 +103,11 @@ class IndexClient:
                 time.sleep(0.1)
                 if self.daemon() is not None:
                     return self.status(max(0.0, wait - (time.monotonic() - started)))
+            waited = time.monotonic() - started
             raise FreshnessUnknown(
-                "status --wait: no daemon holds the index and no roots are given, so nothing "
-                "can tell whether it is caught up; give the roots (or the config) or start "
-                "mdindex watch"
+                f"status --wait: no daemon holds the index (none came in {waited:.0f} s) and no "
+                "roots are given, so nothing can tell whether it is caught up; give the roots "
+                "(or the config) or start mdindex watch"
             )
         from mdindex.query.status import offline_status
 
