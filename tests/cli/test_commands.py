@@ -140,6 +140,11 @@ def test_a_root_that_is_no_folder_exits_2_before_anything(
     assert r.returncode == 2, r.stderr
     assert "root 'dcos'" in r.stderr and "is not a folder" in r.stderr
     assert not (state / "edge").exists()  # no version was begun
+    r = in_process(capsys, "watch", str(tmp_path / "dcos"), "--state-dir", str(state))
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [  # not "stopped" first
+        f"mdindex: error: root 'dcos': {tmp_path / 'dcos'} is not a folder"
+    ]
+    assert not (state / "edge").exists()
     r = in_process(capsys, "backfill", f"docs={docs}", "--state-dir", str(state))
     assert r.returncode == 0, r.stderr
     # the same root later missing (an unmounted disk): refused, documents kept

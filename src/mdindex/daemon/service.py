@@ -87,6 +87,7 @@ class Daemon:
     # -- lifecycle -------------------------------------------------------
 
     def run(self) -> int:
+        self.check_roots()  # before anything starts: a typo is one line, not "stopped" too
         self.install_signal_handlers()
         try:
             self.startup()
@@ -97,14 +98,16 @@ class Daemon:
             self.shutdown()
         return self.exit_code
 
-    def startup(self) -> None:
-        s = self.shared
-        missing = [r for r in s.roots if not r.path.is_dir()]
-        if len(missing) == len(s.roots):  # a typo, not a disk that is late to mount
+    def check_roots(self) -> None:
+        missing = [r for r in self.shared.roots if not r.path.is_dir()]
+        if len(missing) == len(self.shared.roots):  # a typo, not a disk that is late to mount
             root = missing[0]
             raise PruneRefused(f"root {root.label!r}: {root.path} is not a folder")
         for root in missing:  # the others are indexed; it is watched once it is there
             log.error("root %s (%s) is not a folder; its documents are kept", root.label, root.path)
+
+    def startup(self) -> None:
+        s = self.shared
         self.lock.acquire()
         s.rollout = Rollout(s.settings, self.indexer_factory)
         hooks = Hooks(
