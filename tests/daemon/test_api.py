@@ -97,6 +97,7 @@ def test_while_the_model_loads_status_answers_and_searches_wait(tmp_path: Path, 
         wait_for(lambda: api.status()["documents"] == 2, 30, "the state's counts")
         status = api.status()
         assert (status["phase"], status["points"]) == ("starting", 2)
+        assert status["coverage"] == "2 indexed (the roots not scanned yet)"
         assert status["last_sync"] is not None and not model.loaded.is_set()
         assert status["queue_paths"] == 0 and status["oldest_wait_s"] is None
         assert status["embedding"] == {} and "caught_up" not in status

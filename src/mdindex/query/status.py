@@ -58,7 +58,10 @@ def fields(
         "phase": phase,
         "reason": reason,
         "files_seen": files_seen,
-        "coverage": f"{documents} of {files_seen}",
+        # a starting daemon has not scanned yet: "2 of 0" read as nonsense
+        "coverage": f"{documents} of {files_seen}"
+        if files_seen or not documents
+        else f"{documents} indexed (the roots not scanned yet)",
         "failed": [{**f, "path": printable(f["path"])} for f in failed],
         # local links to no indexed document (`mdindex links --broken` lists them)
         "unresolved_links": unresolved_links,
