@@ -204,6 +204,7 @@ def test_status_wait_says_why_it_is_not_caught_up_and_sees_the_refusal_end(
         assert json.loads(out)["caught_up"] is False
         said = [line for line in err.splitlines() if "status --wait" in line]  # the CLI's
         assert len(said) == 1 and "not caught up: deletions refused" in said[0], err
+        assert said[0].startswith("mdindex: error: status --wait: not caught up: "), err
         assert "fresh.md" in {p["doc_path"] for p in d.points().values()}
         (root / "a.md").write_text("# a\n\nText a.\n")
         (root / "b.md").write_text("# b\n\nText b.\n")

@@ -231,7 +231,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     if args.wait and not data["caught_up"]:
         # degraded (deletions refused, a store down) or the timeout: say which
         why = data.get("reason") or f"changes still waiting after {args.timeout:g} s"
-        log.error("status --wait: not caught up: %s", shown(why))
+        # the one error line every command ends with (main._fail), after the status
+        print(f"mdindex: error: status --wait: not caught up: {shown(why)}", file=sys.stderr)
         return EXIT_PENDING
     return EXIT_OK
 
