@@ -17,6 +17,7 @@ from mdindex.cli import main
 from mdindex.cli.main import setup_logging
 from mdindex.index.lock import WriterLock
 from tests.cli_helper import mdindex, spawn
+from tests.conftest import TinyEmbedder, run_backfill, settings_for
 
 
 def error_lines(err: str) -> list[str]:
@@ -44,6 +45,7 @@ def test_another_writer_exits_2_naming_it(
     docs_tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state = tmp_path / "state"
+    run_backfill(settings_for(tmp_path, [docs_tree]), TinyEmbedder())  # else nothing to verify
     with WriterLock(state, "mdindex", "watch"):
         code = main(["verify", str(docs_tree), "--state-dir", str(state)])
     err = capsys.readouterr().err
@@ -55,13 +57,20 @@ def test_another_writer_exits_2_naming_it(
 def test_a_folder_that_cannot_be_used_exits_2_traceback_only_with_debug(
     docs_tree: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["verify", str(docs_tree), "--state-dir", "/proc/x"]) == 2
+    assert main(["backfill", str(docs_tree), "--state-dir", "/proc/x"]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == error_lines(err) and len(err.splitlines()) == 1
     assert "/proc/x" in err and "(check state_dir and qdrant_path)" in err
     assert "Traceback" not in err
+    # verify, which writes nothing there, has nothing to compare: one line too
+    assert main(["verify", str(docs_tree), "--state-dir", "/proc/x"]) == 2
+    err = capsys.readouterr().err
+    assert error_lines(err) == [
+        "mdindex: error: nothing is indexed in /proc/x yet: "
+        "run `mdindex backfill` first, or check the state dir"
+    ]
 
-    assert main(["verify", str(docs_tree), "--state-dir", "/proc/x", "--log-level", "DEBUG"]) == 2
+    assert main(["backfill", str(docs_tree), "--state-dir", "/proc/x", "--log-level", "DEBUG"]) == 2
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err
     assert err.splitlines()[-1] == error_lines(err)[0]  # the line still comes, last

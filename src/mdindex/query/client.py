@@ -243,21 +243,22 @@ class IndexClient:
 
         live = self.live_settings()
         store = make_store(live)
-        if not store.exists() and Catalog.load(self.settings).live is None:
-            # "no results", exit 0, was all a mistyped --state-dir got; nothing
-            # is opened (local mode would make its folder) and no model loaded
-            log.warning("%s", nothing_indexed(self.settings))
-            return []
-        require_live(self.settings)  # before the model, and before opening (see above)
-        fp = version_of(live)
-        if self._models is None or self._models[0] != fp:
-            self._models = (fp, make_models(live, queries_only=True))
-        models = self._models[1]
-        try:
+        try:  # closed on every way out: a local client left open holds its folder
+            if not store.exists() and Catalog.load(self.settings).live is None:
+                # "no results", exit 0, was all a mistyped --state-dir got; nothing
+                # is opened (local mode would make its folder) and no model loaded
+                log.warning("%s", nothing_indexed(self.settings))
+                return []
+            require_live(self.settings)  # before the model, and before opening (see above)
+            fp = version_of(live)
+            if self._models is None or self._models[0] != fp:
+                self._models = (fp, make_models(live, queries_only=True))
+            models = self._models[1]
             store.open()
-            return models.search(store, query)
-        except ValueError as exc:
-            raise ConfigError(f"search: {exc}") from None
+            try:
+                return models.search(store, query)
+            except ValueError as exc:
+                raise ConfigError(f"search: {exc}") from None
         finally:
             store.close()
 
