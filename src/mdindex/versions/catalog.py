@@ -37,13 +37,7 @@ from mdindex.errors import CollectionMissing, ConfigError, StateError
 from mdindex.index.planning import now_iso
 from mdindex.jsonfile import load_json, write_json
 from mdindex.outside import quoted, shown
-from mdindex.runtime import (
-    code_versions,
-    fingerprint,
-    make_store,
-    physical_name,
-    version_of,
-)
+from mdindex.runtime import code_versions, fingerprint, make_store, physical_name, version_of
 from mdindex.versions.catalog_file import CatalogFile, VersionFile, first_line
 
 Status = Literal["building", "complete", "dropping"]
@@ -343,7 +337,8 @@ def require_indexed(settings: Settings) -> Settings:
 
 def nothing_indexed(settings: Settings) -> ConfigError:
     """The one line for a command that needs an index where none was built."""
-    named = "" if settings.collection == "mdindex" else f" for collection {settings.collection}"
+    default = Settings.model_fields["collection"].default
+    named = "" if settings.collection == default else f" for collection {settings.collection}"
     return ConfigError(
         f"nothing is indexed in {shown(str(settings.state_dir))}{named} yet: "
         "run `mdindex backfill` first, or check the state dir"
