@@ -4,6 +4,7 @@
     python bench/scale.py --large              # 25,000 to 200,000 files in 2x steps, stand-in embedder
     python bench/scale.py --sizes 2000 --embedder fixed --edits 5   # a quick look
     python bench/scale.py --large --layout on_disk_int8   # the store's other layout
+    python bench/scale.py --kept DIR,DIR       # the daemon's stages again on --keep runs
 
 The tree is generated from the corpus (../shared/corpus, and examples/docs):
 file i is corpus file i mod n under ``setNNN/`` (its folders kept, as a docs
@@ -48,7 +49,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO, RESULTS, corpus_dir, cpu_name, reclaim, table, write_json
+from common import (
+    REPO,
+    RESULTS,
+    corpus_dir,
+    cpu_name,
+    drop_cached,
+    reclaim,
+    table,
+    write_json,
+)
 
 # The stand-in embedder, put in place of the model in every mdindex process the
 # bench starts (the one place the model is made: mdindex.runtime).
@@ -389,9 +399,36 @@ def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -
         file=sys.stderr,
     )
     keep_so_far(work, row)
-    if args.batch_only:
-        return sizes(env, work, row, args.keep)
+    if not args.batch_only:
+        daemon_stages(env, row, files, args)
+    return sizes(env, work, row, args.keep)
 
+
+def kept(work: Path, files: list[tuple[str, str]], args: argparse.Namespace) -> dict[str, Any]:
+    """The daemon's stages again on the tree, git and state an earlier run kept
+    in ``work`` (``--keep``), with its one-shot figures from its row.json: the
+    searches of the code checked out now, without a cold run."""
+    row = json.loads((work / "row.json").read_text())
+    for key in [k for k in row if k.startswith(DAEMON_FIGURES)]:
+        del row[key]
+    env = Env(work, stand_in=row["embedder"] == "fixed", layout=row["layout"])
+    daemon_stages(env, row, files, args)
+    return sizes(env, work, row, keep=True)
+
+
+# the figures daemon_stages measures, cleared before it runs again on a kept tree
+DAEMON_FIGURES = ("daemon_", "rescan_", "edit_", "burst_", "search_", "recall10_")
+
+
+def daemon_stages(
+    env: Env, row: dict[str, Any], files: list[tuple[str, str]], args: argparse.Namespace
+) -> None:
+    """`mdindex watch` on the indexed tree: start, rescan, edits, a burst,
+    searches and their recall, into ``row``."""
+    size = row["files"]
+    # Whatever ran before (verify, a probe of the kept store) left more or less
+    # of the store's pages cached; each size starts from none.
+    drop_cached(env.state)
     daemon = Daemon(env)
     try:
         row["daemon_start_s"] = daemon.wait_watching()
@@ -423,7 +460,8 @@ def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -
         row["edit_p95_s"] = pct(latencies, 0.95)
 
         # a burst: `git checkout` of a branch with 1,000 files changed
-        env.git("checkout", "-q", "-b", "burst")
+        branch = f"burst{time.time_ns()}"  # a kept tree has the runs' before it
+        env.git("checkout", "-q", "-b", branch)
         changed = rng.sample(paths, min(1000, len(paths)))
         for n, path in enumerate(changed):
             with open(path, "a", encoding="utf-8") as f:
@@ -432,7 +470,7 @@ def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -
         env.git("checkout", "-q", "main")
         status_wait(env)
         t0 = time.perf_counter()
-        env.git("checkout", "-q", "burst")
+        env.git("checkout", "-q", branch)
         checkout_s = time.perf_counter() - t0
         status_wait(env)
         row["burst_s"] = time.perf_counter() - t0
@@ -447,17 +485,21 @@ def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -
         queries = [" ".join(random.Random(q).sample(WORDS, 3)) for q in range(args.queries)]
         for mode in ("hybrid", "dense"):
             for filtered in (False, True):
-                times = []
-                for q in queries:
-                    params = {"q": q, "k": 10, "mode": mode}
-                    if filtered:
-                        params["path"] = "set000/"
-                    t0 = time.perf_counter()
-                    daemon.ask("/search?" + urllib.parse.urlencode(params))
-                    times.append(time.perf_counter() - t0)
                 name = f"search_{mode}{'_path' if filtered else ''}"
-                row[name + "_p50_ms"] = statistics.median(times) * 1000
-                row[name + "_p95_ms"] = pct(times, 0.95) * 1000
+                # Each question twice: first as it comes, right after the burst
+                # (the store's pages as the burst left them; on this machine
+                # DAMON pages out what sat idle for 60 s), then again, warm.
+                for suffix in ("", "_warm"):
+                    times = []
+                    for q in queries:
+                        params = {"q": q, "k": 10, "mode": mode}
+                        if filtered:
+                            params["path"] = "set000/"
+                        t0 = time.perf_counter()
+                        daemon.ask("/search?" + urllib.parse.urlencode(params))
+                        times.append(time.perf_counter() - t0)
+                    row[f"{name}{suffix}_p50_ms"] = statistics.median(times) * 1000
+                    row[f"{name}{suffix}_p95_ms"] = pct(times, 0.95) * 1000
         # Every word of the queries above is in about 38 % of the chunks (the
         # generated sentences draw on 50 words): a worst case for the sparse
         # half. The corpus's own headings ask as people do.
@@ -482,7 +524,7 @@ def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -
         row["daemon_peak_rss_mb"] = proc_mem_mb(daemon.proc.pid, "VmHWM")
     finally:
         daemon.stop()
-    keep_so_far(work, row)
+    keep_so_far(env.work, row)
     # recall of the searches above against exact ones, in a process of its own
     asked = json.dumps(queries + headings[: args.queries])
     code = (STAND_IN if env.stand_in else "") + RECALL
@@ -495,7 +537,6 @@ def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -
     if proc.returncode != 0:
         sys.exit(f"recall failed:\n{proc.stderr[-3000:]}")
     row |= json.loads(proc.stdout.strip().splitlines()[-1])
-    return sizes(env, work, row, args.keep)
 
 
 def sizes(env: Env, work: Path, row: dict[str, Any], keep: bool) -> dict[str, Any]:
@@ -537,8 +578,11 @@ COLUMNS = [
     "burst_s",
     "search_hybrid_p50_ms",
     "search_hybrid_p95_ms",
+    "search_hybrid_warm_p50_ms",
+    "search_hybrid_warm_p95_ms",
     "search_hybrid_path_p50_ms",
     "search_dense_p50_ms",
+    "search_dense_warm_p50_ms",
     "search_dense_path_p50_ms",
     "search_hybrid_headings_p50_ms",
     "search_dense_headings_p50_ms",
@@ -647,13 +691,22 @@ def main() -> None:
         action="store_true",
         help="the one-shot commands only (cold backfill, no-op, status, verify): no daemon",
     )
+    ap.add_argument(
+        "--kept",
+        help="run folders kept by an earlier --keep run, comma-separated: the daemon's "
+        "stages again on each (the code checked out now), its one-shot figures kept",
+    )
     args = ap.parse_args()
     if args.large:
         args.sizes, args.embedder = "25000,50000,100000,200000", "fixed"
     files = corpus_files(corpus_dir(args.corpus))
     paging = reclaim()
     cpu = cpu_name() + (f"; {paging}" if paging else "")
-    rows = [measure(int(s), files, args) for s in args.sizes.split(",")]
+    if args.kept:
+        rows = [kept(Path(w), files, args) for w in args.kept.split(",")]
+        args.embedder, args.layout = rows[0]["embedder"], rows[0]["layout"]
+    else:
+        rows = [measure(int(s), files, args) for s in args.sizes.split(",")]
     rate = args.model_chunks_per_s or (
         rows[0]["cold_chunks_per_s"] if args.embedder == "model" else model_rate()
     )
@@ -675,7 +728,7 @@ def main() -> None:
     flagged = growth(rows)
     name = "scale" if args.embedder == "model" else "scale_large"
     name += "" if args.layout == "default" else f"_{args.layout}"
-    name += "_batch" if args.batch_only else ""
+    name += "_batch" if args.batch_only else "_kept" if args.kept else ""
     write_json(
         name,
         {

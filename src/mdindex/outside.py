@@ -29,7 +29,9 @@ def number(value: Any, what: str, lo: float, hi: float) -> float:
         with contextlib.suppress(ValueError):
             value = float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{what} must be a number, not {_kind(value)}")
+        # text by what it says ('many'), anything else by its kind (bool, list)
+        seen = quoted(value, 40) if isinstance(value, str) else _kind(value)
+        raise ValueError(f"{what} must be a number, not {seen}")
     bounds = f"{_bound(lo)} to {_bound(hi)}"
     try:
         out = float(value)

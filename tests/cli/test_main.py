@@ -239,8 +239,8 @@ def test_status_versions_eval_and_errors_do_not_print_terminal_escapes(
         ("1e309", "k must be 1 to 100, not inf"),
         ("1.5", "k must be a whole number, not 1.5"),
         ("9" * 30, "k must be 1 to 100, not a larger number"),
-        ("9" * 5000, "k must be a number, not str"),
-        ("true", "k must be a number, not str"),
+        ("9" * 5000, "k must be a number, not '" + "9" * 39 + "… (5,000 characters)"),
+        ("true", "k must be a number, not 'true'"),
         ("0", "k must be 1 to 100, not 0"),
     ],
 )
