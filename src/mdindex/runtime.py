@@ -9,6 +9,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from mdindex.index.groups import GROUP_CHARS
 from mdindex.index.indexer import Hooks, Indexer
 from mdindex.index.planning import Planner
 from mdindex.index.search import Query, search
-from mdindex.index.state import State
+from mdindex.index.state import State, points_under
 from mdindex.outside import secret
 from mdindex.sinks import Store
 
@@ -138,9 +139,10 @@ class Models:
     chunker: Chunker
     planner: Planner
 
-    def search(self, store: Store, query: Query) -> list[dict[str, Any]]:
+    def search(self, store: Store, query: Query, state: Path | None = None) -> list[dict[str, Any]]:
         """``query`` asked of ``store`` with these models: the version's query
-        prompt and the languages its model reads."""
+        prompt and the languages its model reads; ``state``, the version's
+        state, names the documents under a path prefix (``name_paths``)."""
         return search(
             self.embedder,
             self.planner.sparse,
@@ -148,6 +150,7 @@ class Models:
             query,
             self.planner.query_prompt,
             self.planner.model_languages,
+            None if state is None else partial(points_under, state),
         )
 
 

@@ -10,7 +10,14 @@ from hypothesis import given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
-from mdindex.index.search import MAX_PASSAGES, Query, parse_where, passages, search
+from mdindex.index.search import (
+    MAX_PASSAGES,
+    Query,
+    name_paths,
+    parse_where,
+    passages,
+    search,
+)
 from mdindex.query.status import offline_status
 from mdindex.runtime import make_models, make_store
 from mdindex.sinks.base import Hit, SearchFilter
@@ -80,6 +87,30 @@ def test_filters_run_inside_the_engine(tmp_path: Path, two_roots: tuple[Path, Pa
     stored = {p["doc_path"]: p for p in stored_points(s).values()}
     assert stored["todo.md"]["tags"] == ["ops", "ops/keys", "urgent"]
     assert stored["api/auth.md"]["tags"] == ["api", "release"]
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_path_prefix_names_the_documents_under_it_from_the_state(
+    tmp_path: Path, two_roots: tuple[Path, Path], store: str
+) -> None:
+    """The engine finds them through its keyword index (a prefix alone is
+    tested on every point its graph visits); where the state knows none of
+    them, the prefix still finds what the store holds."""
+    docs, notes = two_roots
+    s = settings_for(tmp_path, [docs, notes], store=store)
+    run_backfill(s, TinyEmbedder())
+    with build_indexer(s, TinyEmbedder()) as indexer:
+        query = Query("tokens", k=10, path="api/")
+        named = name_paths(query.store_filter(), indexer.paths_under, [0.0] * 384)
+        assert named.doc_paths == ("api/auth.md", "api/limits.md")
+        assert named.path_prefix == "api/"
+        assert indexer.paths_under(("notes",), "api/", 100) is None  # none there
+        assert indexer.paths_under((), "api/", 1) is None  # past the scan threshold
+        assert paths(indexer.search(query)) == ["docs:api/auth.md", "docs:api/limits.md"]
+        with indexer.state.transaction() as db:  # the state forgets them
+            db.execute("DELETE FROM points WHERE path LIKE 'api/%'")
+        assert indexer.paths_under((), "api/", 100) is None
+        assert paths(indexer.search(query)) == ["docs:api/auth.md", "docs:api/limits.md"]
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ import time
 from pathlib import Path
 
 from mdindex.documents.files import Failure
-from mdindex.index.state import DocRow, PointRow, State
+from mdindex.index.state import DocRow, PointRow, State, points_under
 from mdindex.index.tables import languages, put_languages
 
 
@@ -30,6 +30,44 @@ def test_under_is_exactly_the_file_or_the_folder(tmp_path: Path) -> None:
     plans = [" ".join(r[3] for r in state.db.execute("EXPLAIN QUERY PLAN " + q)) for q in said]
     assert len(plans) == 4 and all("path" in p and "SCAN" not in p for p in plans), plans
     state.close()
+
+
+def test_points_under_names_the_documents_a_prefix_covers_read_only(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    state = State(path)
+    paths = ["a/b", "a/b/x.md", "a/b/c/y.md", "a/b.md", "a/bc.md", "a/c.md", "b.md", "é/ü.md"]
+    state.commit_docs(
+        [("r", p, DocRow(1, 1, "h", "f"), [PointRow(f"id-{p}", "k")]) for p in paths], "now"
+    )
+    state.commit_docs([("r", "a/empty.md", DocRow(1, 1, "h", "f"), [])], "now")  # no points
+    state.mark_pending([("r", "a/b/new.md", [PointRow("id-new", "k"), PointRow("id-n2", "k")])])
+    state.commit_docs(
+        [("other", "a/b/z.md", DocRow(1, 1, "h", "f"), [PointRow("id-o", "k")])], "now"
+    )
+    under_ab = ["a/b", "a/b.md", "a/b/c/y.md", "a/b/new.md", "a/b/x.md", "a/bc.md"]
+    # a prefix as MatchPrefix reads it, pending points included, every root by default
+    assert points_under(path, ["r"], "a/b", 100) == under_ab
+    assert points_under(path, [], "a/b", 100) == sorted([*under_ab, "a/b/z.md"])
+    assert points_under(path, ["other"], "a/", 100) == ["a/b/z.md"]
+    assert points_under(path, [], "é/", 100) == ["é/ü.md"]
+    # the points counted, not the documents: 7 points under "a/b" in root r
+    assert points_under(path, ["r"], "a/b", 7) == under_ab
+    assert points_under(path, ["r"], "a/b", 6) is None
+    # nothing under it, a root without it, a document without points: the prefix stays
+    assert points_under(path, [], "q/", 100) is None
+    assert points_under(path, ["nowhere"], "a/", 100) is None
+    assert points_under(path, ["r"], "a/empty", 100) is None
+    # no successor to bound the range, a lone surrogate, no state: the prefix stays
+    assert points_under(path, [], "a\U0010ffff", 100) is None
+    assert points_under(path, [], "a\udcff", 100) is None
+    assert points_under(tmp_path / "none.sqlite3", [], "a/", 100) is None
+    assert not (tmp_path / "none.sqlite3").exists()
+    # beside a writer holding the state's own connection in a transaction
+    with state.transaction():
+        assert points_under(path, ["r"], "a/c", 100) == ["a/c.md"]
+    state.close()
+    # and with no writer: the last close took the -wal and -shm files away
+    assert points_under(path, ["r"], "a/c", 100) == ["a/c.md"]
 
 
 def test_languages_count_the_documents_written_and_an_older_state_gains_the_table(

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from mdindex.errors import LockError, StoreError, StoreUnavailable
-from mdindex.sinks.base import Retrier, files_signature
+from mdindex.sinks.base import Retrier
 from tests.conftest import FakeTime
 
 
@@ -68,19 +65,3 @@ def test_our_own_errors_pass_through_untouched(clock: FakeTime) -> None:
             retry("open", call)  # type: ignore[arg-type]
         assert exc.value is err and len(calls) == 1
     assert clock.sleeps == []
-
-
-def test_files_signature_of_a_folder_with_odd_entries(tmp_path: Path) -> None:
-    """Offline status reads it: a name that is not UTF-8 raised an internal
-    error out of it, and a link loop made status exit 2 (hostile review)."""
-    folder = tmp_path / "store"
-    folder.mkdir()
-    assert files_signature(folder) == "absent" == files_signature(tmp_path / "none")
-    (folder / "a.dat").write_bytes(b"12")
-    plain = files_signature(folder)
-    assert len(plain) == 32
-    open(os.fsencode(folder) + b"/junk\xff", "w").close()
-    odd = files_signature(folder)
-    assert len(odd) == 32 and odd != plain
-    (folder / "loop").symlink_to("loop")
-    assert files_signature(folder) == ""  # cannot tell: nothing is taken as unchanged

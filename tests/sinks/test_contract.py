@@ -282,6 +282,11 @@ def test_search_filter_selects_roots_path_prefix_and_frontmatter(filled: Store) 
     assert scrolled(filled, nested) == {pid(2)}
     every = SearchFilter(roots=("docs", "wiki"), path_prefix="guide/a", where=(("tags", ("z",)),))
     assert scrolled(filled, search_filter(every)) == {pid(3)}
+    # the documents under the prefix named: matched exactly, through the keyword index
+    named = SearchFilter(path_prefix="guide/", doc_paths=("guide/a.md",))
+    assert scrolled(filled, search_filter(named)) == {pid(0), pid(3)}
+    both = SearchFilter(roots=("wiki",), path_prefix="guide/", doc_paths=("guide/a.md", "index.md"))
+    assert scrolled(filled, search_filter(both)) == {pid(3)}
 
 
 def test_doc_filter_is_one_document_exactly(filled: Store) -> None:

@@ -17,7 +17,7 @@ from mdindex.index import graph, vectors
 from mdindex.index.changes import Changes, Detector, Key
 from mdindex.index.planning import Planner
 from mdindex.index.search import Query, search
-from mdindex.index.state import DocRow, State
+from mdindex.index.state import DocRow, State, points_under
 from mdindex.index.tables import languages as state_languages
 from mdindex.sinks import Store
 
@@ -116,7 +116,13 @@ class IndexView:
             query,
             self.planner.query_prompt,
             self.planner.model_languages,
+            self.paths_under,
         )
+
+    def paths_under(self, roots: tuple[str, ...], prefix: str, most: int) -> list[str] | None:
+        """The documents under ``prefix`` in ``roots`` (every root when none) that
+        hold points, as the state records them (``index.search.name_paths``)."""
+        return points_under(self.state.path, roots, prefix, most)
 
     def store_status(self, points: int | None = None) -> dict[str, Any]:
         """Where the store is, how many points it holds, and what its engine says

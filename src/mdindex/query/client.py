@@ -238,7 +238,7 @@ class IndexClient:
 
     def search_here(self, query: Query) -> list[dict[str, Any]]:
         """Search without a daemon: the live version's model and store, opened here."""
-        from mdindex.runtime import make_models, make_store, version_of
+        from mdindex.runtime import make_models, make_store, state_path, version_of
         from mdindex.versions.catalog import nothing_indexed, require_live
 
         live = self.live_settings()
@@ -256,7 +256,7 @@ class IndexClient:
             models = self._models[1]
             store.open()
             try:
-                return models.search(store, query)
+                return models.search(store, query, state_path(live))
             except ValueError as exc:
                 raise ConfigError(f"search: {exc}") from None
         finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -40,16 +39,29 @@ class SearchFilter:
     ``roots``; ``doc_path`` starting with ``path_prefix``; and for each
     (key, values) of ``where``, ``meta.<key>`` equal to one of the values (a
     list in the frontmatter matches when any item does); and each of ``tags``
-    among the payload's ``tags``; ``lang`` the payload's ``lang``."""
+    among the payload's ``tags``; ``lang`` the payload's ``lang``.
+
+    ``doc_paths``, when given, names every document under ``path_prefix``
+    (``index.search.name_paths``): the engine then finds them through its
+    keyword index on ``doc_path`` instead of testing the prefix on each point."""
 
     roots: tuple[str, ...] = ()
     path_prefix: str = ""
     where: tuple[tuple[str, tuple[str | int | bool, ...]], ...] = ()
     tags: tuple[str, ...] = ()
     lang: str = ""
+    doc_paths: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.roots or self.path_prefix or self.where or self.tags or self.lang)
+
+
+# Below this much vector data (KB) a filtered search scans the points the
+# filter leaves instead of walking the graph (Qdrant's default, on a server
+# and as edge's shard.create sets it); sparse vectors scan below SPARSE_SCAN
+# points (Qdrant's default too).
+FULL_SCAN_KB = 10_000
+SPARSE_SCAN = 5_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,37 +373,3 @@ def free_bytes(path: Path) -> int | None:
     except OSError:
         return None
     return stat.f_bavail * stat.f_frsize
-
-
-def folder_bytes(folder: Path) -> int:
-    """Disk blocks in use under ``folder``, in bytes (0 when it is missing)."""
-    total = 0
-    for dirpath, _, names in os.walk(folder):
-        for name in names:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-            except FileNotFoundError:
-                continue
-    return total
-
-
-def files_signature(folder: Path) -> str:
-    """Sizes and mtimes of every file under ``folder``; "absent" when it is
-    missing, "" when a file cannot be looked at (no signature: nothing is taken
-    as unchanged). Offline status reads it: a link loop in the store made it
-    exit 2, and a name that is not UTF-8 an internal error."""
-    if not folder.is_dir():
-        return "absent"
-    parts: list[bytes] = []
-    for dirpath, _, names in sorted(os.walk(folder)):
-        for name in sorted(names):
-            try:
-                st = os.stat(os.path.join(dirpath, name))
-            except FileNotFoundError:
-                continue
-            except OSError:
-                return ""
-            parts.append(os.fsencode(name) + f":{st.st_size}:{st.st_mtime_ns}".encode())
-    if not parts:
-        return "absent"
-    return hashlib.sha256(b"/".join(parts)).hexdigest()[:32]

@@ -90,7 +90,9 @@ def search_filter(spec: SearchFilter) -> Any:
     must: list[Any] = []
     if spec.roots:
         must.append(FieldCondition(key="root", match=MatchAny(list(spec.roots))))
-    if spec.path_prefix:
+    if spec.doc_paths:
+        must.append(FieldCondition(key="doc_path", match=MatchAny(list(spec.doc_paths))))
+    elif spec.path_prefix:
         must.append(FieldCondition(key="doc_path", match=MatchPrefix(spec.path_prefix)))
     for key, values in spec.where:
         must.append(

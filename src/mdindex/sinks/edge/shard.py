@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from mdindex.embedding.sparse import SPARSE_NAME
 from mdindex.errors import LayoutMismatch, LockError, StoreError, StoreMismatch
 from mdindex.jsonfile import load_json, private_dir
-from mdindex.sinks.base import INDEXED_KEYS, MIN_FREE_BYTES, Point, free_bytes
+from mdindex.sinks.base import FULL_SCAN_KB, INDEXED_KEYS, MIN_FREE_BYTES, Point, free_bytes
 from mdindex.sinks.edge.optimize import has_graph, unindexed
 
 if TYPE_CHECKING:
@@ -31,8 +31,6 @@ QUANTILE = 0.99
 # 0.984 against 0.954. It takes 2.3x as long to build (783 s against 345).
 HNSW_M = 32
 HNSW_EF_CONSTRUCT = 256
-# Below this much vector data (KB) a filtered search scans (Qdrant's default).
-FULL_SCAN_KB = 10_000
 
 
 def load(path: Path) -> EdgeShard:

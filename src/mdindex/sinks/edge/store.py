@@ -22,8 +22,6 @@ from mdindex.sinks.base import (
     Retrier,
     Scrolling,
     StoreQuery,
-    files_signature,
-    folder_bytes,
     paged,
     sparse_by_id,
     waiting_for_lock,
@@ -44,6 +42,7 @@ from mdindex.sinks.edge.shard import (
     vector_of,
 )
 from mdindex.sinks.folder import left_open, unwritable
+from mdindex.sinks.folders import files_signature, folder_bytes
 
 if TYPE_CHECKING:
     from qdrant_edge import EdgeShard

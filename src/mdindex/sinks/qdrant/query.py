@@ -56,7 +56,10 @@ def search_filter(spec: SearchFilter) -> Any:
     must: list[Any] = []
     if spec.roots:
         must.append(qm.FieldCondition(key="root", match=qm.MatchAny(any=list(spec.roots))))
-    if spec.path_prefix:
+    if spec.doc_paths:
+        paths = qm.MatchAny(any=list(spec.doc_paths))
+        must.append(qm.FieldCondition(key="doc_path", match=paths))
+    elif spec.path_prefix:
         must.append(
             qm.FieldCondition(key="doc_path", match=qm.MatchPrefix(prefix=spec.path_prefix))
         )

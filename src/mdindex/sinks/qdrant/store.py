@@ -22,11 +22,11 @@ from mdindex.sinks.base import (
     Retrier,
     Scrolling,
     StoreQuery,
-    folder_bytes,
     paged,
     sparse_by_id,
     waiting_for_lock,
 )
+from mdindex.sinks.folders import folder_bytes
 from mdindex.sinks.qdrant.clients import (
     connect_local,
     connect_server,
