@@ -104,6 +104,13 @@ def test_a_path_prefix_names_the_documents_under_it_from_the_state(
         named = name_paths(query.store_filter(), indexer.paths_under, [0.0] * 384)
         assert named.doc_paths == ("api/auth.md", "api/limits.md")
         assert named.path_prefix == "api/"
+        # named while they hold fewer points than the engine scans: 10,000 KB of
+        # the query's vectors (6,666 of 384 floats, 2,500 of 1,024), 5,000 sparse
+        six_thousand = lambda roots, prefix, most: ["a.md"] if most >= 6_000 else None  # noqa: E731
+        where = query.store_filter()
+        assert name_paths(where, six_thousand, [0.0] * 384).doc_paths == ("a.md",)
+        assert name_paths(where, six_thousand, [0.0] * 1024).doc_paths == ()
+        assert name_paths(where, six_thousand, None).doc_paths == ()
         assert indexer.paths_under(("notes",), "api/", 100) is None  # none there
         assert indexer.paths_under((), "api/", 1) is None  # past the scan threshold
         assert paths(indexer.search(query)) == ["docs:api/auth.md", "docs:api/limits.md"]

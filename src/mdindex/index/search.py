@@ -300,14 +300,14 @@ def name_paths(
 ) -> SearchFilter:
     """``where`` with the documents under its path prefix named, when they hold
     few enough points for the engine to scan them (``FULL_SCAN_KB`` of the
-    query's vectors, ``SPARSE_SCAN``). A prefix alone is tested on every point
-    the engine's graph visits. bench/path_filter.py at 1.09M points (AMD EPYC):
-    1,107 documents (6k points) took 49.2 ms of dense search as a prefix, 2.6
-    named (hybrid 69.9, 32.1; the state names them in 3 ms); 11,070 (60k
-    points), past the threshold, 22.2 as a prefix and 47.0 named."""
+    query's vectors; ``SPARSE_SCAN`` without one). A prefix alone is tested on
+    every point the engine's graph visits. bench/path_filter.py at 1.09M points
+    (AMD EPYC): 1,107 documents (6k points) took 49.2 ms of dense search as a
+    prefix, 2.6 named (hybrid 69.9, 32.1; the state names them in 3 ms); 11,070
+    (60k points), past the threshold, 22.2 as a prefix and 47.0 named."""
     if not where.path_prefix or paths_under is None:
         return where
-    most = SPARSE_SCAN if dense is None else min(SPARSE_SCAN, FULL_SCAN_KB * 256 // len(dense))
+    most = SPARSE_SCAN if dense is None else FULL_SCAN_KB * 256 // len(dense)
     named = paths_under(where.roots, where.path_prefix, most)
     return replace(where, doc_paths=tuple(named)) if named else where
 
