@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -62,6 +63,8 @@ def test_points_under_names_the_documents_a_prefix_covers_read_only(tmp_path: Pa
     assert points_under(path, [], "a\udcff", 100) is None
     assert points_under(tmp_path / "none.sqlite3", [], "a/", 100) is None
     assert not (tmp_path / "none.sqlite3").exists()
+    os.mkfifo(tmp_path / "fifo.sqlite3")  # opened, it would wait for a writer
+    assert points_under(tmp_path / "fifo.sqlite3", [], "a/", 100) is None
     # beside a writer holding the state's own connection in a transaction
     with state.transaction():
         assert points_under(path, ["r"], "a/c", 100) == ["a/c.md"]

@@ -66,7 +66,7 @@ def points_under(path: Path, roots: Sequence[str], prefix: str, most: int) -> li
     read-only connection of its own: a daemon searches on threads beside its
     writer, which holds the state's."""
     end = prefix[:-1] + chr(ord(prefix[-1]) + 1) if prefix and prefix[-1] < "\U0010ffff" else ""
-    if not end:
+    if not end or not path.is_file():  # a FIFO there would hold the search for ever
         return None
     try:
         db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
