@@ -68,7 +68,12 @@ def integer(value: Any, what: str, lo: int, hi: int) -> int:
             raise ValueError(f"{what} must be {lo} to {hi}, not {shown}")
         return value
     if isinstance(value, str) and value.strip().lstrip("+-").isdigit() and len(value) <= 40:
-        return integer(int(value), what, lo, hi)
+        try:
+            whole = int(value)
+        except ValueError:  # "+-5", "²": digits that int() refuses, told as text below
+            whole = None
+        if whole is not None:
+            return integer(whole, what, lo, hi)
     out = number(value, what, lo, hi)
     if not out.is_integer():
         raise ValueError(f"{what} must be a whole number, not {out:.6g}")

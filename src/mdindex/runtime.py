@@ -101,7 +101,7 @@ def make_store(settings: Settings) -> Store:
         "batch_bytes": st.upsert_batch_bytes,
     }
     # Each engine imported only when used: qdrant_client alone takes 1.6 s.
-    if st.store == "edge" and not st.qdrant_url:
+    if st.edge:
         from mdindex.sinks.edge import EdgeStore
 
         return EdgeStore(
@@ -142,7 +142,7 @@ class Models:
     def search(self, store: Store, query: Query, state: Path | None = None) -> list[dict[str, Any]]:
         """``query`` asked of ``store`` with these models: the version's query
         prompt and the languages its model reads; ``state``, the version's
-        state, names the documents under a path prefix (``name_paths``)."""
+        state, names the documents under a path prefix on edge (``name_paths``)."""
         return search(
             self.embedder,
             self.planner.sparse,
@@ -150,7 +150,7 @@ class Models:
             query,
             self.planner.query_prompt,
             self.planner.model_languages,
-            None if state is None else partial(points_under, state),
+            partial(points_under, state) if state and self.settings.storage.edge else None,
         )
 
 

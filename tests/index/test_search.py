@@ -93,17 +93,22 @@ def test_filters_run_inside_the_engine(tmp_path: Path, two_roots: tuple[Path, Pa
 def test_a_path_prefix_names_the_documents_under_it_from_the_state(
     tmp_path: Path, two_roots: tuple[Path, Path], store: str
 ) -> None:
-    """The engine finds them through its keyword index (a prefix alone is
-    tested on every point its graph visits); where the state knows none of
-    them, the prefix still finds what the store holds."""
+    """On edge the engine finds them through its keyword index (a prefix alone
+    is tested on every point its graph visits); where the state knows none of
+    them, the prefix still finds what the store holds. qdrant-client's local
+    mode keeps the prefix: it tests a named path against every point in Python."""
     docs, notes = two_roots
     s = settings_for(tmp_path, [docs, notes], store=store)
     run_backfill(s, TinyEmbedder())
     with build_indexer(s, TinyEmbedder()) as indexer:
         query = Query("tokens", k=10, path="api/")
         named = name_paths(query.store_filter(), indexer.paths_under, [0.0] * 384)
-        assert named.doc_paths == ("api/auth.md", "api/limits.md")
+        edge = ("api/auth.md", "api/limits.md")
+        assert named.doc_paths == (edge if store == "edge" else ())
         assert named.path_prefix == "api/"
+        assert paths(indexer.search(query)) == ["docs:api/auth.md", "docs:api/limits.md"]
+        if store != "edge":
+            return
         # named while they hold fewer points than the engine scans: 10,000 KB of
         # the query's vectors (6,666 of 384 floats, 2,500 of 1,024), 5,000 sparse
         six_thousand = lambda roots, prefix, most: ["a.md"] if most >= 6_000 else None  # noqa: E731
@@ -127,6 +132,8 @@ def test_a_path_prefix_names_the_documents_under_it_from_the_state(
         ({"q": "x" * 5000}, "over 4096"),
         ({"q": "x", "k": 0}, "k must be 1 to 100"),
         ({"q": "x", "k": "many"}, "k must be a number, not 'many'"),
+        ({"q": "x", "k": "+-5"}, r"k must be a number, not '\+-5'"),  # digits int() refuses
+        ({"q": "x", "k": "²"}, "k must be a number, not '²'"),
         ({"q": "x", "k": True}, "k must be a number, not bool"),
         # the one checked conversion (mdindex.outside): finite, in range, whole
         ({"q": "x", "k": float("nan")}, "k must be 1 to 100, not nan"),

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import errno
 import os
 import time
 from pathlib import Path
+from unittest import mock
 
 from mdindex.documents.files import Failure
 from mdindex.index.state import DocRow, PointRow, State, points_under
@@ -65,6 +67,10 @@ def test_points_under_names_the_documents_a_prefix_covers_read_only(tmp_path: Pa
     assert not (tmp_path / "none.sqlite3").exists()
     os.mkfifo(tmp_path / "fifo.sqlite3")  # opened, it would wait for a writer
     assert points_under(tmp_path / "fifo.sqlite3", [], "a/", 100) is None
+    for code in (errno.EACCES, errno.EIO):  # a folder made unsearchable, a failing disk
+        refused = OSError(code, os.strerror(code), str(path))
+        with mock.patch("mdindex.index.state.os.stat", side_effect=refused):
+            assert points_under(path, [], "a/", 100) is None
     # beside a writer holding the state's own connection in a transaction
     with state.transaction():
         assert points_under(path, ["r"], "a/c", 100) == ["a/c.md"]

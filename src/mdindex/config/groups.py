@@ -115,6 +115,13 @@ class StoreGroup:
     quantization: str
     write_ordering: str
 
+    @property
+    def edge(self) -> bool:
+        """An edge shard: written only by the mdindex process holding its lock,
+        which records every point in the state before writing it. A server may
+        have other writers (Ray workers, another machine)."""
+        return self.store == "edge" and not self.qdrant_url
+
 
 @dataclass(frozen=True)
 class EmbeddingGroup:

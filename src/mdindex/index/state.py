@@ -9,7 +9,9 @@ disagrees with the store, it is rebuilt from the store. Its tables are
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
+import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -66,9 +68,11 @@ def points_under(path: Path, roots: Sequence[str], prefix: str, most: int) -> li
     read-only connection of its own: a daemon searches on threads beside its
     writer, which holds the state's."""
     end = prefix[:-1] + chr(ord(prefix[-1]) + 1) if prefix and prefix[-1] < "\U0010ffff" else ""
-    if not end or not path.is_file():  # a FIFO there would hold the search for ever
+    if not end:
         return None
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would hold the search for ever
+            return None
         db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
         try:
             labels = list(roots) or [str(r[0]) for r in db.execute(_ROOTS)]
@@ -79,7 +83,7 @@ def points_under(path: Path, roots: Sequence[str], prefix: str, most: int) -> li
             ).fetchall()
         finally:
             db.close()
-    except (sqlite3.Error, UnicodeEncodeError):  # a prefix ending in a lone surrogate
+    except (OSError, sqlite3.Error, UnicodeEncodeError):  # EACCES; a lone surrogate
         return None
     if not rows or len(rows) > most:
         return None

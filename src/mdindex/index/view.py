@@ -121,7 +121,12 @@ class IndexView:
 
     def paths_under(self, roots: tuple[str, ...], prefix: str, most: int) -> list[str] | None:
         """The documents under ``prefix`` in ``roots`` (every root when none) that
-        hold points, as the state records them (``index.search.name_paths``)."""
+        hold points, as the state records them (``index.search.name_paths``); on
+        edge only: a server may hold points other writers made, and
+        qdrant-client's local mode tests a named path against every point in
+        Python (6,000 points, 3,000 named: 3.90 s, and 0.06 s as a prefix)."""
+        if not self.settings.storage.edge:
+            return None
         return points_under(self.state.path, roots, prefix, most)
 
     def store_status(self, points: int | None = None) -> dict[str, Any]:
