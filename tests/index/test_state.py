@@ -35,6 +35,21 @@ def test_under_is_exactly_the_file_or_the_folder(tmp_path: Path) -> None:
     state.close()
 
 
+def test_known_docs_are_those_with_a_row_or_with_points(tmp_path: Path) -> None:
+    state = State(tmp_path / "s.sqlite3")
+    state.rebuild([("id-1", "r", "from-store.md", "k"), ("id-2", "r", "from-store.md", "k")])
+    state.commit_docs([("r", "row.md", DocRow(1, 1, "h", "f"), [PointRow("id-3", "k")])], "now")
+    state.commit_docs([("r", "empty.md", DocRow(1, 1, "h", "f"), [])], "now")
+    state.mark_pending([("s", "new.md", [PointRow("id-4", "k"), PointRow("id-5", "k")])])
+    assert state.known_docs() == {
+        ("r", "from-store.md"),  # points only: a state rebuilt from the store
+        ("r", "row.md"),
+        ("r", "empty.md"),  # a row, no points
+        ("s", "new.md"),  # pending points only
+    }
+    state.close()
+
+
 def test_points_under_names_the_documents_a_prefix_covers_read_only(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite3"
     state = State(path)
