@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from mdindex.config import Root
 from mdindex.documents.files import FileRef, PathFilter, glob_regex, printable, scan
 
@@ -35,6 +38,25 @@ def test_hidden_files_and_folders_are_never_documents() -> None:
     assert accept("a/b.md")
     assert not accept.may_contain(".git") and not accept.may_contain("a/.trash")
     assert accept.may_contain("a/b") and accept.may_contain("")
+
+
+PATHS = st.text(alphabet="ab./*?\n\\[]é", max_size=12)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(PATHS, max_size=3), st.lists(PATHS, max_size=3), PATHS)
+def test_the_filter_is_its_rule_path_by_path(
+    include: list[str], exclude: list[str], rel: str
+) -> None:
+    """One pattern for all the globs, and string tests for the hidden parts,
+    decide as the rule does, a part and a glob at a time."""
+    parts = rel.split("/")
+    rule = (
+        not any(p.startswith(".") or p == "" for p in parts)
+        and any(glob_regex(g).match(rel) for g in include)
+        and not any(glob_regex(g).match(rel) for g in exclude)
+    )
+    assert PathFilter(include, exclude)(rel) == rule
 
 
 def test_scan_yields_documents_in_order_and_skips_hidden_folders(tmp_path: Path) -> None:
