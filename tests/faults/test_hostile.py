@@ -400,7 +400,7 @@ def test_a_huge_heading_costs_its_file_only(tmp_path: Path) -> None:
     result = run_backfill(s, TinyEmbedder())
     assert time.perf_counter() - started < 15
     assert result["files_failed"] == 0 and result["files_changed"] == 2
-    from mdindex.sinks.folders import folder_bytes
+    from mdindex.sinks.folder import folder_bytes
 
     assert folder_bytes(s.state_dir) < 30_000_000  # on disk, as du counts (edge maps sparse files)
     payloads = [p for p in stored_points(s).values() if p["doc_path"] == "evil.md"]

@@ -41,8 +41,7 @@ from mdindex.sinks.edge.shard import (
     update,
     vector_of,
 )
-from mdindex.sinks.folder import left_open, unwritable
-from mdindex.sinks.folders import files_signature, folder_bytes
+from mdindex.sinks.folder import files_signature, folder_bytes, left_open, unwritable
 
 if TYPE_CHECKING:
     from qdrant_edge import EdgeShard

@@ -26,7 +26,7 @@ from mdindex.sinks.base import (
     sparse_by_id,
     waiting_for_lock,
 )
-from mdindex.sinks.folders import folder_bytes
+from mdindex.sinks.folder import folder_bytes
 from mdindex.sinks.qdrant.clients import (
     connect_local,
     connect_server,

@@ -1,11 +1,11 @@
-"""A local store's folder on disk: its signature and its size."""
+"""A local store's folder: the signature of its files."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from mdindex.sinks.folders import files_signature
+from mdindex.sinks.folder import files_signature
 
 
 def test_files_signature_of_a_folder_with_odd_entries(tmp_path: Path) -> None:
