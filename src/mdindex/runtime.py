@@ -9,7 +9,6 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +22,8 @@ from mdindex.index.groups import GROUP_CHARS
 from mdindex.index.indexer import Hooks, Indexer
 from mdindex.index.planning import Planner
 from mdindex.index.search import Query, search
-from mdindex.index.state import State, points_under
+from mdindex.index.state import State
+from mdindex.index.view import path_namer
 from mdindex.outside import secret
 from mdindex.sinks import Store
 
@@ -150,7 +150,7 @@ class Models:
             query,
             self.planner.query_prompt,
             self.planner.model_languages,
-            partial(points_under, state) if state and self.settings.storage.edge else None,
+            path_namer(state, self.settings.storage),
         )
 
 
