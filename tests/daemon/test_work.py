@@ -166,6 +166,23 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(tmp_path: Path) -> 
         d.stop()
 
 
+def test_after_a_whole_scan_the_store_is_read_ahead(tmp_path: Path, root: Path) -> None:
+    """The files searches read come back into the page cache after the scan, so
+    the first searches wait on no disk (mdindex.sinks.edge.pages.read_ahead)."""
+    from tests.sinks.edge.test_pages import cached_share, drop_cached, part_files, wait_cached
+
+    s = settings_for(tmp_path, [str(root)], store="edge")
+    with started(s):
+        pass
+    shard = s.store_path / collection_of(s)
+    payloads = part_files(shard, "payload_storage")
+    drop_cached([p for p in shard.rglob("*") if p.is_file()])
+    assert payloads and cached_share(payloads) < 0.2
+    with started(s) as daemon:
+        assert wait_cached(payloads, 0.9) >= 0.9
+        assert daemon.api.search({"q": "cherries", "k": 1})[0]["doc_path"] == "sub/c.md"
+
+
 HOSTILE_ANSWERS = {
     "index Infinity": b'{"data": [{"index": Infinity, "embedding": [1.0, 0.0]}]}',
     "duplicate indices": b'{"data": [{"index": 0, "embedding": [1]}, {"index": 0, "embedding": [1]}]}',  # noqa: E501

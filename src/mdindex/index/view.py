@@ -5,6 +5,7 @@ power to write."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
@@ -225,6 +226,12 @@ class IndexView:
     def let_go(self) -> None:
         """Give back the memory the store's points read so far took (``Store.let_go``)."""
         self.store.let_go()
+
+    def read_ahead(self) -> None:
+        """Have the store's files that searches read at random read into the page
+        cache, in a thread (``Store.read_ahead``): the daemon's first searches
+        after its start or an index build then wait on no disk."""
+        threading.Thread(target=self.store.read_ahead, name="read-ahead", daemon=True).start()
 
     def vector_donors(self) -> dict[str, str]:
         """A stored point for every vector key the state knows."""

@@ -154,6 +154,11 @@ class Store(Protocol):
         store's mapped pages): a pass over every point calls it as it goes."""
         ...
 
+    def read_ahead(self) -> int:
+        """Have the files searches read at random read into the page cache (an
+        embedded store's; the daemon asks); the bytes asked for."""
+        ...
+
     def describe(self, points: int | None = None) -> dict[str, Any]:
         """What `status` shows about the engine; never waits for a busy store.
         ``points``: the store's count where the caller knows it (a closed store
@@ -203,6 +208,9 @@ class Scrolling:
 
     def let_go(self) -> None:
         """A server holds the points: nothing of them is in this process."""
+
+    def read_ahead(self) -> int:
+        return 0
 
     def _retrieve(self, ids: list[str]) -> Sequence[Any]:
         """Records of these IDs with their vector and vector key (a store call)."""

@@ -1,17 +1,31 @@
-"""Letting go of the shard's data pages a pass has read (mdindex.sinks.edge.pages)."""
+"""Letting go of the shard's data pages a pass has read, and reading ahead what
+searches read (mdindex.sinks.edge.pages)."""
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import os
 import random
 import re
+import stat
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from mdindex.embedding.engines import give_back_heap
 from mdindex.embedding.sparse import Sparse
 from mdindex.sinks import Point
+from mdindex.sinks.base import StoreQuery
 from mdindex.sinks.edge import EdgeStore
-from mdindex.sinks.edge.pages import data_mappings
+from mdindex.sinks.edge.pages import (
+    LET_GO_SEARCHES,
+    READ_AHEAD_PARTS,
+    Pages,
+    data_mappings,
+    read_ahead,
+)
 
 
 def resident_kb(folder: Path, part: str) -> int:
@@ -116,4 +130,152 @@ def test_the_heap_a_closed_shard_held_is_given_back(tmp_path: Path) -> None:
     assert before - after > 10_000, (before, after)  # KB
     store.open()
     assert store.count() == 20_000
+    store.close()
+
+
+def stored_shard(tmp_path: Path, n: int = 2000) -> tuple[EdgeStore, dict[str, str]]:
+    """A closed shard of ``n`` points with 4 KB payloads that do not compress."""
+    store = EdgeStore("c", path=tmp_path / "c", batch_points=512)
+    store.ensure_collection(8)
+    rng = random.Random(0)
+    texts = {
+        str(uuid.UUID(int=i + 1)): " ".join(f"{rng.getrandbits(40):x}" for _ in range(400))
+        for i in range(n)
+    }
+    store.upsert(
+        [Point(pid, [rng.random() for _ in range(8)], {"text": t}) for pid, t in texts.items()]
+    )
+    store.close()
+    return store, texts
+
+
+def _mincore() -> Callable[[int, int, ctypes.Array[ctypes.c_ubyte]], int]:
+    fn = ctypes.CDLL(None, use_errno=True).mincore
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+    fn.restype = ctypes.c_int
+    mincore: Callable[[int, int, ctypes.Array[ctypes.c_ubyte]], int] = fn
+    return mincore
+
+
+def cached_share(files: list[Path]) -> float:
+    """The share of these files' pages in the page cache (mincore on a private
+    mapping, which touches none of them)."""
+    page, cached, total = mmap.PAGESIZE, 0, 0
+    for path in files:
+        size = path.stat().st_size if path.exists() else 0  # a journal comes and goes
+        if not size:
+            continue
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) as mm:
+            pages = (size + page - 1) // page
+            vec = (ctypes.c_ubyte * pages)()
+            address = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+            assert _mincore()(address, size, vec) == 0
+            cached += sum(v & 1 for v in vec)
+            total += pages
+            del address
+    return cached / total
+
+
+def drop_cached(files: list[Path]) -> None:
+    for path in files:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:  # the engine's journal comes and goes
+            continue
+        try:
+            os.fsync(fd)  # a dirty page cannot be dropped
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def wait_cached(files: list[Path], share: float) -> float:
+    """The files' cached share once it reaches ``share`` (the kernel reads ahead
+    in the background), or after 10 s."""
+    deadline = time.monotonic() + 10
+    while (now := cached_share(files)) < share and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return now
+
+
+def part_files(shard: Path, part: str) -> list[Path]:
+    return sorted(
+        p
+        for segment in (shard / "segments").iterdir()
+        for p in segment.rglob("*")
+        if p.is_file() and p.relative_to(segment).parts[0].split(".")[0] == part
+    )
+
+
+def test_read_ahead_brings_what_searches_read_into_the_page_cache(tmp_path: Path) -> None:
+    store, _ = stored_shard(tmp_path)
+    shard = store.path
+    payloads = part_files(shard, "payload_storage")
+    every = [p for part in READ_AHEAD_PARTS for p in part_files(shard, part)]
+    log = [p for p in shard.rglob("*") if p.is_file() and "wal" in p.parts]
+    drop_cached(every + log)
+    assert cached_share(payloads) < 0.2
+    asked = read_ahead(shard, budget=1 << 40)
+    assert asked == sum(p.stat().st_size for p in every) > 8_000_000
+    assert wait_cached(payloads, 0.9) >= 0.9
+    assert cached_share(log) < 0.2  # the log is not what searches read
+    # nothing was mapped into this process: the page cache holds them
+    assert resident_kb(shard, "payload_storage") == 0
+
+
+def test_read_ahead_stops_before_the_part_that_would_pass_its_budget(tmp_path: Path) -> None:
+    store, _ = stored_shard(tmp_path, n=500)
+    sizes = [
+        sum(p.stat().st_size for p in part_files(store.path, part)) for part in READ_AHEAD_PARTS
+    ]
+    assert read_ahead(store.path, budget=0) == 0
+    first = READ_AHEAD_PARTS.index("payload_storage")
+    budget = sum(sizes[: first + 1])
+    assert read_ahead(store.path, budget) == budget
+    assert read_ahead(store.path, budget - 1) == sum(sizes[:first])
+    assert read_ahead(tmp_path / "nothing", 1 << 40) == 0
+
+
+def test_read_ahead_reads_no_fifo_and_follows_no_link(tmp_path: Path) -> None:
+    store, _ = stored_shard(tmp_path, n=200)
+    outside = tmp_path / "outside.dat"
+    outside.write_bytes(os.urandom(1 << 20))
+    drop_cached([outside])
+    folder = part_files(store.path, "payload_storage")[0].parent
+    os.mkfifo(folder / "page_98.dat")  # opened for reading, it held read_ahead for ever
+    (folder / "page_99.dat").symlink_to(outside)
+    (folder.parent / "payload_index" / "out").symlink_to(tmp_path, target_is_directory=True)
+    expected = sum(
+        p.stat().st_size
+        for part in READ_AHEAD_PARTS
+        for p in part_files(store.path, part)
+        if not p.is_symlink() and stat.S_ISREG(p.lstat().st_mode)
+    )
+    assert read_ahead(store.path, 1 << 40) == expected
+    time.sleep(0.2)
+    assert cached_share([outside]) < 0.1
+
+
+def test_a_shard_is_read_ahead_once_for_each_set_of_segments(tmp_path: Path) -> None:
+    store, _ = stored_shard(tmp_path, n=200)
+    pages = Pages(store.path)
+    assert pages.read_ahead() > 0
+    assert pages.read_ahead() == 0  # the same segments: already asked for
+    new = store.path / "segments" / "new" / "payload_storage"
+    new.mkdir(parents=True)
+    (new / "page_0.dat").write_bytes(b"x" * 4096)
+    assert pages.read_ahead() > 0  # a build replaced them
+
+
+def test_searches_let_their_pages_go_every_few_searches(tmp_path: Path) -> None:
+    store, texts = stored_shard(tmp_path)
+    store.open()
+    rng = random.Random(1)
+    held = []
+    for _ in range(LET_GO_SEARCHES):
+        hits = store.search(StoreQuery(100, dense=[rng.random() for _ in range(8)]))
+        assert all(h.payload["text"] == texts[h.id] for h in hits) and len(hits) == 100
+        held.append(resident_kb(store.path, "payload_storage"))
+    assert held[-2] > 1_000  # 31 searches of 100 payloads of 4 KB: mapped
+    assert held[-1] < held[-2] / 10, held  # the 32nd let them go
     store.close()

@@ -27,7 +27,7 @@ from mdindex.sinks.base import (
     waiting_for_lock,
 )
 from mdindex.sinks.edge.optimize import add_written, optimize, wants_index
-from mdindex.sinks.edge.pages import page_out
+from mdindex.sinks.edge.pages import Pages
 from mdindex.sinks.edge.query import docs_filter, matches, plan
 from mdindex.sinks.edge.shard import (
     CONFIG_FILE,
@@ -89,6 +89,7 @@ class EdgeStore(Scrolling):
         self._retry = Retrier("qdrant-edge", str(path), retry_budget_s, _transient, path)
         self._searches_waiting = 0
         self._sparse: bool | None = None  # the shard has the sparse vector; None: unread
+        self.pages = Pages(path)
 
     @property
     def has_sparse(self) -> bool:
@@ -140,17 +141,8 @@ class EdgeStore(Scrolling):
             self.open()
             return
         log.info("creating edge store %s (%d-d cosine)", self.path, dimension)
-        self._shard = self._retry(
-            "create",
-            lambda: create(
-                self.path,
-                dimension,
-                sparse,
-                self.indexing_threshold_kb,
-                self.quantization,
-                self.on_disk_vectors,
-            ),
-        )
+        how = (self.indexing_threshold_kb, self.quantization, self.on_disk_vectors)
+        self._shard = self._retry("create", lambda: create(self.path, dimension, sparse, *how))
         self._sparse = sparse
         ensure_indexes(self.shard, self._retry, self.on_disk_vectors)
 
@@ -237,6 +229,7 @@ class EdgeStore(Scrolling):
             points = self._retry("search", lambda: self.shard.query(request))
         finally:
             self._searches_waiting -= 1
+        self.pages.searched()
         hits = [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in points]
         if checked:
             hits = [h for h in hits if matches(h.payload, checked)][:wanted]
@@ -254,7 +247,10 @@ class EdgeStore(Scrolling):
         return docs_filter(docs)
 
     def let_go(self) -> None:
-        page_out(self.path)
+        self.pages.let_go()
+
+    def read_ahead(self) -> int:
+        return self.pages.read_ahead()
 
     def describe(self, points: int | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {"engine": "qdrant-edge"}
