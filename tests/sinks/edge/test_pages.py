@@ -14,12 +14,15 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from mdindex.embedding.engines import give_back_heap
 from mdindex.embedding.sparse import Sparse
 from mdindex.sinks import Point
 from mdindex.sinks.base import StoreQuery
-from mdindex.sinks.edge import EdgeStore
+from mdindex.sinks.edge import EdgeStore, pages
 from mdindex.sinks.edge.pages import (
+    LET_GO_AFTER_S,
     LET_GO_SEARCHES,
     READ_AHEAD_PARTS,
     Pages,
@@ -258,16 +261,19 @@ def test_read_ahead_reads_no_fifo_and_follows_no_link(tmp_path: Path) -> None:
 
 def test_a_shard_is_read_ahead_once_for_each_set_of_segments(tmp_path: Path) -> None:
     store, _ = stored_shard(tmp_path, n=200)
-    pages = Pages(store.path)
-    assert pages.read_ahead() > 0
-    assert pages.read_ahead() == 0  # the same segments: already asked for
+    shard_pages = Pages(store.path)
+    assert shard_pages.read_ahead() > 0
+    assert shard_pages.read_ahead() == 0  # the same segments: already asked for
     new = store.path / "segments" / "new" / "payload_storage"
     new.mkdir(parents=True)
     (new / "page_0.dat").write_bytes(b"x" * 4096)
-    assert pages.read_ahead() > 0  # a build replaced them
+    assert shard_pages.read_ahead() > 0  # a build replaced them
 
 
-def test_searches_let_their_pages_go_every_few_searches(tmp_path: Path) -> None:
+def test_searches_let_their_pages_go_every_few_searches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pages, "LET_GO_AFTER_S", 600.0)  # the count alone lets go here
     store, texts = stored_shard(tmp_path)
     store.open()
     rng = random.Random(1)
@@ -278,4 +284,22 @@ def test_searches_let_their_pages_go_every_few_searches(tmp_path: Path) -> None:
         held.append(resident_kb(store.path, "payload_storage"))
     assert held[-2] > 1_000  # 31 searches of 100 payloads of 4 KB: mapped
     assert held[-1] < held[-2] / 10, held  # the 32nd let them go
+    store.close()
+
+
+def test_the_pages_of_searches_that_stop_are_let_go_soon_after(tmp_path: Path) -> None:
+    store, texts = stored_shard(tmp_path)
+    store.open()
+    rng = random.Random(2)
+    for _ in range(3):
+        hits = store.search(StoreQuery(100, dense=[rng.random() for _ in range(8)]))
+        assert [h.payload["text"] for h in hits] == [texts[h.id] for h in hits]
+    assert resident_kb(store.path, "payload_storage") > 1_000
+    deadline = time.monotonic() + LET_GO_AFTER_S + 5
+    while resident_kb(store.path, "payload_storage") > 100 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert resident_kb(store.path, "payload_storage") <= 100
+    # searched again, the pages come back from the page cache
+    hits = store.search(StoreQuery(100, dense=[rng.random() for _ in range(8)]))
+    assert [h.payload["text"] for h in hits] == [texts[h.id] for h in hits]
     store.close()

@@ -99,8 +99,11 @@ def page_out(folder: Path) -> int:
 # maps pages of its payloads and rescored vectors, and the kernel maps their
 # cached neighbours too: 200 new questions on the 100k-file store grew the RSS
 # by 214 MB, or 1,031 MB with every part read ahead. A page_out takes about
-# 3 ms, and the pages it lets go stay in the page cache.
+# 3 ms, and the pages it lets go stay in the page cache. Searches that stop
+# before the 32nd are let go LET_GO_AFTER_S after the first of them: what a
+# daemon holds once its searches stop does not depend on their count.
 LET_GO_SEARCHES = 32
+LET_GO_AFTER_S = 1.0
 
 # What a search reads at random, in the order read ahead: the ID trackers, the
 # graph, the payload indexes, each hit's payload, the keyword index's postings,
@@ -184,23 +187,36 @@ def available_memory() -> int:
 
 
 class Pages:
-    """One shard's pages in this process: its stored data let go every
-    LET_GO_SEARCHES searches, and what searches read read ahead when asked,
-    once for each set of segments (a build replaces them), within half of the
-    memory available."""
+    """One shard's pages in this process: what searches mapped let go every
+    LET_GO_SEARCHES searches or LET_GO_AFTER_S after the first of them, and what
+    searches read read ahead when asked, once for each set of segments (a build
+    replaces them), within half of the memory available."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._searches = 0
+        self._held = 0  # searches since the last let-go
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
         self._read_for: list[str] | None = None
         self._reading = threading.Lock()
 
     def searched(self) -> None:
-        self._searches += 1  # a lost count between threads only delays a let-go
-        if self._searches % LET_GO_SEARCHES == 0:
-            self.let_go()
+        with self._lock:
+            self._held += 1
+            if self._held < LET_GO_SEARCHES:
+                if self._timer is None:
+                    self._timer = threading.Timer(LET_GO_AFTER_S, self.let_go)
+                    self._timer.daemon = True  # a one-shot search exits at once
+                    self._timer.start()
+                return
+        self.let_go()
 
     def let_go(self) -> None:
+        with self._lock:
+            self._held = 0
+            if self._timer is not None:
+                self._timer.cancel()  # (a no-op from the timer's own thread)
+                self._timer = None
         page_out(self.folder)
 
     def read_ahead(self) -> int:
