@@ -38,6 +38,7 @@ from mdindex.embedding.engines import give_back_heap
 log = logging.getLogger(__name__)
 
 MADV_DONTNEED = 4
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # The folders whose files a pass reads once: a segment's stored data, and the log.
 DATA_PARTS = ("payload_storage", "vector_storage", "wal")
 
@@ -95,22 +96,27 @@ def page_out(folder: Path) -> int:
     return let_go
 
 
-# Searches between two ``page_out`` calls in ``Pages.searched``. Each search
-# maps pages of its payloads and rescored vectors, and the kernel maps their
-# cached neighbours too: 200 new questions on the 100k-file store grew the RSS
-# by 214 MB, or 1,031 MB with every part read ahead. A page_out takes about
-# 3 ms, and the pages it lets go stay in the page cache. Searches that stop
-# before the 32nd are let go LET_GO_AFTER_S after the first of them: what a
-# daemon holds once its searches stop does not depend on their count.
-LET_GO_SEARCHES = 32
-LET_GO_AFTER_S = 1.0
+# How far searches may grow the pages this process maps before they are let
+# go (``Pages.searched``), looked at every CHECK_EVERY searches (reading
+# /proc/self/statm). Each search maps the pages of its payloads and rescored
+# vectors, and for a page the kernel has cached, its cached neighbours too:
+# on the 100k-file store (545k points), 200 new questions grew the RSS by
+# 214 MB, and by 1,031 MB with the store read ahead. Letting go takes about
+# 3.7 ms and the pages stay in the page cache, but a search maps them again:
+# warm on that store, p50 9.15 ms without letting go, 10.0 ms letting go every
+# 256 searches, 10.4 ms every 32. So it goes by size: questions asked again map
+# nothing new, and the daemon holds at most this much more than at rest.
+LET_GO_BYTES = 384 << 20
+CHECK_EVERY = 8
 
 # What a search reads at random, in the order read ahead: the ID trackers, the
 # graph, the payload indexes, each hit's payload, the keyword index's postings,
-# then the original vectors that rescore the quantized ones. On the 100k-file
-# store (545k points; bench/scale.py, AMD EPYC), 100 new hybrid questions took
-# 15.3 ms at p50 with 64 reads from disk each; 10.3 ms and 21 reads with the
-# payloads read ahead; 8.5 ms and none with every part (warm: 7.9 ms).
+# the original vectors that rescore the quantized ones. On the 100k-file store
+# (bench/scale.py, AMD EPYC; 100 new questions in process, files dropped from
+# the page cache first), hybrid p50 was 14.9 and 13.7 ms without reading ahead,
+# 10.2 and 9.7 ms with (warm 9.9 and 8.4, 9.6 and 10.3). Up to the payloads
+# only: 11.5 and 12.1 ms; through the daemon that was 18.1 and 16.2 ms against
+# 19.8 and 19.2, as the vectors rescoring reads are then read from disk.
 READ_AHEAD_PARTS = (
     "id_tracker",
     "mutable_id_tracker",
@@ -173,6 +179,16 @@ def _will_need(path: Path) -> int:
         os.close(fd)
 
 
+def mapped_bytes() -> int:
+    """The bytes of files this process has mapped in (statm's shared pages);
+    0 where it cannot be read."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[2]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def available_memory() -> int:
     """The kernel's estimate of the memory free for new use (MemAvailable), in
     bytes; 0 where it cannot be read."""
@@ -187,37 +203,26 @@ def available_memory() -> int:
 
 
 class Pages:
-    """One shard's pages in this process: what searches mapped let go every
-    LET_GO_SEARCHES searches or LET_GO_AFTER_S after the first of them, and what
-    searches read read ahead when asked, once for each set of segments (a build
-    replaces them), within half of the memory available."""
+    """One shard's pages in this process: what searches mapped let go once the
+    process maps LET_GO_BYTES more than after the last let-go, and what
+    searches read read ahead when asked, once for each set of segments (a
+    build replaces them), within half of the memory available."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._held = 0  # searches since the last let-go
-        self._timer: threading.Timer | None = None
-        self._lock = threading.Lock()
+        self._searches = 0
+        self._mapped = mapped_bytes()  # after the last let-go
         self._read_for: list[str] | None = None
         self._reading = threading.Lock()
 
     def searched(self) -> None:
-        with self._lock:
-            self._held += 1
-            if self._held < LET_GO_SEARCHES:
-                if self._timer is None:
-                    self._timer = threading.Timer(LET_GO_AFTER_S, self.let_go)
-                    self._timer.daemon = True  # a one-shot search exits at once
-                    self._timer.start()
-                return
-        self.let_go()
+        self._searches += 1  # a count lost between threads only delays a look
+        if self._searches % CHECK_EVERY == 0 and mapped_bytes() > self._mapped + LET_GO_BYTES:
+            self.let_go()
 
     def let_go(self) -> None:
-        with self._lock:
-            self._held = 0
-            if self._timer is not None:
-                self._timer.cancel()  # (a no-op from the timer's own thread)
-                self._timer = None
         page_out(self.folder)
+        self._mapped = mapped_bytes()
 
     def read_ahead(self) -> int:
         """The bytes asked for: 0 while another thread reads ahead, or when the
