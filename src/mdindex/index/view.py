@@ -5,6 +5,7 @@ power to write."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
@@ -24,6 +25,8 @@ from mdindex.index.state import DocRow, State, points_under
 from mdindex.index.tables import languages as state_languages
 from mdindex.sinks import Store
 
+log = logging.getLogger(__name__)
+
 # The state's record of how the last run that embedded anything embedded it.
 LAST_RUN_EMBEDDING = "last_run_embedding"
 
@@ -35,6 +38,13 @@ def path_namer(state: Path | None, storage: StoreGroup) -> PathsUnder | None:
     tests a named path against every point in Python (6,000 points, 3,000
     named: 3.90 s, and 0.06 s as a prefix)."""
     return partial(points_under, state) if state is not None and storage.edge else None
+
+
+def _read_ahead(store: Store) -> None:
+    try:
+        store.read_ahead()
+    except Exception as exc:  # a thread's exception would reach no one
+        log.warning("reading the store ahead failed: %s", exc)
 
 
 class IndexView:
@@ -231,7 +241,9 @@ class IndexView:
         """Have the store's files that searches read at random read into the page
         cache, in a thread (``Store.read_ahead``): the daemon's first searches
         after its start or an index build then wait on no disk."""
-        threading.Thread(target=self.store.read_ahead, name="read-ahead", daemon=True).start()
+        threading.Thread(
+            target=_read_ahead, args=(self.store,), name="read-ahead", daemon=True
+        ).start()
 
     def vector_donors(self) -> dict[str, str]:
         """A stored point for every vector key the state knows."""

@@ -18,19 +18,21 @@ Elsewhere than on Linux this does nothing.
 ``read_ahead`` is the other way round, for the daemon: it asks the kernel to
 read the files a search reads at random into the page cache, without mapping
 them, so the first searches after a start or an index build do not wait on
-the disk, and the process's RSS grows only by the pages searches touch.
+the disk. A search then maps each page it touches with its cached
+neighbours, so ``Pages`` lets go of what searches mapped past a bound.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import logging
 import os
 import stat
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from mdindex.embedding.engines import give_back_heap
@@ -78,10 +80,12 @@ def data_mappings(folder: Path, maps: str) -> list[tuple[int, int]]:
     return out
 
 
-def page_out(folder: Path) -> int:
+def page_out(folder: Path, trim: bool = True) -> int:
     """Unmap this process's pages of the stored data under ``folder`` (the
-    page cache keeps them), and give the heap back (``give_back_heap``); how many
-    mappings it let go. Never raises."""
+    page cache keeps them), and give the heap back (``give_back_heap``) when
+    ``trim``; how many mappings it let go. Never raises. The caller holds the
+    store's lock: a mapping closed or moved between reading the maps and
+    madvise would have zeroed whatever memory took its place."""
     madvise = _madvise()
     if madvise is None:
         return 0
@@ -92,7 +96,8 @@ def page_out(folder: Path) -> int:
         log.debug("cannot read /proc/self/maps: %s", exc)
         return 0
     let_go = sum(madvise(start, end - start, MADV_DONTNEED) == 0 for start, end in ranges)
-    give_back_heap()
+    if trim:
+        give_back_heap()
     return let_go
 
 
@@ -104,8 +109,10 @@ def page_out(folder: Path) -> int:
 # 214 MB, and by 1,031 MB with the store read ahead. Letting go takes about
 # 3.7 ms and the pages stay in the page cache, but a search maps them again:
 # warm on that store, p50 9.15 ms without letting go, 10.0 ms letting go every
-# 256 searches, 10.4 ms every 32. So it goes by size: questions asked again map
-# nothing new, and the daemon holds at most this much more than at rest.
+# 256 searches, 10.4 ms every 32. So it goes by size: questions asked again
+# map nothing new. The bound is on what the whole process maps since the last
+# let-go (a version built beside the live one counts too), looked at every
+# CHECK_EVERY searches; the indexes and ID trackers are never let go.
 LET_GO_BYTES = 384 << 20
 CHECK_EVERY = 8
 
@@ -132,51 +139,98 @@ READ_AHEAD_PARTS = (
 _STEP = 128 << 10
 
 
+# How deep below a segment's part the files read ahead lie (the engine's
+# layout is part/file or part/index/file): a deeper tree is not the engine's.
+_DEPTH = 3
+
+
 def read_ahead(folder: Path, budget: int) -> int:
     """Ask the kernel to read the files under ``folder``'s segments that
     searches read at random into the page cache (``READ_AHEAD_PARTS``, in that
-    order), up to ``budget`` bytes: a part that would pass it is left. The bytes
-    asked for. Never raises; a file that is not a regular one is skipped."""
+    order), their data only (a preallocated file is mostly holes), and stop
+    before the part that would take what they hold on disk past ``budget``. The bytes asked for.
+    Never raises; nothing is read through a link, nor what is not a regular
+    file."""
     if not hasattr(os, "posix_fadvise"):
         return 0
-    files: dict[str, list[tuple[Path, int]]] = {part: [] for part in READ_AHEAD_PARTS}
-    try:
-        for segment in sorted((folder / "segments").iterdir()):
-            for path in sorted(segment.rglob("*")):
-                part = path.relative_to(segment).parts[0].split(".")[0]
+    files: dict[str, list[tuple[str, int]]] = {part: [] for part in READ_AHEAD_PARTS}
+    for segment in _entries(str(folder / "segments")):
+        if segment.is_dir(follow_symlinks=False):
+            for entry in _entries(segment.path):
+                part = entry.name.split(".")[0]
                 if part in files:
-                    info = path.lstat()
-                    if stat.S_ISREG(info.st_mode):
-                        files[part].append((path, info.st_size))
-    except OSError as exc:
-        log.debug("cannot list %s: %s", folder, exc)
-        return 0
-    asked = 0
+                    files[part].extend(_regular_files(entry, _DEPTH))
+    held = asked = 0
     for part in READ_AHEAD_PARTS:
-        size = sum(n for _, n in files[part])
-        if asked + size > budget:
+        held += sum(n for _, n in files[part])
+        if held > budget:
             break
         for path, _ in files[part]:
             asked += _will_need(path)
     return asked
 
 
-def _will_need(path: Path) -> int:
+def _entries(folder: str) -> list[os.DirEntry[str]]:
+    """The folder's entries by name; none where it cannot be read, or is a link."""
+    try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return []
+        with os.scandir(folder) as it:
+            return sorted(it, key=lambda e: e.name)
+    except OSError:
+        return []
+
+
+def _regular_files(entry: os.DirEntry[str], depth: int) -> list[tuple[str, int]]:
+    """The regular files at ``entry`` or under it (not through links, at most
+    ``depth`` folders down), with the bytes they hold on disk."""
+    try:
+        if entry.is_file(follow_symlinks=False):
+            return [(entry.path, entry.stat(follow_symlinks=False).st_blocks * 512)]
+        if depth and entry.is_dir(follow_symlinks=False):
+            return [f for e in _entries(entry.path) for f in _regular_files(e, depth - 1)]
+    except OSError:
+        pass
+    return []
+
+
+def _will_need(path: str) -> int:
     try:  # no FIFO, device or link: only what the listing saw as a regular file
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+        fd = os.open(path, flags)
     except OSError:
         return 0
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             return 0
-        for offset in range(0, info.st_size, _STEP):
-            os.posix_fadvise(fd, offset, _STEP, os.POSIX_FADV_WILLNEED)
-        return info.st_size
+        asked = 0
+        for start, end in _data(fd):
+            for offset in range(start, end, _STEP):
+                os.posix_fadvise(fd, offset, min(_STEP, end - offset), os.POSIX_FADV_WILLNEED)
+            asked += end - start
+        return asked
     except OSError:
         return 0
     finally:
         os.close(fd)
+
+
+def _data(fd: int) -> Iterator[tuple[int, int]]:
+    """The (start, end) ranges of the file that hold data: WILLNEED over a hole
+    fills the page cache with zeros (a 200-point shard is 1.1 MB on disk and
+    101 MB long). The whole file where the filesystem cannot tell."""
+    size = os.fstat(fd).st_size
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(fd, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: only a hole is left
+                yield offset, size
+            return
+        end = os.lseek(fd, start, os.SEEK_HOLE)
+        yield start, end
+        offset = end
 
 
 def mapped_bytes() -> int:
@@ -204,41 +258,58 @@ def available_memory() -> int:
 
 class Pages:
     """One shard's pages in this process: what searches mapped let go once the
-    process maps LET_GO_BYTES more than after the last let-go, and what
-    searches read read ahead when asked, once for each set of segments (a
-    build replaces them), within half of the memory available."""
+    process maps LET_GO_BYTES more than after the last let-go (looked at every
+    CHECK_EVERY searches), and what searches read read ahead when asked, once
+    for each set of segment folders (a build replaces them), within half of
+    the memory available. ``lock``: the store's, held by whatever closes or
+    writes the shard."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, lock: threading.RLock) -> None:
         self.folder = folder
+        self._lock = lock
         self._searches = 0
         self._mapped = mapped_bytes()  # after the last let-go
         self._read_for: list[str] | None = None
         self._reading = threading.Lock()
+        self._wanted = False  # asked while a read ran: it looks again
 
     def searched(self) -> None:
         self._searches += 1  # a count lost between threads only delays a look
-        if self._searches % CHECK_EVERY == 0 and mapped_bytes() > self._mapped + LET_GO_BYTES:
-            self.let_go()
+        if self._searches % CHECK_EVERY or mapped_bytes() <= self._mapped + LET_GO_BYTES:
+            return
+        if self._lock.acquire(blocking=False):  # else a writer is at it: next time
+            try:
+                self._let_go(trim=False)  # the heap's trim (5 to 7 ms) is the writer's
+            finally:
+                self._lock.release()
 
     def let_go(self) -> None:
-        page_out(self.folder)
+        with self._lock:
+            self._let_go(trim=True)
+
+    def _let_go(self, trim: bool) -> None:
+        page_out(self.folder, trim)
         self._mapped = mapped_bytes()
 
     def read_ahead(self) -> int:
-        """The bytes asked for: 0 while another thread reads ahead, or when the
-        segments are those read ahead last time."""
-        if not self._reading.acquire(blocking=False):
-            return 0
-        try:
+        """The bytes asked for: 0 when the segments are those read ahead last
+        time, or while another thread reads ahead (it looks again after)."""
+        self._wanted = True
+        asked = 0
+        while self._wanted and self._reading.acquire(blocking=False):
             try:
-                segments = sorted(p.name for p in (self.folder / "segments").iterdir())
-            except OSError:
-                return 0
-            if segments == self._read_for:
-                return 0
-            self._read_for = segments
-            asked = read_ahead(self.folder, available_memory() // 2)
-            log.info("asked the kernel to read %d MB of %s ahead", asked >> 20, self.folder)
-            return asked
-        finally:
-            self._reading.release()
+                while self._wanted:
+                    self._wanted = False
+                    asked += self._read_new()
+            finally:
+                self._reading.release()
+        return asked
+
+    def _read_new(self) -> int:
+        segments = [e.name for e in _entries(str(self.folder / "segments"))]
+        if not segments or segments == self._read_for:
+            return 0
+        asked = read_ahead(self.folder, available_memory() // 2)
+        self._read_for = segments
+        log.info("asked the kernel to read %d MB of %s ahead", asked >> 20, self.folder)
+        return asked

@@ -89,7 +89,7 @@ class EdgeStore(Scrolling):
         self._retry = Retrier("qdrant-edge", str(path), retry_budget_s, _transient, path)
         self._searches_waiting = 0
         self._sparse: bool | None = None  # the shard has the sparse vector; None: unread
-        self.pages = Pages(path)
+        self.pages = Pages(path, self._retry.lock)
 
     @property
     def has_sparse(self) -> bool:
