@@ -110,9 +110,8 @@ def page_out(folder: Path, trim: bool = True) -> int:
 # 3.7 ms and the pages stay in the page cache, but a search maps them again:
 # warm on that store, p50 9.15 ms without letting go, 10.0 ms letting go every
 # 256 searches, 10.4 ms every 32. So it goes by size: questions asked again
-# map nothing new. The bound is on what the whole process maps since the last
-# let-go (a version built beside the live one counts too), looked at every
-# CHECK_EVERY searches; the indexes and ID trackers are never let go.
+# map nothing new. The bound is on what the whole process maps (a version built
+# beside the live one counts too); the indexes and ID trackers stay mapped.
 LET_GO_BYTES = 384 << 20
 CHECK_EVERY = 8
 
@@ -137,8 +136,6 @@ READ_AHEAD_PARTS = (
 # window or its largest request, whichever is larger (Linux's
 # force_page_cache_ra): 8 MB here, 128 KB by default. A file takes a call a step.
 _STEP = 128 << 10
-
-
 # How deep below a segment's part the files read ahead lie (the engine's
 # layout is part/file or part/index/file): a deeper tree is not the engine's.
 _DEPTH = 3
@@ -148,9 +145,9 @@ def read_ahead(folder: Path, budget: int) -> int:
     """Ask the kernel to read the files under ``folder``'s segments that
     searches read at random into the page cache (``READ_AHEAD_PARTS``, in that
     order), their data only (a preallocated file is mostly holes), and stop
-    before the part that would take what they hold on disk past ``budget``. The bytes asked for.
-    Never raises; nothing is read through a link, nor what is not a regular
-    file."""
+    before the part that would take what they hold on disk past ``budget``.
+    The bytes asked for. Never raises; nothing is read through a link, nor
+    what is not a regular file."""
     if not hasattr(os, "posix_fadvise"):
         return 0
     files: dict[str, list[tuple[str, int]]] = {part: [] for part in READ_AHEAD_PARTS}
