@@ -29,6 +29,7 @@ from mdindex.sinks.edge.pages import (
     mapped_bytes,
     read_ahead,
 )
+from tests.sinks.edge.test_store import held_elsewhere
 
 
 def resident_kb(folder: Path, part: str) -> int:
@@ -206,14 +207,7 @@ def data_bytes(files: list[Path]) -> int:
     total = 0
     for path in files:
         with open(path, "rb") as f:
-            fd, offset, size = f.fileno(), 0, os.fstat(f.fileno()).st_size
-            while offset < size:
-                try:
-                    start = os.lseek(fd, offset, os.SEEK_DATA)
-                except OSError:
-                    break
-                offset = os.lseek(fd, start, os.SEEK_HOLE)
-                total += offset - start
+            total += sum(end - start for start, end in pages._data(f.fileno()))
     return total
 
 
@@ -359,22 +353,9 @@ def test_a_search_lets_go_only_while_no_one_holds_the_store(
     assert mapped > 1_000
     monkeypatch.setattr(pages, "LET_GO_BYTES", 0)
     monkeypatch.setattr(pages, "CHECK_EVERY", 1)
-    held, release = threading.Event(), threading.Event()
-
-    def writer() -> None:
-        with store._retry.lock:
-            held.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=writer)
-    thread.start()
-    try:
-        assert held.wait(30)
+    with held_elsewhere(store):
         store.pages.searched()  # past the bound, but the store is held: not now
         assert resident_kb(store.path, "payload_storage") == mapped
-    finally:
-        release.set()
-        thread.join()
     store.pages.searched()
     assert resident_kb(store.path, "payload_storage") < 100
     store.close()

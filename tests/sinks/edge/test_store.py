@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,27 @@ from mdindex.sinks import Point
 from mdindex.sinks.base import INDEXED_KEYS, SearchFilter, StoreQuery
 from mdindex.sinks.edge import EdgeStore
 from mdindex.sinks.edge.shard import HNSW_EF_CONSTRUCT, HNSW_M
+
+
+@contextmanager
+def held_elsewhere(store: EdgeStore) -> Iterator[None]:
+    """The store's lock held by another thread, as an index build or a writer
+    holds it, until the block ends."""
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with store._retry.lock:
+            taken.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert taken.wait(30)
+        yield
+    finally:
+        release.set()
+        thread.join()
 
 
 def filled(tmp_path: Path, n: int, dim: int, **kw: int) -> tuple[EdgeStore, np.ndarray]:
@@ -120,21 +143,8 @@ def test_a_search_through_the_index_finds_what_an_exact_scan_finds(
     assert store.describe(n) == opened and opened["segments"] >= 1
     assert store.describe() == {"engine": "qdrant-edge"}
     # while its index is built (the lock held) its files change: it says nothing more
-    held, release = threading.Event(), threading.Event()
-
-    def build() -> None:
-        with store._retry.lock:
-            held.set()
-            release.wait(10)
-
-    builder = threading.Thread(target=build)
-    builder.start()
-    held.wait(10)
-    try:
+    with held_elsewhere(store):
         assert store.describe(n) == {"engine": "qdrant-edge"}
-    finally:
-        release.set()
-        builder.join()
     store.close()
 
 

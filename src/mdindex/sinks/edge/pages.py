@@ -28,6 +28,7 @@ import ctypes
 import errno
 import functools
 import logging
+import mmap
 import os
 import stat
 import sys
@@ -40,7 +41,6 @@ from mdindex.embedding.engines import give_back_heap
 log = logging.getLogger(__name__)
 
 MADV_DONTNEED = 4
-PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # The folders whose files a pass reads once: a segment's stored data, and the log.
 DATA_PARTS = ("payload_storage", "vector_storage", "wal")
 
@@ -235,7 +235,7 @@ def mapped_bytes() -> int:
     0 where it cannot be read."""
     try:
         with open("/proc/self/statm", encoding="ascii") as f:
-            return int(f.read().split()[2]) * PAGE
+            return int(f.read().split()[2]) * mmap.PAGESIZE
     except (OSError, ValueError, IndexError):
         return 0
 
