@@ -182,6 +182,7 @@ WITH = {
 PAYLOAD_ONLY = {"base_url", "url_style"}
 NOT_STORED = {
     "backend", "batch_size", "cache_dir", "collection", "device", "edge_index_min_points",
+    "edge_segment_points",
     "exclude", "file_time_budget_s", "follow_symlinks", "fusion", "http_host", "http_port",
     "include", "keep_versions", "log_format", "log_level", "max_file_bytes",
     "mcp_allow_refresh", "on_disk_payload", "on_disk_vectors", "precision", "qdrant_grpc",

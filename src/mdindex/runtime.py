@@ -108,6 +108,7 @@ def make_store(settings: Settings) -> Store:
             collection,
             path=st.path / collection,
             index_min_points=st.edge_index_min_points,
+            segment_points=st.edge_segment_points,
             quantization=st.quantization,
             on_disk_vectors=st.on_disk_vectors,
             **common,  # type: ignore[arg-type]

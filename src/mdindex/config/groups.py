@@ -104,6 +104,7 @@ class StoreGroup:
     qdrant_grpc: bool
     qdrant_timeout_s: float
     edge_index_min_points: int
+    edge_segment_points: int
     retry_budget_s: float
     upsert_batch_points: int
     upsert_batch_bytes: int

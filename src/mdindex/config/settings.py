@@ -84,6 +84,8 @@ class Settings(BaseSettings):
     # on client (import qdrant_client 1.5 s, every point loaded into memory).
     store: Literal["client", "edge"] = "edge"
     edge_index_min_points: int = Field(default=50_000, ge=0)
+    # sinks.edge.optimize.SEGMENT_POINTS: one graph up to this size; 0: no bound.
+    edge_segment_points: int = Field(default=600_000, ge=0)
     # Old versions kept for `mdindex versions use` after a switch (mdindex.versions.catalog).
     keep_versions: int = Field(default=1, ge=0)
     strategy: Literal["heading", "token", "semantic"] = "heading"

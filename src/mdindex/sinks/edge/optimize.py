@@ -54,6 +54,13 @@ _OPTIMIZE = (
 )
 
 
+# One graph up to this many points (the settings' edge_segment_points). Each
+# more graph costs every search: at 546k points (100k files), hybrid p50 12.2
+# ms in two segments against 8.3 to 8.9 in one, dense 7.8 against 5.2 to 6.0
+# (bench/segments.py, in process, warm, AMD EPYC), so 545k points stay in
+# one. The child building one holds about 12 KB a point.
+SEGMENT_POINTS = 600_000
+
 # Points written since the index was last built (an upper bound of those
 # outside it: an update of an indexed point counts too).
 WRITTEN_FILE = "mdindex_written.json"
@@ -124,6 +131,21 @@ def wants_index(path: Path, points: int, config: dict[str, Any], index_min_point
     threshold_kb = (config.get("optimizers") or {}).get("indexing_threshold") or 10_000
     segment_points = int(threshold_kb) * 1024 // (4 * int(config["vectors"][""]["size"]))
     return outside >= max(points // 10, segment_points)
+
+
+def segment_points(config: dict[str, Any]) -> int:
+    """The most points the optimizer puts in one segment (its ``max_segment_size``
+    is in KB of dense vectors); 0 when it has no bound (a store made before)."""
+    kb = (config.get("optimizers") or {}).get("max_segment_size") or 0
+    return int(kb) * 1024 // (4 * int(config["vectors"][""]["size"]))
+
+
+def seal_due(path: Path, config: dict[str, Any], after: int = 0) -> bool:
+    """Whether the points outside the index fill a segment, so it should be
+    built now, while writes wait; ``after``: not before this many (a build that
+    gave way is not tried again at every batch)."""
+    bound = segment_points(config)
+    return bound > 0 and (written(path) or 0) >= max(bound, after)
 
 
 def optimize(path: Path, give_way: Callable[[], bool]) -> bool:

@@ -55,6 +55,7 @@ def create(
     indexing_threshold_kb: int,
     quantization: str = "none",
     on_disk_vectors: bool = False,
+    segment_points: int = 0,
 ) -> EdgeShard:
     """A new shard of ``dimension``-d cosine vectors, with the sparse vector when
     ``sparse`` (IDF applied by the engine at query time, see embedding.sparse).
@@ -62,7 +63,9 @@ def create(
     in RAM beside the original, which searches rescore with (``query.plan``);
     ``on_disk_vectors``: the originals, and the sparse vectors' inverted index
     (in RAM by default: about 8 bytes a term of every chunk), are read from
-    disk as searches need them."""
+    disk as searches need them. ``segment_points``: the optimizer merges
+    segments up to this many points, no more (0: without a bound), and
+    ``optimize.seal_due`` builds them as they fill."""
     from qdrant_edge import (
         Distance,
         EdgeConfig,
@@ -101,7 +104,11 @@ def create(
             m=HNSW_M, ef_construct=HNSW_EF_CONSTRUCT, full_scan_threshold=FULL_SCAN_KB
         ),
         quantization_config=quantized,
-        optimizers=EdgeOptimizersConfig(indexing_threshold=indexing_threshold_kb),
+        optimizers=EdgeOptimizersConfig(
+            indexing_threshold=indexing_threshold_kb,
+            # Qdrant's unit: KB of the largest vector's data in a segment
+            max_segment_size=segment_points * dimension * 4 // 1024 or None,
+        ),
     )
     private_dir(path.parent)  # 0700 whatever the umask: the engine's files take it
     return EdgeShard.create(str(path), config)

@@ -26,7 +26,14 @@ from mdindex.sinks.base import (
     sparse_by_id,
     waiting_for_lock,
 )
-from mdindex.sinks.edge.optimize import add_written, optimize, wants_index
+from mdindex.sinks.edge.optimize import (
+    SEGMENT_POINTS,
+    add_written,
+    optimize,
+    seal_due,
+    wants_index,
+    written,
+)
 from mdindex.sinks.edge.pages import Pages
 from mdindex.sinks.edge.query import docs_filter, matches, plan
 from mdindex.sinks.edge.shard import (
@@ -70,6 +77,7 @@ class EdgeStore(Scrolling):
         batch_points: int = 256,
         batch_bytes: int = 8_000_000,
         index_min_points: int = 50_000,
+        segment_points: int = SEGMENT_POINTS,
         indexing_threshold_kb: int = 10_000,
         quantization: str = "none",
         on_disk_vectors: bool = False,
@@ -81,10 +89,11 @@ class EdgeStore(Scrolling):
         self._step = batch_points * 4
         self.batch_bytes = batch_bytes
         self.index_min_points = index_min_points
-        # Segments with less vector data than this stay unindexed (Qdrant's default).
-        self.indexing_threshold_kb = indexing_threshold_kb
-        self.quantization = quantization  # of a shard created here (``shard.create``)
-        self.on_disk_vectors = on_disk_vectors
+        self._seal_after = 0  # a build during the writes that gave way: not before this
+        self.quantization, self.on_disk_vectors = quantization, on_disk_vectors
+        # how a shard created here is made (``shard.create``); segments with less
+        # vector data than indexing_threshold_kb stay unindexed (Qdrant's default)
+        self._layout = (indexing_threshold_kb, quantization, on_disk_vectors, segment_points)
         self._shard: EdgeShard | None = None
         self._retry = Retrier("qdrant-edge", str(path), retry_budget_s, _transient, path)
         self._searches_waiting = 0
@@ -141,7 +150,7 @@ class EdgeStore(Scrolling):
             self.open()
             return
         log.info("creating edge store %s (%d-d cosine)", self.path, dimension)
-        how = (self.indexing_threshold_kb, self.quantization, self.on_disk_vectors)
+        how = self._layout
         self._shard = self._retry("create", lambda: create(self.path, dimension, sparse, *how))
         self._sparse = sparse
         ensure_indexes(self.shard, self._retry, self.on_disk_vectors)
@@ -185,6 +194,8 @@ class EdgeStore(Scrolling):
             op = UpdateOperation.upsert_points(batch)
             self._retry("upsert", lambda op=op: update(self.shard, self.path, op))  # type: ignore[misc]
         add_written(self.path, len(points))  # outside the index until the next build
+        if seal_due(self.path, read_config(self.path), self._seal_after) and not self.settle():
+            self._seal_after = (written(self.path) or 0) * 11 // 10  # gave way to a search
         return len(points)
 
     def delete(self, ids: Sequence[str]) -> int:
