@@ -5,8 +5,8 @@
 
 Copies the kept store's points (vectors and payloads as stored) into two new
 edge stores through mdindex's own writes (``EdgeStore.upsert``): one with
-``segment_points = --bound``, whose writes stop to build each segment as it
-fills (``sinks.edge.optimize.seal_due``), and one without a bound, built once
+``segment_points = --bound``, whose writes wait while each segment is built
+as it fills (``Store.seal_due``, asked after each batch as the sync core asks), and one without a bound, built once
 at the end, as a cold backfill did before. Each copy runs in a process of its
 own, which reports its index builds' peak RSS and CPU (its children's). Then,
 in a fresh process for each copy, hybrid and dense search p50 (new questions,
@@ -53,6 +53,8 @@ while True:
         sparse = Sparse(list(s.indices), list(s.values)) if s is not None else None
         points.append(Point(str(r.id), r.vector[""], r.payload, sparse))
     store.upsert(points)
+    if store.seal_due():  # as the sync core asks after each group it writes
+        store.settle()
     n += len(points)
     if offset is None:
         break

@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from mdindex.embedding.sparse import Sparse
 from mdindex.errors import LockError, PruneRefused, StoreMismatch, StoreUnavailable
 from mdindex.index.lock import WriterLock
 from mdindex.index.verify import verify
-from mdindex.runtime import make_store
+from mdindex.runtime import collection_of, make_store
 from mdindex.sinks import Point
 from mdindex.sinks.base import StoreQuery
 from tests.conftest import (
@@ -449,3 +450,69 @@ def test_reusable_vectors_check_the_stored_key(docs_tree, make_settings, tiny) -
         assert key == point["vector_key"] and vector == pytest.approx(point["_vector"], abs=1e-5)
     finally:
         store.close()
+
+
+def segment_tree(root: Path, n: int) -> None:
+    root.mkdir()
+    for i in range(n):
+        (root / f"n{i}.md").write_text(f"# Note {i}\n\nword{i} stands alone in note {i}.\n")
+
+
+def bounded_store(s) -> Any:
+    """An edge store with tiny thresholds: a graph from 10 points, segments of 40."""
+    from mdindex.sinks.edge import EdgeStore
+
+    collection = collection_of(s)
+    return EdgeStore(
+        collection,
+        path=s.store_path / collection,
+        index_min_points=10,
+        indexing_threshold_kb=1,
+        segment_points=40,  # 5 KB of 32-d vectors
+    )
+
+
+def test_a_backfill_builds_each_segment_as_its_writes_fill_it(tmp_path, make_settings) -> None:
+    """Issue 37: the writes wait while each segment's graph is built, so no
+    build takes every point; systemd hears from the run meanwhile."""
+    from mdindex.index.indexer import Hooks
+    from tests.sinks.edge.test_optimize import graphs
+
+    segment_tree(tmp_path / "notes", 150)
+    s = make_settings(tmp_path / "notes")
+    pings: list[int] = []
+    tiny = TinyEmbedder()
+    hooks = Hooks(alive=lambda: pings.append(1))
+    with build_indexer(s, tiny, store=bounded_store(s), group_docs=10, hooks=hooks) as indexer:
+        summary = indexer.backfill()
+        assert summary.points_upserted == 150 and not summary.interrupted
+        shard = indexer.store.path  # type: ignore[attr-defined]
+        assert graphs(shard) >= 3 and pings  # 40, 80 and 120 points: built as they filled
+        for i in range(0, 150, 7):  # through the graphs as through a scan of every vector
+            dense = tiny.vector(f"word{i} note {i}").tolist()
+            graph, scan = (StoreQuery(3, dense=dense, exact=e) for e in (False, True))
+            assert [h.id for h in indexer.store.search(graph)] == [
+                h.id for h in indexer.store.search(scan)
+            ]
+    assert len(stored_points(s)) == 150
+
+
+def test_a_stop_is_not_held_up_by_a_segments_build(tmp_path, make_settings) -> None:
+    """The build gives way to a stop at once, and what was written stays."""
+    from mdindex.index.indexer import Hooks
+    from tests.sinks.edge.test_optimize import graphs
+
+    segment_tree(tmp_path / "notes", 150)
+    s = make_settings(tmp_path / "notes")
+    building: list[int] = []
+    hooks = Hooks(alive=lambda: building.append(1), stop_requested=lambda: bool(building))
+    store = bounded_store(s)
+    with build_indexer(s, TinyEmbedder(), store=store, group_docs=10, hooks=hooks) as indexer:
+        summary = indexer.backfill()
+        assert summary.interrupted and building
+        assert graphs(store.path) == 0 and 40 <= store.count() < 150
+    # the next run picks up the rest, and builds as it goes
+    with build_indexer(s, TinyEmbedder(), store=bounded_store(s), group_docs=10) as indexer:
+        summary = indexer.backfill()
+        assert not summary.interrupted and graphs(store.path) >= 2
+    assert len(stored_points(s)) == 150

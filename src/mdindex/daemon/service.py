@@ -112,6 +112,7 @@ class Daemon:
         s.rollout = Rollout(s.settings, self.indexer_factory)
         hooks = Hooks(
             on_progress=lambda n: s.ping(),
+            alive=s.ping,
             stop_requested=s.stop_requested,
             on_indexed=self.indexed,
         )

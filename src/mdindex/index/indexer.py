@@ -52,6 +52,7 @@ class Hooks:
     on_progress: Callable[[int], None] | None = None  # files read so far in this sync
     stop_requested: Callable[[], bool] | None = None  # checked between groups
     on_indexed: Callable[[list[FileRef]], None] | None = None  # files just committed
+    alive: Callable[[], None] | None = None  # called while the writes wait (systemd's ping)
 
 
 # (changes, summary) -> None: the Ray backfill's own way of syncing what changed
@@ -232,6 +233,7 @@ class Indexer(IndexView):
                 nxt = writer.stage(works, pool, staged)
                 if staged is not None:
                     writer.write(staged, summary)
+                    self._seal()
                 staged = nxt
 
             known = partial(self.known_hash, rows=changes.rows)
@@ -250,6 +252,7 @@ class Indexer(IndexView):
                 push(ready)
             if staged is not None:
                 writer.write(staged, summary)
+                self._seal()
         writer.delete_docs(changes.deleted, summary, dry_run=dry_run)
         if not dry_run:
             if summary.chunks_embedded:  # how, and why: for status after a one-shot run
@@ -259,6 +262,20 @@ class Indexer(IndexView):
         # the daemon's line said "in 0.00s" after embedding (sync() sets its own total)
         summary.seconds = time.monotonic() - started
         return summary
+
+    def _seal(self) -> None:
+        """Build the segment the writes filled (``Store.seal_due``) while they
+        wait: a cold backfill has no quiet moment before its end. It gives way
+        to a stop (and is tried again once a tenth more is written)."""
+        if not self.store.seal_due():
+            return
+
+        def going_on() -> bool:
+            if self.hooks.alive is not None:
+                self.hooks.alive()
+            return self.hooks.stop_requested is None or not self.hooks.stop_requested()
+
+        self.store.settle(going_on)
 
     def _account(self, changes: Changes, summary: Summary) -> None:
         summary.files_seen += changes.seen

@@ -170,6 +170,11 @@ class Store(Protocol):
         it may go on, and is asked often. False when it gave way unfinished."""
         ...
 
+    def seal_due(self) -> bool:
+        """Whether the writes should wait for ``settle`` now: an edge store whose
+        points outside its index fill a segment (``sinks.edge.optimize``)."""
+        ...
+
     def drop(self) -> None:
         """Delete the collection and everything in it."""
         ...
@@ -211,6 +216,9 @@ class Scrolling:
 
     def read_ahead(self) -> int:
         return 0
+
+    def seal_due(self) -> bool:
+        return False  # a server builds its segments itself; local mode has none
 
     def _retrieve(self, ids: list[str]) -> Sequence[Any]:
         """Records of these IDs with their vector and vector key (a store call)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -269,76 +268,71 @@ def graphs(path: Path) -> int:
 def test_segments_are_built_as_they_fill_and_never_merged_past_the_bound(tmp_path: Path) -> None:
     """Issue 37: a cold backfill writes every point before its first quiet
     moment, so one build took them all (13.3 GB at 1.09M points). With a bound,
-    the writes stop to build each segment as it fills, and the optimizer merges
-    none past it."""
+    the store asks the writes to wait for a build once a segment is full
+    (``seal_due``; the sync core's writes ask after each group), and the
+    optimizer merges none past it."""
     store = EdgeStore("c", path=tmp_path / "c", index_min_points=100, segment_points=300, **SMALL)
+    assert not store.seal_due()  # no shard yet
     store.ensure_collection(16)
     config = read_config(store.path)
     assert segment_points(config) == 288  # 18 KB of 16-d vectors: Qdrant counts in KB
     vectors = np.random.default_rng(3).standard_normal((1000, 16)).astype(np.float32)
     try:
         more(store, vectors[:250], 250, start=1)
-        assert graphs(store.path) == 0 and written(store.path) == 250  # under the bound
-        more(store, vectors[250:500], 250, start=251)  # 500 outside: built now
-        assert graphs(store.path) == 1 and written(store.path) == 0
+        assert not store.seal_due() and written(store.path) == 250  # under the bound
+        more(store, vectors[250:500], 250, start=251)
+        assert store.seal_due() and store.settle() is True
+        assert graphs(store.path) == 1 and written(store.path) == 0 and not store.seal_due()
         more(store, vectors[500:1000], 500, start=501)
+        assert store.seal_due() and store.settle() is True
         assert graphs(store.path) == 2 and written(store.path) == 0  # beside, not merged
-        assert store.settle() is True and graphs(store.path) == 2
         assert store.count() == 1000
         for i in (0, 499, 500, 999):  # each point is its own nearest, in either graph
             assert store.search(StoreQuery(1, dense=vectors[i].tolist()))[0].payload == {
                 "i": i % 250 if i < 500 else i - 500
             }
+        # in a store of over 10 segments, a whole one outside is enough, not a tenth
+        add_written(store.path, 290)
+        unbounded = {**config, "optimizers": {**config["optimizers"], "max_segment_size": None}}
+        assert wants_index(store.path, 5000, config, 100)
+        assert not wants_index(store.path, 5000, unbounded, 100)  # waits for 500
     finally:
         store.close()
 
 
 def test_without_a_bound_one_graph_holds_every_segment(tmp_path: Path) -> None:
-    """The baseline of the test above, and a store made before the bound: no
-    build during the writes, and a build merges everything into one graph."""
+    """The baseline of the test above, and a store made before the bound: the
+    writes never wait, and a build merges everything into one graph."""
     store = EdgeStore("c", path=tmp_path / "c", index_min_points=100, segment_points=0, **SMALL)
     store.ensure_collection(16)
     assert segment_points(read_config(store.path)) == 0
     vectors = np.random.default_rng(3).standard_normal((1000, 16)).astype(np.float32)
     try:
         more(store, vectors[:500], 500, start=1)
-        assert graphs(store.path) == 0 and written(store.path) == 500
+        assert not store.seal_due() and written(store.path) == 500
         assert store.settle() is True and graphs(store.path) == 1
         more(store, vectors[500:], 500, start=501)
-        assert graphs(store.path) == 1 and written(store.path) == 500
+        assert not store.seal_due() and written(store.path) == 500
         assert store.settle() is True and graphs(store.path) == 1 and store.count() == 1000
     finally:
         store.close()
 
 
-@pytest.mark.serial
-def test_a_build_during_the_writes_gives_way_to_searches(tmp_path: Path) -> None:
-    """A search waiting stops the build at once; the writes go on, and the
-    build is not tried again at every batch, only once a tenth more is written."""
+def test_a_build_that_gave_way_is_not_asked_for_at_every_batch(tmp_path: Path) -> None:
+    """Only once a tenth more is written: the writes would otherwise start a
+    build and kill it again after each group while searches keep coming."""
     store = EdgeStore("c", path=tmp_path / "c", index_min_points=100, segment_points=300, **SMALL)
     store.ensure_collection(16)
     vectors = np.random.default_rng(4).standard_normal((700, 16)).astype(np.float32)
-    more(store, vectors[:200], 200, start=1)
-    stop = threading.Event()
-    found: list[int] = []
-
-    def ask() -> None:
-        while not stop.is_set():
-            found.append(len(store.search(StoreQuery(1, dense=vectors[5].tolist()))))
-
-    asker = threading.Thread(target=ask)
-    asker.start()
     try:
-        time.sleep(0.2)
-        more(store, vectors[200:400], 200, start=201)  # 400 outside: the build gives way
-        stop.set()
-        asker.join()
-        assert graphs(store.path) == 0 and written(store.path) == 400 and store.count() == 400
-        assert found and all(found)  # every search answered, during the build's try too
+        more(store, vectors[:400], 400, start=1)
+        assert store.seal_due() and store.settle(lambda: False) is False  # gave way
+        assert graphs(store.path) == 0 and store.count() == 400
         more(store, vectors[400:430], 30, start=401)  # 430: under 1.1 x 400
-        assert graphs(store.path) == 0 and written(store.path) == 430
+        assert not store.seal_due()
         more(store, vectors[430:700], 270, start=431)
-        assert graphs(store.path) == 1 and written(store.path) == 0 and store.count() == 700
+        assert store.seal_due() and store.settle() is True
+        assert graphs(store.path) == 1 and store.count() == 700
+        assert store.search(StoreQuery(1, dense=vectors[650].tolist()))[0].payload == {"i": 220}
     finally:
-        stop.set()
         store.close()

@@ -16,6 +16,13 @@ daemon's threads and its systemd watchdog pings. So:
   else to do, and it gives way: the child is killed as soon as ``idle()``
   says an event arrived or a search is waiting (a killed run leaves the shard
   as it was; tested), and it is tried again at the next quiet moment.
+- A segment holds at most ``SEGMENT_POINTS`` points: once that many are
+  outside the index, the sync core's writes wait while they are built
+  (``seal_due``; the build gives way to a search or a stop), so no build
+  handles more. A cold backfill writes every point before its first quiet
+  moment, and one build of 1.09M points held 13.3 GB and 949 s of CPU (395 s
+  for 545k; bench/scale.py, AMD EPYC). Without a bound, each build also
+  merged every segment and built its graph again.
 
 How many points are outside the index is mdindex's own count, not the
 shard's: edge's ``indexed_vectors_count`` adds up every vector index of a
@@ -55,10 +62,10 @@ _OPTIMIZE = (
 
 
 # One graph up to this many points (the settings' edge_segment_points). Each
-# more graph costs every search: at 546k points (100k files), hybrid p50 12.2
-# ms in two segments against 8.3 to 8.9 in one, dense 7.8 against 5.2 to 6.0
-# (bench/segments.py, in process, warm, AMD EPYC), so 545k points stay in
-# one. The child building one holds about 12 KB a point.
+# more graph costs every search: at 546,840 points (100k files) in graphs of
+# at most 300k, hybrid p50 16.5 ms for new questions and 12.1 again, against
+# 15.0 and 10.7 in one graph, whose build held 6.7 GB against 3.9 (about 12 KB
+# a point; bench/segments.py, AMD EPYC). So 545k points stay in one graph.
 SEGMENT_POINTS = 600_000
 
 # Points written since the index was last built (an upper bound of those
@@ -124,13 +131,15 @@ def unindexed(path: Path, points: int) -> int:
 def wants_index(path: Path, points: int, config: dict[str, Any], index_min_points: int) -> bool:
     """At least ``index_min_points`` points, and enough of them outside the
     index (``unindexed``): a tenth of the store, and no less than a segment the
-    optimizer would index. ``config``: the shard's creation record."""
+    optimizer would index; or a whole bounded segment (``segment_points``:
+    beyond 10 segments, a tenth is more). ``config``: the shard's creation record."""
     if points < index_min_points:
         return False
     outside = unindexed(path, points)
     threshold_kb = (config.get("optimizers") or {}).get("indexing_threshold") or 10_000
-    segment_points = int(threshold_kb) * 1024 // (4 * int(config["vectors"][""]["size"]))
-    return outside >= max(points // 10, segment_points)
+    least = int(threshold_kb) * 1024 // (4 * int(config["vectors"][""]["size"]))
+    bound = segment_points(config) or points
+    return outside >= max(min(points // 10, bound), least)
 
 
 def segment_points(config: dict[str, Any]) -> int:

@@ -84,6 +84,7 @@ class EdgeStore(Scrolling):
     ) -> None:
         self.collection = collection
         self.path = path  # the shard's own folder
+        self.where = str(path)
         self.batch_points = batch_points
         # In process there is no request size to respect, only the bindings' cost per call.
         self._step = batch_points * 4
@@ -107,10 +108,6 @@ class EdgeStore(Scrolling):
                 return False
             self._sparse = SPARSE_NAME in (read_config(self.path).get("sparse_vectors") or {})
         return self._sparse
-
-    @property
-    def where(self) -> str:
-        return str(self.path)
 
     # -- shard -----------------------------------------------------------
 
@@ -194,8 +191,6 @@ class EdgeStore(Scrolling):
             op = UpdateOperation.upsert_points(batch)
             self._retry("upsert", lambda op=op: update(self.shard, self.path, op))  # type: ignore[misc]
         add_written(self.path, len(points))  # outside the index until the next build
-        if seal_due(self.path, read_config(self.path), self._seal_after) and not self.settle():
-            self._seal_after = (written(self.path) or 0) * 11 // 10  # gave way to a search
         return len(points)
 
     def delete(self, ids: Sequence[str]) -> int:
@@ -304,6 +299,9 @@ class EdgeStore(Scrolling):
         n = int(self._retry("info", lambda: self.shard.info()).points_count)
         return wants_index(self.path, n, read_config(self.path), self.index_min_points)
 
+    def seal_due(self) -> bool:
+        return self.exists() and seal_due(self.path, read_config(self.path), self._seal_after)
+
     def settle(self, idle: Callable[[], bool] | None = None) -> bool:
         """Build the HNSW index in a child process if it pays off (``optimize``);
         gives way as soon as ``idle()`` turns False or a search waits."""
@@ -316,4 +314,6 @@ class EdgeStore(Scrolling):
                 lambda: bool(self._searches_waiting) or (idle is not None and not idle()),
             )
             self.open()
+        if not done:  # not tried again for the writes at every batch
+            self._seal_after = (written(self.path) or 0) * 11 // 10
         return done
