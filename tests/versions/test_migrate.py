@@ -12,6 +12,7 @@ from mdindex.embedding.embedder import ModelEmbedder
 from mdindex.errors import ConfigError
 from mdindex.runtime import make_store
 from mdindex.sinks import Point
+from mdindex.sinks.base import StoreQuery
 from mdindex.versions.migrate import migrate
 from tests.cli_helper import in_process
 from tests.conftest import REPO, TinyEmbedder, run_backfill, settings_for, stored_points
@@ -105,3 +106,28 @@ def test_cli_migrate_with_the_real_model(
         env={"MDINDEX_RETRY_BUDGET_S": "0.5"},
     )
     assert down.returncode == 3, down.stderr
+
+
+def test_a_copy_into_edge_builds_each_segment_as_it_fills(tmp_path: Path) -> None:
+    """Issue 37: a migration writes every point before the store's first build,
+    as a cold backfill did; the copy waits while each segment is built."""
+    from mdindex.sinks.edge import EdgeStore
+    from mdindex.versions.migrate import copy_points
+    from tests.sinks.edge.test_optimize import graphs
+
+    source = EdgeStore("s", path=tmp_path / "s")
+    source.ensure_collection(16, sparse=False)
+    vectors = np.random.default_rng(5).standard_normal((1200, 16)).astype(np.float32)
+    source.upsert([Point(f"{i:032x}", vectors[i].tolist(), {"i": i}) for i in range(1200)])
+    tiny = {"index_min_points": 100, "indexing_threshold_kb": 1}
+    target = EdgeStore("t", path=tmp_path / "t", segment_points=300, **tiny)  # type: ignore[arg-type]
+    try:
+        copied, seen = copy_points(source, target, prepend_context=False, sparse=False)
+        assert copied == 1200 and len(seen) == 1200
+        assert graphs(target.path) == 2  # 512 and 1,024 written: each built as it filled
+        assert target.settle() is True and graphs(target.path) == 3 and target.count() == 1200
+        hit = target.search(StoreQuery(1, dense=vectors[700].tolist()))[0]
+        assert hit.payload == {"i": 700}
+    finally:
+        source.close()
+        target.close()

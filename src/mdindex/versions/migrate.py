@@ -53,6 +53,8 @@ def copy_points(
         if len(batch) >= PAGE:
             copied += target.upsert(batch)
             batch = []
+            if target.seal_due():  # a whole segment written: built before the next
+                target.settle()
     if batch:
         copied += target.upsert(batch)
     return copied, seen
