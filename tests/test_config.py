@@ -82,6 +82,8 @@ def test_credentials_in_urls_are_masked() -> None:
         ({"query_prompt": "query:\x07"}, "", {}, "query_prompt: holds a control character"),
         ({"document_prompt": "p" * 201}, "", {}, "document_prompt"),
         ({}, "", {"MDINDEX_EMBEDDING_INPUT_TYPE": "maybe"}, "embedding_input_type"),
+        ({"edge_segment_points": 40}, "", {}, "edge_segment_points (40) must be 0 (no bound)"),
+        ({"edge_segment_points": -1}, "", {}, "edge_segment_points"),
     ],
 )
 def test_bad_settings_name_the_key(

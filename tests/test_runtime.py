@@ -54,7 +54,7 @@ def written(store: EdgeStore | QdrantStore) -> None:
 
 
 def test_the_default_store_is_edge_one_folder_per_version(make_settings: Factory) -> None:
-    s = make_settings(edge_index_min_points=7, upsert_batch_points=3, edge_segment_points=512)
+    s = make_settings(edge_index_min_points=7, upsert_batch_points=3, edge_segment_points=20_480)
     store = make_store(s)
     assert isinstance(store, EdgeStore)
     folder = s.state_dir / "edge" / collection_of(s)
@@ -62,7 +62,7 @@ def test_the_default_store_is_edge_one_folder_per_version(make_settings: Factory
     assert store.index_min_points == 7 and store.batch_points == 3
     written(store)
     assert (folder / "edge_config.json").is_file()
-    assert segment_points(read_config(folder)) == 512  # 2 KB of 4-d vectors
+    assert segment_points(read_config(folder)) == 20_480  # 320 KB of 4-d vectors
     assert [p.name for p in (s.state_dir / "edge").iterdir()] == [collection_of(s)]
     # a store path of its own holds the version folders too
     mine = make_store(make_settings(qdrant_path=str(s.state_dir.parent / "mine")))

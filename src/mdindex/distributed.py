@@ -313,6 +313,7 @@ def write_batch(
             vectors.update(_row_vectors(batch, i))
     indexer.writer.write_docs(done, {}, summary, prewritten=True)
     indexer.writer.write_docs(todo, vectors, summary)
+    indexer.seal()  # an edge store's segment these writes filled is built before more
     indexer.state.clear_inflight(
         (str(r), str(p)) for r, p in zip(batch["root"], batch["rel"], strict=True)
     )

@@ -168,6 +168,62 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(tmp_path: Path) -> 
         d.stop()
 
 
+@pytest.mark.serial
+def test_systemd_hears_from_the_daemon_while_a_segment_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A segment filled by the writes is built while they wait, in the main
+    loop: its pings must go on (WatchdogSec=120 against minutes of building)."""
+    import itertools
+    import os
+    import time
+
+    from mdindex.sinks.edge import EdgeStore
+    from mdindex.sinks.edge import optimize as building
+    from tests.daemon.test_notify import Receiver
+    from tests.sinks.edge.test_optimize import graphs
+
+    receiver = Receiver(str(tmp_path / "notify.sock"))
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
+    monkeypatch.setenv("WATCHDOG_USEC", "400000")  # a ping at most every 0.2 s
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+    # each build waits 3 s first: longer than the gaps allowed below
+    monkeypatch.setattr(building, "_OPTIMIZE", "import time\ntime.sleep(3)\n" + building._OPTIMIZE)
+    root = tmp_path / "notes"
+    root.mkdir()
+    s = settings_for(tmp_path, [str(root)], store="edge", quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder())
+
+    def factory(settings: Any, **options: Any) -> Any:
+        collection = collection_of(settings)
+        store = EdgeStore(
+            collection,
+            path=settings.store_path / collection,
+            index_min_points=10,
+            indexing_threshold_kb=1,
+            segment_points=40,
+        )
+        return build_indexer(settings, d.embedder, store=store, **options)
+
+    d.daemon.indexer_factory = factory
+    d.start()
+    try:
+        receiver.messages(0.5)  # what the start said
+        for i in range(60):
+            (root / f"n{i}.md").write_text(f"# Note {i}\n\nword{i} alone in note {i}.\n")
+        pings: list[float] = []
+        shard = s.store_path / collection_of(s)
+        end = time.monotonic() + 30
+        while time.monotonic() < end and not (shard.is_dir() and graphs(shard)):
+            pings += [time.monotonic() for m in receiver.messages(0.2) if m == "WATCHDOG=1"]
+        assert graphs(shard) >= 1, "no segment was built"
+        gaps = [b - a for a, b in itertools.pairwise(pings)]
+        assert len(pings) >= 10 and max(gaps) < 1.5, gaps
+    finally:
+        d.stop()
+        receiver.sock.close()
+
+
 def test_after_a_whole_scan_the_store_is_read_ahead(tmp_path: Path, root: Path) -> None:
     """The files searches read come back into the page cache after the scan, so
     the first searches wait on no disk (mdindex.sinks.edge.pages.read_ahead)."""

@@ -301,11 +301,20 @@ def _holds(folder: Path, names: tuple[str, ...]) -> bool:
         return False
 
 
+# Edge indexes no segment under 10 MB of vectors: 6,826 points of 384-d.
+MIN_SEGMENT_POINTS = 10_000
+
+
 def _check_combinations(s: Settings) -> None:
     """The keys that only go together, or only within bounds of each other."""
     if s.max_tokens is not None and s.overlap_tokens >= s.max_tokens:
         raise ValueError(
             f"overlap_tokens ({s.overlap_tokens}) must be smaller than max_tokens ({s.max_tokens})"
+        )
+    if 0 < s.edge_segment_points < MIN_SEGMENT_POINTS:
+        raise ValueError(
+            f"edge_segment_points ({s.edge_segment_points}) must be 0 (no bound) or at "
+            f"least {MIN_SEGMENT_POINTS:,}: smaller segments than an index is built for"
         )
     if s.qdrant_url and s.qdrant_path:
         raise ValueError("qdrant_url and qdrant_path are exclusive; set only one")

@@ -233,7 +233,7 @@ class Indexer(IndexView):
                 nxt = writer.stage(works, pool, staged)
                 if staged is not None:
                     writer.write(staged, summary)
-                    self._seal()
+                    self.seal()
                 staged = nxt
 
             known = partial(self.known_hash, rows=changes.rows)
@@ -252,7 +252,7 @@ class Indexer(IndexView):
                 push(ready)
             if staged is not None:
                 writer.write(staged, summary)
-                self._seal()
+                self.seal()
         writer.delete_docs(changes.deleted, summary, dry_run=dry_run)
         if not dry_run:
             if summary.chunks_embedded:  # how, and why: for status after a one-shot run
@@ -263,7 +263,7 @@ class Indexer(IndexView):
         summary.seconds = time.monotonic() - started
         return summary
 
-    def _seal(self) -> None:
+    def seal(self) -> None:
         """Build the segment the writes filled (``Store.seal_due``) while they
         wait: a cold backfill has no quiet moment before its end. It gives way
         to a stop (and is tried again once a tenth more is written)."""

@@ -181,6 +181,26 @@ def test_a_build_that_fails_says_why(tmp_path: Path, caplog: pytest.LogCaptureFi
         store.close()
 
 
+def test_a_build_the_kernel_killed_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child killed by a signal it was not sent here (the OOM killer's SIGKILL)
+    is a warning, not a silent give-way."""
+    from mdindex.sinks.edge import optimize as building
+
+    store, _ = filled(tmp_path, 50, 16, indexing_threshold_kb=1)
+    store.close()
+    monkeypatch.setattr(
+        building, "_OPTIMIZE", "import os, time\ntime.sleep(0.5)\nos.kill(os.getpid(), 9)\n"
+    )
+    with caplog.at_level(logging.INFO, logger="mdindex.sinks.edge.optimize"):
+        assert optimize(store.path, lambda: False) is False
+        assert "index build killed by signal 9 (out of memory?)" in caplog.text
+        caplog.clear()
+        assert optimize(store.path, lambda: True) is False  # killed here: a give-way
+    assert "gave way" in caplog.text and "signal" not in caplog.text
+
+
 @pytest.mark.serial
 def test_index_build_gives_way_and_loses_nothing(tmp_path: Path) -> None:
     # Large enough that building takes seconds on two cores.
@@ -323,7 +343,7 @@ def test_a_build_that_gave_way_is_not_asked_for_at_every_batch(tmp_path: Path) -
     build and kill it again after each group while searches keep coming."""
     store = EdgeStore("c", path=tmp_path / "c", index_min_points=100, segment_points=300, **SMALL)
     store.ensure_collection(16)
-    vectors = np.random.default_rng(4).standard_normal((700, 16)).astype(np.float32)
+    vectors = np.random.default_rng(4).standard_normal((1000, 16)).astype(np.float32)
     try:
         more(store, vectors[:400], 400, start=1)
         assert store.seal_due() and store.settle(lambda: False) is False  # gave way
@@ -334,5 +354,8 @@ def test_a_build_that_gave_way_is_not_asked_for_at_every_batch(tmp_path: Path) -
         assert store.seal_due() and store.settle() is True
         assert graphs(store.path) == 1 and store.count() == 700
         assert store.search(StoreQuery(1, dense=vectors[650].tolist()))[0].payload == {"i": 220}
+        # built: the bound is the bound again, not 1.1 x what was outside at the give-way
+        more(store, vectors[700:990], 290, start=701)
+        assert written(store.path) == 290 and store.seal_due()
     finally:
         store.close()

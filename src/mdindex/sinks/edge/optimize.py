@@ -144,16 +144,19 @@ def wants_index(path: Path, points: int, config: dict[str, Any], index_min_point
 
 def segment_points(config: dict[str, Any]) -> int:
     """The most points the optimizer puts in one segment (its ``max_segment_size``
-    is in KB of dense vectors); 0 when it has no bound (a store made before)."""
-    kb = (config.get("optimizers") or {}).get("max_segment_size") or 0
-    return int(kb) * 1024 // (4 * int(config["vectors"][""]["size"]))
+    is in KB of dense vectors); 0 when it has no bound (a store made before,
+    or a record that is not ours)."""
+    try:
+        kb = (config.get("optimizers") or {}).get("max_segment_size") or 0
+        return max(int(kb), 0) * 1024 // (4 * int(config["vectors"][""]["size"]))
+    except (AttributeError, KeyError, TypeError, ValueError, ZeroDivisionError):
+        return 0
 
 
-def seal_due(path: Path, config: dict[str, Any], after: int = 0) -> bool:
-    """Whether the points outside the index fill a segment, so it should be
-    built now, while writes wait; ``after``: not before this many (a build that
-    gave way is not tried again at every batch)."""
-    bound = segment_points(config)
+def seal_due(path: Path, bound: int, after: int = 0) -> bool:
+    """Whether the points outside the index fill a segment of ``bound`` points
+    (``segment_points``), to be built now while writes wait; ``after``: not
+    before this many (a build that gave way is not tried again at every batch)."""
     return bound > 0 and (written(path) or 0) >= max(bound, after)
 
 
@@ -168,10 +171,12 @@ def optimize(path: Path, give_way: Callable[[], bool]) -> bool:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+    gave_way = False
     try:
         while child.poll() is None:
             if give_way():
                 child.kill()
+                gave_way = True
                 log.info("index build gave way after %.1fs", time.monotonic() - started)
                 break
             time.sleep(0.1)
@@ -184,5 +189,7 @@ def optimize(path: Path, give_way: Callable[[], bool]) -> bool:
         record_written(path, 0)
     elif child.returncode > 0:
         log.warning("index build failed: %s", err.decode(errors="replace")[-300:].strip())
+    elif not gave_way:  # the kernel's OOM killer, or a person: said, not taken for a give-way
+        log.warning("index build killed by signal %d (out of memory?)", -child.returncode)
     finished: bool = child.returncode == 0
     return finished

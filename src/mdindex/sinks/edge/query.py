@@ -3,7 +3,7 @@ bindings cannot express, tested on the hits instead."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -79,6 +79,18 @@ def plan(query: StoreQuery, has_sparse: bool) -> tuple[Any, StoreQuery, tuple[An
     else:
         request = None
     return request, query, checked
+
+
+def scroll_request(
+    where: Any, payload: Sequence[str] | bool, with_vectors: bool, page: int
+) -> Callable[[Any], Any]:
+    """The ``ScrollRequest`` for each page of a scroll, from its offset."""
+    from qdrant_edge import ScrollRequest
+
+    selector = list(payload) if not isinstance(payload, bool) else payload
+    return lambda offset: ScrollRequest(
+        offset=offset, limit=page, filter=where, with_payload=selector, with_vector=with_vectors
+    )
 
 
 def search_filter(spec: SearchFilter) -> Any:

@@ -31,11 +31,12 @@ from mdindex.sinks.edge.optimize import (
     add_written,
     optimize,
     seal_due,
+    segment_points,
     wants_index,
     written,
 )
 from mdindex.sinks.edge.pages import Pages
-from mdindex.sinks.edge.query import docs_filter, matches, plan
+from mdindex.sinks.edge.query import docs_filter, matches, plan, scroll_request
 from mdindex.sinks.edge.shard import (
     CONFIG_FILE,
     check_existing,
@@ -91,6 +92,7 @@ class EdgeStore(Scrolling):
         self.batch_bytes = batch_bytes
         self.index_min_points = index_min_points
         self._seal_after = 0  # a build during the writes that gave way: not before this
+        self._bound: int | None = None  # the shard's segment_points, once read
         self.quantization, self.on_disk_vectors = quantization, on_disk_vectors
         # how a shard created here is made (``shard.create``); segments with less
         # vector data than indexing_threshold_kb stay unindexed (Qdrant's default)
@@ -207,21 +209,8 @@ class EdgeStore(Scrolling):
     def _records(
         self, where: Any, payload: Sequence[str] | bool, with_vectors: bool, page: int
     ) -> Iterator[Any]:
-        from qdrant_edge import ScrollRequest
-
-        selector = list(payload) if not isinstance(payload, bool) else payload
-
-        def fetch(offset: Any) -> Any:
-            request = ScrollRequest(
-                offset=offset,
-                limit=page,
-                filter=where,
-                with_payload=selector,
-                with_vector=with_vectors,
-            )
-            return self._retry("scroll", lambda: self.shard.scroll(request))
-
-        return paged(fetch)
+        request = scroll_request(where, payload, with_vectors, page)
+        return paged(lambda at: self._retry("scroll", lambda: self.shard.scroll(request(at))))
 
     def search(self, query: StoreQuery) -> list[Hit]:
         if not self.exists():
@@ -277,7 +266,7 @@ class EdgeStore(Scrolling):
             self.close()
             if self.path.exists():
                 shutil.rmtree(self.path)
-            self._sparse = None
+            self._sparse = self._bound = None
 
     def point_alias(self, alias: str) -> bool:
         """Edge has no aliases: the catalog alone names the live version."""
@@ -300,7 +289,10 @@ class EdgeStore(Scrolling):
         return wants_index(self.path, n, read_config(self.path), self.index_min_points)
 
     def seal_due(self) -> bool:
-        return self.exists() and seal_due(self.path, read_config(self.path), self._seal_after)
+        """A segment's worth outside the index, and a build would be made of it."""
+        if self._bound is None and self.exists():  # set once, when the shard was made
+            self._bound = segment_points(read_config(self.path))
+        return seal_due(self.path, self._bound or 0, self._seal_after) and self.wants_index()
 
     def settle(self, idle: Callable[[], bool] | None = None) -> bool:
         """Build the HNSW index in a child process if it pays off (``optimize``);
@@ -314,6 +306,6 @@ class EdgeStore(Scrolling):
                 lambda: bool(self._searches_waiting) or (idle is not None and not idle()),
             )
             self.open()
-        if not done:  # not tried again for the writes at every batch
-            self._seal_after = (written(self.path) or 0) * 11 // 10
+        # one that gave way is not asked for again at every batch the writes add
+        self._seal_after = 0 if done else (written(self.path) or 0) * 11 // 10
         return done
