@@ -6,18 +6,21 @@
 Copies the kept store's points (vectors and payloads as stored) into two new
 edge stores through mdindex's own writes (``EdgeStore.upsert``): one with
 ``segment_points = --bound``, whose writes wait while each segment is built
-as it fills (``Store.seal_due``, asked after each batch as the sync core asks), and one without a bound, built once
-at the end, as a cold backfill did before. Each copy runs in a process of its
-own, which reports its index builds' peak RSS and CPU (its children's). Then,
-in a fresh process for each copy, hybrid and dense search p50 (new questions,
-then the same again; the query's embedding left out) and recall@10 against
-exact search. The copies are removed at the end.
+as it fills (``Store.seal_due``, asked after each batch as the sync core
+asks), and one without a bound, built once at the end, as a cold backfill
+did before. Each copy runs in a process of its own, which reports its index
+builds' peak RSS and CPU (its children's). Then, in a fresh process for each
+copy, hybrid and dense search p50 (new questions, then the same again; the
+query's embedding left out), and recall@10 against exact search
+(bench/scale.py's RECALL, in a process of its own). The copies are removed
+at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import shutil
 import subprocess
 import sys
@@ -28,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import cpu_name, table, write_json
-from scale import STAND_IN
+from scale import RECALL, STAND_IN, WORDS
 
 COPY = """
 import json, resource, sys, time
@@ -73,38 +76,24 @@ print(json.dumps({"points": n, "copy_s": time.perf_counter() - started,
 """
 
 SEARCH = """
-import json, random, statistics, sys, time
+import json, statistics, sys, time
 from mdindex.config import load_settings
 from mdindex.index.search import Query
 from mdindex.runtime import make_models, make_store
-from mdindex.sinks.base import StoreQuery
 from mdindex.versions.catalog import reader_settings
-from scale import WORDS
 
 settings = reader_settings(load_settings({"state_dir": sys.argv[1]}))
 models = make_models(settings)
 store = make_store(settings).open()
-queries = [" ".join(random.Random(q).sample(WORDS, 3)) for q in range(int(sys.argv[2]))]
 out = {}
 for mode in ("hybrid", "dense"):
     for when in ("new", "again"):
         times = []
-        for q in queries:
+        for q in json.loads(sys.argv[2]):
             t0 = time.perf_counter()
             models.search(store, Query(q, k=10, mode=mode))
             times.append(time.perf_counter() - t0)
         out[f"{mode}_{when}_p50_ms"] = statistics.median(times) * 1000
-for mode in ("dense", "hybrid"):
-    found = []
-    for q in queries:
-        dense = models.embedder.embed_query(q).tolist()
-        sparse = models.planner.sparse.query(q, ["en"]) if mode == "hybrid" else None
-        ask = lambda exact: [
-            h.id for h in store.search(StoreQuery(10, dense=dense, sparse=sparse, exact=exact))
-        ]
-        got, want = ask(False), ask(True)
-        found.append(len(set(got) & set(want)) / max(len(want), 1))
-    out[f"recall10_{mode}"] = statistics.mean(found)
 store.close()
 print(json.dumps(out))
 """
@@ -141,7 +130,8 @@ def main() -> None:
     ap.add_argument("--bound", type=int, default=300_000, help="points a segment holds")
     ap.add_argument("--queries", type=int, default=100)
     args = ap.parse_args()
-    src_config = None
+    queries = [" ".join(random.Random(q).sample(WORDS, 3)) for q in range(args.queries)]
+    asked = json.dumps(queries)
     rows = []
     with tempfile.TemporaryDirectory(dir=args.kept.parent, prefix="segments-") as tmp:
         for bound in (args.bound, 0):
@@ -151,7 +141,8 @@ def main() -> None:
             dim = str(src_config["vectors"][""]["size"])
             row = {"segment_points": bound or "none"}
             row |= run(COPY, str(src), str(dst), str(bound), dim)
-            row |= run(STAND_IN + SEARCH, str(state), str(args.queries))
+            row |= run(STAND_IN + SEARCH, str(state), asked)
+            row |= run(STAND_IN + RECALL, str(state), asked)  # against exact search
             print(json.dumps(row), flush=True)
             rows.append(row)
             shutil.rmtree(state)

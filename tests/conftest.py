@@ -22,7 +22,7 @@ from mdindex.embedding.model import load_counter, resolve_model
 from mdindex.embedding.tokens import TokenCounter
 from mdindex.index.indexer import Indexer
 from mdindex.index.state import State
-from mdindex.runtime import make_models, make_store, state_path
+from mdindex.runtime import collection_of, make_models, make_store, state_path
 
 # mcp.client.stdio binds sys.stderr as stdio_client's errlog when it is first
 # imported. A first import inside a capsys test (an in-process `mdindex`
@@ -253,6 +253,22 @@ def build_indexer(settings: Settings, embedder: Any, **options: Any) -> Indexer:
         embedder=embedder,
         store=options.pop("store", None) or make_store(settings),
         state=State(state_path(settings)),
+        **options,
+    )
+
+
+def small_edge_store(settings: Settings, **options: Any) -> Any:
+    """The settings' edge store with tiny thresholds, so that a store of a few
+    dozen points gets an HNSW index: from 10 points, in segments over 1 KB of
+    vectors; ``options`` as EdgeStore takes them (``segment_points``)."""
+    from mdindex.sinks.edge import EdgeStore
+
+    collection = collection_of(settings)
+    return EdgeStore(
+        collection,
+        path=settings.store_path / collection,
+        index_min_points=10,
+        indexing_threshold_kb=1,
         **options,
     )
 

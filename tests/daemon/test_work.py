@@ -25,6 +25,7 @@ from tests.conftest import (
     differences,
     same_points,
     settings_for,
+    small_edge_store,
     stored_points,
 )
 from tests.daemon.running import QUIET_MS, Running, converges, fresh, held, wait_for
@@ -132,7 +133,6 @@ def test_a_batch_the_store_refused_is_tried_again(tmp_path: Path, root: Path) ->
 
 
 def test_edge_store_builds_its_index_when_quiet_and_keeps_up(tmp_path: Path) -> None:
-    from mdindex.sinks.edge import EdgeStore
     from tests.faults.helpers import make_tree, mutate
 
     root = make_tree(tmp_path / "docs")
@@ -140,14 +140,7 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(tmp_path: Path) -> 
     d = Running(s, TinyEmbedder(), timings=Timings(settle_after_s=0.3))
 
     def factory(settings: Any, **options: Any) -> Any:
-        # Tiny thresholds, so a store of a few dozen points gets an HNSW index.
-        collection = collection_of(settings)
-        store = EdgeStore(
-            collection,
-            path=settings.store_path / collection,
-            index_min_points=10,
-            indexing_threshold_kb=1,
-        )
+        store = small_edge_store(settings)
         return build_indexer(settings, d.embedder, store=store, **options)
 
     d.daemon.indexer_factory = factory
@@ -178,10 +171,9 @@ def test_systemd_hears_from_the_daemon_while_a_segment_is_built(
     import os
     import time
 
-    from mdindex.sinks.edge import EdgeStore
     from mdindex.sinks.edge import optimize as building
+    from mdindex.sinks.edge.optimize import graphs
     from tests.daemon.test_notify import Receiver
-    from tests.sinks.edge.test_optimize import graphs
 
     receiver = Receiver(str(tmp_path / "notify.sock"))
     monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
@@ -195,14 +187,7 @@ def test_systemd_hears_from_the_daemon_while_a_segment_is_built(
     d = Running(s, TinyEmbedder())
 
     def factory(settings: Any, **options: Any) -> Any:
-        collection = collection_of(settings)
-        store = EdgeStore(
-            collection,
-            path=settings.store_path / collection,
-            index_min_points=10,
-            indexing_threshold_kb=1,
-            segment_points=40,
-        )
+        store = small_edge_store(settings, segment_points=40)
         return build_indexer(settings, d.embedder, store=store, **options)
 
     d.daemon.indexer_factory = factory

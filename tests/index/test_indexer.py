@@ -12,7 +12,7 @@ from mdindex.embedding.sparse import Sparse
 from mdindex.errors import LockError, PruneRefused, StoreMismatch, StoreUnavailable
 from mdindex.index.lock import WriterLock
 from mdindex.index.verify import verify
-from mdindex.runtime import collection_of, make_store
+from mdindex.runtime import make_store
 from mdindex.sinks import Point
 from mdindex.sinks.base import StoreQuery
 from tests.conftest import (
@@ -21,6 +21,7 @@ from tests.conftest import (
     build_indexer,
     run_backfill,
     settings_for,
+    small_edge_store,
     stored_points,
 )
 from tests.faults.helpers import unprivileged
@@ -460,23 +461,14 @@ def segment_tree(root: Path, n: int) -> None:
 
 def bounded_store(s) -> Any:
     """An edge store with tiny thresholds: a graph from 10 points, segments of 40."""
-    from mdindex.sinks.edge import EdgeStore
-
-    collection = collection_of(s)
-    return EdgeStore(
-        collection,
-        path=s.store_path / collection,
-        index_min_points=10,
-        indexing_threshold_kb=1,
-        segment_points=40,  # 5 KB of 32-d vectors
-    )
+    return small_edge_store(s, segment_points=40)  # 5 KB of 32-d vectors
 
 
 def test_a_backfill_builds_each_segment_as_its_writes_fill_it(tmp_path, make_settings) -> None:
     """Issue 37: the writes wait while each segment's graph is built, so no
     build takes every point; systemd hears from the run meanwhile."""
     from mdindex.index.indexer import Hooks
-    from tests.sinks.edge.test_optimize import graphs
+    from mdindex.sinks.edge.optimize import graphs
 
     segment_tree(tmp_path / "notes", 150)
     s = make_settings(tmp_path / "notes")
@@ -500,7 +492,7 @@ def test_a_backfill_builds_each_segment_as_its_writes_fill_it(tmp_path, make_set
 def test_a_stop_is_not_held_up_by_a_segments_build(tmp_path, make_settings) -> None:
     """The build gives way to a stop at once, and what was written stays."""
     from mdindex.index.indexer import Hooks
-    from tests.sinks.edge.test_optimize import graphs
+    from mdindex.sinks.edge.optimize import graphs
 
     segment_tree(tmp_path / "notes", 150)
     s = make_settings(tmp_path / "notes")

@@ -112,8 +112,8 @@ def test_a_copy_into_edge_builds_each_segment_as_it_fills(tmp_path: Path) -> Non
     """Issue 37: a migration writes every point before the store's first build,
     as a cold backfill did; the copy waits while each segment is built."""
     from mdindex.sinks.edge import EdgeStore
+    from mdindex.sinks.edge.optimize import graphs
     from mdindex.versions.migrate import copy_points
-    from tests.sinks.edge.test_optimize import graphs
 
     source = EdgeStore("s", path=tmp_path / "s")
     source.ensure_collection(16, sparse=False)

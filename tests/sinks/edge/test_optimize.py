@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -20,6 +19,7 @@ from mdindex.sinks.edge import EdgeStore
 from mdindex.sinks.edge.optimize import (
     WRITTEN_FILE,
     add_written,
+    graphs,
     has_graph,
     optimize,
     segment_points,
@@ -275,14 +275,6 @@ def test_a_count_or_segment_record_that_is_not_ours_is_none_at_once(
 
 # Segments over 1 KB of vectors are indexed (the default, 10 MB, is 160,000 16-d vectors).
 SMALL = {"indexing_threshold_kb": 1}
-
-
-def graphs(path: Path) -> int:
-    """How many of the shard's segments have an HNSW graph."""
-    return sum(
-        json.loads(f.read_text())["config"]["vector_data"][""]["index"]["type"] == "hnsw"
-        for f in (path / "segments").glob("*/segment.json")
-    )
 
 
 def test_segments_are_built_as_they_fill_and_never_merged_past_the_bound(tmp_path: Path) -> None:

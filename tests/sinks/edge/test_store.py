@@ -289,20 +289,13 @@ def test_the_real_models_hybrid_store_builds_its_index(tmp_path: Path, real_embe
     them, none left to build), and every point's own vector finds it first."""
     import shutil
 
-    from mdindex.runtime import collection_of
     from mdindex.sinks.edge.optimize import has_graph
-    from tests.conftest import build_indexer, settings_for
+    from tests.conftest import build_indexer, settings_for, small_edge_store
 
     root = tmp_path / "docs"
     shutil.copytree(Path(__file__).resolve().parents[3] / "examples" / "docs", root)
     settings = settings_for(tmp_path, [str(root)], store="edge")
-    collection = collection_of(settings)
-    store = EdgeStore(
-        collection,
-        path=settings.store_path / collection,
-        index_min_points=10,
-        indexing_threshold_kb=1,
-    )
+    store = small_edge_store(settings)
     with build_indexer(settings, real_embedder, store=store) as indexer:
         indexer.backfill()
         n = store.count()

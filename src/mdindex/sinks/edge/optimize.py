@@ -103,9 +103,10 @@ def add_written(path: Path, points: int) -> None:
         record_written(path, (written(path) or 0) + points)
 
 
-def has_graph(path: Path) -> bool:
-    """Whether a segment of the shard at ``path`` has an HNSW index on its dense
-    vector (each segment's ``segment.json`` records its vectors' index)."""
+def graphs(path: Path) -> int:
+    """How many segments of the shard at ``path`` have an HNSW index on their
+    dense vector (each segment's ``segment.json`` records its vectors' index)."""
+    count = 0
     for record in (path / "segments").glob("*/segment.json"):
         try:
             # the bounded reader: a FIFO there held status and every sync for
@@ -113,9 +114,12 @@ def has_graph(path: Path) -> bool:
             index = load_json(record)["config"]["vector_data"][""]["index"]["type"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if index == "hnsw":
-            return True
-    return False
+        count += index == "hnsw"
+    return count
+
+
+def has_graph(path: Path) -> bool:
+    return graphs(path) > 0
 
 
 def unindexed(path: Path, points: int) -> int:
@@ -136,8 +140,7 @@ def wants_index(path: Path, points: int, config: dict[str, Any], index_min_point
     if points < index_min_points:
         return False
     outside = unindexed(path, points)
-    threshold_kb = (config.get("optimizers") or {}).get("indexing_threshold") or 10_000
-    least = int(threshold_kb) * 1024 // (4 * int(config["vectors"][""]["size"]))
+    least = _points(config, (config.get("optimizers") or {}).get("indexing_threshold") or 10_000)
     bound = segment_points(config) or points
     return outside >= max(min(points // 10, bound), least)
 
@@ -147,10 +150,15 @@ def segment_points(config: dict[str, Any]) -> int:
     is in KB of dense vectors); 0 when it has no bound (a store made before,
     or a record that is not ours)."""
     try:
-        kb = (config.get("optimizers") or {}).get("max_segment_size") or 0
-        return max(int(kb), 0) * 1024 // (4 * int(config["vectors"][""]["size"]))
+        return _points(config, (config.get("optimizers") or {}).get("max_segment_size") or 0)
     except (AttributeError, KeyError, TypeError, ValueError, ZeroDivisionError):
         return 0
+
+
+def _points(config: dict[str, Any], kb: Any) -> int:
+    """The points whose dense vectors take ``kb`` KB (Qdrant's unit for segment
+    sizes: 1 KB is 256 floats)."""
+    return max(int(kb), 0) * 1024 // (4 * int(config["vectors"][""]["size"]))
 
 
 def seal_due(path: Path, bound: int, after: int = 0) -> bool:
