@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from mdindex.embedding.sparse import Sparse
+from mdindex.errors import LockError
 from mdindex.sinks import Point
 from mdindex.sinks.base import StoreQuery
 from mdindex.sinks.edge import EdgeStore
@@ -349,5 +350,56 @@ def test_a_build_that_gave_way_is_not_asked_for_at_every_batch(tmp_path: Path) -
         # built: the bound is the bound again, not 1.1 x what was outside at the give-way
         more(store, vectors[700:990], 290, start=701)
         assert written(store.path) == 290 and store.seal_due()
+    finally:
+        store.close()
+
+
+PARENT = """
+import sys
+from pathlib import Path
+from mdindex.sinks.edge import optimize as building
+
+# the build as it runs, then held: the shard loaded (its lock taken), a mark
+# for the test with the child's pid, and minutes more of work
+building._OPTIMIZE = (
+    "import os, sys, time\\n"
+    "from qdrant_edge import EdgeShard\\n"
+    "shard = EdgeShard.load(sys.argv[1])\\n"
+    f"open({sys.argv[2]!r}, 'w').write(str(os.getpid()))\\n"
+    "time.sleep(300)\\n"
+)
+building.optimize(Path(sys.argv[1]), lambda: False)
+"""
+
+
+def test_a_build_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """A daemon SIGKILLed outside systemd leaves no build behind holding the
+    shard's lock: the store opens again at once, its points all there."""
+    import signal
+    import subprocess
+    import sys
+
+    store, _ = filled(tmp_path, 50, 16)
+    store.close()
+    mark = tmp_path / "child"
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(store.path), str(mark)])
+    try:
+        deadline = time.monotonic() + 60
+        while not mark.exists() or not mark.read_text():
+            assert parent.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        child = int(mark.read_text())
+        with pytest.raises(LockError):  # held while it builds
+            load(store.path)
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{child}").exists(), "the build outlived its parent"
+    store.open()
+    try:
+        assert store.shard.info().points_count == 50
     finally:
         store.close()

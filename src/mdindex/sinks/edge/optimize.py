@@ -52,6 +52,19 @@ from mdindex.jsonfile import load_json
 
 log = logging.getLogger(__name__)
 
+# The build dies with the process that started it (PR_SET_PDEATHSIG; Linux,
+# where the daemon runs). An orphaned build held the shard's lock: a daemon
+# SIGKILLed outside systemd (whose unit kills its whole cgroup) came back to
+# "open in another process" until the build ended, minutes at 600k points.
+# The signal follows the parent's thread, which waits for the build in
+# ``optimize``; its pid is checked after, in case it died before the prctl.
+_ORPHAN_GUARD = (
+    "import ctypes, os, signal, sys\n"
+    "if sys.platform == 'linux':\n"
+    "    ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"
+    "    if os.getppid() != int(sys.argv[2]):\n"
+    "        os._exit(1)\n"
+)
 _OPTIMIZE = (
     "import sys\n"
     "from qdrant_edge import EdgeShard\n"
@@ -175,7 +188,7 @@ def optimize(path: Path, give_way: Callable[[], bool]) -> bool:
     give_back_heap()  # what the closed shard held, given back while the child runs
     started = time.monotonic()
     child = subprocess.Popen(
-        [sys.executable, "-c", _OPTIMIZE, str(path)],
+        [sys.executable, "-c", _ORPHAN_GUARD + _OPTIMIZE, str(path), str(os.getpid())],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
