@@ -1,19 +1,21 @@
 """Segments of bounded size against one graph, on a store bench/scale.py kept.
 
     python bench/scale.py --kept RUN ...   (or --large: keeps RUN100000 and RUN200000)
-    python bench/segments.py --kept RUN100000 [--bound 300000] [--queries 100]
+    python bench/segments.py --kept RUN100000 [--bounds 300000,0] [--ef 1024,512] [--queries 100]
 
-Copies the kept store's points (vectors and payloads as stored) into two new
-edge stores through mdindex's own writes (``EdgeStore.upsert``): one with
-``segment_points = --bound``, whose writes wait while each segment is built
-as it fills (``Store.seal_due``, asked after each batch as the sync core
-asks), and one without a bound, built once at the end, as a cold backfill
-did before. Each copy runs in a process of its own, which reports its index
+Copies the kept store's points (vectors and payloads as stored) into a new
+edge store for each of ``--bounds`` through mdindex's own writes
+(``EdgeStore.upsert``): with ``segment_points`` set, the writes wait while each
+segment is built as it fills (``Store.seal_due``, asked after each batch as
+the sync core asks); 0 is without a bound, built once at the end, as a cold
+backfill did before. Each copy runs in a process of its own, which reports its index
 builds' peak RSS and CPU (its children's). Then, in a fresh process for each
 copy, hybrid and dense search p50 (new questions, then the same again; the
 query's embedding left out), and recall@10 against exact search
-(bench/scale.py's RECALL, in a process of its own). The copies are removed
-at the end.
+(bench/scale.py's RECALL, in a process of its own), each at every ``--ef``
+(the candidates a search looks at in each graph; ``auto``: mdindex's own
+share of edge.query.HNSW_EF, ``hnsw_ef``). The
+copies are removed at the end.
 """
 
 from __future__ import annotations
@@ -99,6 +101,15 @@ print(json.dumps(out))
 """
 
 
+# --ef's candidates in SEARCH's and RECALL's processes (their arguments: argv 1 and 2)
+EF = """
+import sys
+import mdindex.sinks.edge.query as edge_query
+if sys.argv[3] != "auto":
+    edge_query.hnsw_ef = lambda graphs: int(sys.argv[3])
+"""
+
+
 def run(code: str, *args: str) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, check=False
@@ -127,24 +138,31 @@ def copy_state(kept: Path, work: Path) -> tuple[Path, Path]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kept", type=Path, required=True, help="a run folder scale.py kept")
-    ap.add_argument("--bound", type=int, default=300_000, help="points a segment holds")
+    ap.add_argument("--bounds", default="300000,0", help="points a segment holds (0: no bound)")
+    ap.add_argument(
+        "--ef",
+        default="auto",
+        help="candidates a search looks at in each graph (auto: edge.query.hnsw_ef's share)",
+    )
     ap.add_argument("--queries", type=int, default=100)
     args = ap.parse_args()
     queries = [" ".join(random.Random(q).sample(WORDS, 3)) for q in range(args.queries)]
     asked = json.dumps(queries)
     rows = []
     with tempfile.TemporaryDirectory(dir=args.kept.parent, prefix="segments-") as tmp:
-        for bound in (args.bound, 0):
+        for bound in (int(b) for b in args.bounds.split(",")):
             state = Path(tmp) / f"bound{bound}"
             src, dst = copy_state(args.kept, state)
             src_config = json.loads((src / "edge_config.json").read_text())
             dim = str(src_config["vectors"][""]["size"])
-            row = {"segment_points": bound or "none"}
-            row |= run(COPY, str(src), str(dst), str(bound), dim)
-            row |= run(STAND_IN + SEARCH, str(state), asked)
-            row |= run(STAND_IN + RECALL, str(state), asked)  # against exact search
-            print(json.dumps(row), flush=True)
-            rows.append(row)
+            copied = {"segment_points": bound or "none"}
+            copied |= run(COPY, str(src), str(dst), str(bound), dim)
+            for ef in args.ef.split(","):
+                row = {**copied, "ef": ef if ef == "auto" else int(ef)}
+                row |= run(STAND_IN + EF + SEARCH, str(state), asked, ef)
+                row |= run(STAND_IN + EF + RECALL, str(state), asked, ef)  # against exact
+                print(json.dumps(row), flush=True)
+                rows.append(row)
             shutil.rmtree(state)
     columns = list(rows[0])
     print(table(rows, columns))

@@ -85,7 +85,7 @@ class Settings(BaseSettings):
     store: Literal["client", "edge"] = "edge"
     edge_index_min_points: int = Field(default=50_000, ge=0)
     # sinks.edge.optimize.SEGMENT_POINTS: one graph up to this size; 0: no bound.
-    edge_segment_points: int = Field(default=600_000, ge=0)
+    edge_segment_points: int = Field(default=400_000, ge=0)
     # Old versions kept for `mdindex versions use` after a switch (mdindex.versions.catalog).
     keep_versions: int = Field(default=1, ge=0)
     strategy: Literal["heading", "token", "semantic"] = "heading"

@@ -14,7 +14,7 @@ import pytest
 from mdindex.embedding.sparse import Sparse
 from mdindex.sinks.base import SearchFilter, StoreQuery
 from mdindex.sinks.edge import EdgeStore
-from mdindex.sinks.edge.query import HNSW_EF, matches, plan
+from mdindex.sinks.edge.query import HNSW_EF, HNSW_EF_LEAST, hnsw_ef, matches, plan
 from tests.sinks.filled import fill, pid, vector
 
 
@@ -40,6 +40,25 @@ def test_a_dense_search_asks_for_k_nearest_through_the_index(store: EdgeStore) -
     # an HNSW search never looks at fewer candidates than it returns
     wide = plan(StoreQuery(HNSW_EF + 100, dense=vector(3), candidates=300), has_sparse=True)[0]
     assert wide.params.hnsw_ef == HNSW_EF + 100
+
+
+def test_each_of_several_graphs_is_searched_with_its_share_of_the_candidates() -> None:
+    assert hnsw_ef(0) == hnsw_ef(1) == HNSW_EF
+    assert hnsw_ef(2) == max(HNSW_EF // 2, HNSW_EF_LEAST) and hnsw_ef(40) == HNSW_EF_LEAST
+    dense = plan(StoreQuery(2, dense=vector(3)), has_sparse=True, graphs=2)[0]
+    hybrid = StoreQuery(3, dense=vector(4), sparse=Sparse([2], [1.0]), candidates=4)
+    fused = plan(hybrid, has_sparse=True, graphs=2)[0]
+    assert dense.params.hnsw_ef == fused.prefetches[0].params.hnsw_ef == hnsw_ef(2) < HNSW_EF
+    wide = plan(StoreQuery(3, dense=vector(3), candidates=900), has_sparse=True, graphs=2)[0]
+    assert wide.params.hnsw_ef == 900  # never fewer than it is to return
+
+
+def test_one_graph_takes_hnsw_ef_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No floor for one graph: bench/edge_hnsw.py sweeps HNSW_EF from 128."""
+    from mdindex.sinks.edge import query as edge_query
+
+    monkeypatch.setattr(edge_query, "HNSW_EF", 128)
+    assert hnsw_ef(1) == 128 and hnsw_ef(2) == 128
 
 
 def test_sparse_and_hybrid_searches(store: EdgeStore) -> None:

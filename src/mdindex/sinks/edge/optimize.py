@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 # The build dies with the process that started it (PR_SET_PDEATHSIG; Linux,
 # where the daemon runs). An orphaned build held the shard's lock: a daemon
 # SIGKILLed outside systemd (whose unit kills its whole cgroup) came back to
-# "open in another process" until the build ended, minutes at 600k points.
+# "open in another process" until the build ended, minutes at 400k points.
 # The signal follows the parent's thread, which waits for the build in
 # ``optimize``; its pid is checked after, in case it died before the prctl.
 _ORPHAN_GUARD = (
@@ -74,12 +74,15 @@ _OPTIMIZE = (
 )
 
 
-# One graph up to this many points (the settings' edge_segment_points). Each
-# more graph costs every search: at 546,840 points (100k files) in graphs of
-# at most 300k, hybrid p50 16.5 ms for new questions and 12.1 again, against
-# 15.0 and 10.7 in one graph, whose build held 6.7 GB against 3.9 (about 12 KB
-# a point; bench/segments.py, AMD EPYC). So 545k points stay in one graph.
-SEGMENT_POINTS = 600_000
+# One graph up to this many points (the settings' edge_segment_points). A build
+# holds about 12.4 KB a point (the segment it reads and the one it writes, both
+# mapped, and its heap): at 545,526 points (100k files) in graphs of at most
+# 400k its peak was 4.95 GB against 6.71 in one graph, for 470 s of CPU against
+# 530, and with each graph searched with its share of the candidates
+# (query.hnsw_ef) hybrid p50 11.1 ms for new questions and 8.1 again, against
+# 15.5 and 12.2, recall@10 against exact 0.999 both (bench/segments.py, Intel
+# Xeon with AMX). 600k held 7.35 GB in a 200k-file cold run; the goal is 6.
+SEGMENT_POINTS = 400_000
 
 # Points written since the index was last built (an upper bound of those
 # outside it: an update of an indexed point counts too).

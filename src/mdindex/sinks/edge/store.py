@@ -29,6 +29,7 @@ from mdindex.sinks.base import (
 from mdindex.sinks.edge.optimize import (
     SEGMENT_POINTS,
     add_written,
+    graphs,
     optimize,
     seal_due,
     segment_points,
@@ -101,6 +102,7 @@ class EdgeStore(Scrolling):
         self._retry = Retrier("qdrant-edge", str(path), retry_budget_s, _transient, path)
         self._searches_waiting = 0
         self._sparse: bool | None = None  # the shard has the sparse vector; None: unread
+        self._graphs = 0  # the shard's HNSW graphs when it was opened (query.hnsw_ef)
         self.pages = Pages(path, self._retry.lock)
 
     @property
@@ -123,6 +125,7 @@ class EdgeStore(Scrolling):
         # Creation waits for ensure_collection, which knows the vector size.
         if self._shard is None and self.exists():
             self._shard = waiting_for_lock(lambda: self._retry("open", lambda: load(self.path)))
+            self._graphs = graphs(self.path)  # a build (settle) opens the shard again
         return self
 
     @property
@@ -216,7 +219,8 @@ class EdgeStore(Scrolling):
         if not self.exists():
             return []
         wanted = query.k
-        request, query, checked = plan(query, self.has_sparse)
+        self.open()  # a closed store's graphs are counted as it opens
+        request, query, checked = plan(query, self.has_sparse, self._graphs)
         if request is None:
             return []
         self._searches_waiting += 1  # tells a running optimization to give way
