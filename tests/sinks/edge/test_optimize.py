@@ -34,6 +34,7 @@ from mdindex.sinks.edge.optimize import (
     written,
 )
 from mdindex.sinks.edge.shard import load, read_config
+from tests.daemon.running import wait_for
 
 
 def filled(tmp_path: Path, n: int, dim: int, **kw: int) -> tuple[EdgeStore, np.ndarray]:
@@ -384,30 +385,31 @@ def test_a_build_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
     store.close()
     mark = tmp_path / "child"
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(store.path), str(mark)])
+
+    def marked() -> bool:
+        assert parent.poll() is None, "the parent ended before its build began"
+        return mark.exists() and bool(mark.read_text())
+
+    def opens() -> bool:
+        try:
+            load(store.path).close()
+        except LockError:
+            return False
+        return True
+
     child = 0
     try:
-        deadline = time.monotonic() + 60
-        while not mark.exists() or not mark.read_text():
-            assert parent.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(marked, 60, "the build to load the shard")
         child = int(mark.read_text())
-        with pytest.raises(LockError):  # held while it builds
-            load(store.path)
+        assert not opens()  # held while it builds
         parent.send_signal(signal.SIGKILL)
         parent.wait()
-        deadline = time.monotonic() + 10  # the build holds it for 300 s if it lives
-        while True:
-            try:
-                load(store.path).close()
-                break
-            except LockError:
-                assert time.monotonic() < deadline, "the build outlived its parent"
-                time.sleep(0.05)
+        # the build holds the lock for 300 s if it lives
+        wait_for(opens, 10, "the lock to come free: the build outlived its parent")
     finally:
-        for pid in (parent.pid, child):
+        for pid in (p for p in (parent.pid, child) if p):
             with contextlib.suppress(OSError):
-                if pid:
-                    os.kill(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
         parent.wait()
     store.open()
     try:
