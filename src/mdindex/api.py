@@ -35,10 +35,10 @@ from mdindex.query.client import IndexClient
 from mdindex.query.daemon import find_daemon
 from mdindex.query.documents import Documents
 from mdindex.runtime import Loaded
-from mdindex.versions.catalog import Catalog, require_indexed
+from mdindex.versions.catalog import Catalog
 
 if TYPE_CHECKING:
-    from mdindex.index.verify import VerifyReport
+    from mdindex.index.summary import VerifyReport
 
 log = logging.getLogger(__name__)
 
@@ -160,15 +160,9 @@ class Index:
 
     def verify(self, *, repair: bool = False, force: bool = False) -> VerifyReport:
         """`mdindex verify`: the live version's points against the files; ``repair``
-        fixes them, under backfill's guard on deletions (``force`` overrides it)."""
-        from mdindex.index.verify import verify
-        from mdindex.runtime import make_indexer
-
-        self.settings.require_roots()
-        live = require_indexed(self.settings)  # a verify creates no collection, nor state
-        lock = WriterLock(self.settings.state_dir, self.settings.collection, "verify")
-        with lock, make_indexer(live) as indexer:
-            return verify(indexer, repair=repair, force=force)
+        fixes them, under backfill's guard on deletions (``force`` overrides it).
+        By the daemon when one holds the store (``report.daemon``)."""
+        return self._client.verify(repair, force)
 
     # -- reading ----------------------------------------------------------------
 

@@ -5,16 +5,21 @@ store opened here with the live version's settings."""
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from mdindex.errors import FreshnessUnknown, LockError
+from mdindex import Index
+from mdindex.config import Settings
+from mdindex.errors import FreshnessUnknown, LockError, RepairRefused
 from mdindex.index.search import Query
 from mdindex.query.client import IndexClient
 from mdindex.query.daemon import DaemonGone, find_daemon
-from tests.conftest import TinyEmbedder, run_rollout, settings_for
+from tests.cli_helper import in_process
+from tests.conftest import TinyEmbedder, run_rollout, settings_for, stored_points
 from tests.daemon.running import QUIET_MS, Running, converges, token_of
 
 
@@ -161,3 +166,94 @@ def test_without_a_daemon_searches_follow_the_live_version(tmp_path: Path, root:
     assert client.settings.strategy == "heading"
     assert client.live_settings().strategy == "token"
     assert client.search(sparse("recipe"))[0]["strategy"] == "token"
+
+
+def tamper(settings: Settings) -> tuple[str, dict[str, Any]]:
+    """One stored payload edited behind the sync core's back, as a disk fault or
+    another program would: drift no reconcile sees (the state still describes
+    the point). The point's ID, and the payloads the store held before."""
+    from mdindex.runtime import make_store
+    from mdindex.sinks import Point
+    from mdindex.versions.catalog import reader_settings
+
+    live = reader_settings(settings)
+    before = stored_points(live, vectors=True)
+    victim = sorted(before)[0]
+    payload = {k: v for k, v in before[victim].items() if not k.startswith("_")}
+    store = make_store(live).open()
+    try:
+        vector, sparse = before[victim]["_vector"], before[victim]["_sparse"]
+        store.upsert([Point(victim, vector, {**payload, "section": "tampered"}, sparse)])
+    finally:
+        store.close()
+    return victim, {pid: unvectored(p) for pid, p in before.items()}
+
+
+def unvectored(payload: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in payload.items() if not k.startswith("_")}
+
+
+@pytest.mark.slow
+def test_verify_while_the_daemon_runs_is_done_by_the_daemon(
+    tmp_path: Path, root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a user: `mdindex verify` while `mdindex watch` ran was refused
+    ("held by pid N (watch); stop it first"), where search, status and
+    backfill go through the daemon. The daemon now verifies and repairs its
+    live version on its main loop, with the exit codes of a verify without it."""
+    tiny = TinyEmbedder()
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    run_rollout(s, tiny)
+    victim, before = tamper(s)
+    d = Running(s, tiny).start()
+    try:
+        index = Index.from_settings(s)
+        report = index.verify()
+        assert report.daemon and not report.repaired
+        assert [e["id"] for e in report.stale] == [victim] and not report.missing
+        assert d.points()[victim]["section"] == "tampered"  # a verify writes nothing
+        state = ["--state-dir", str(s.state_dir)]
+        r = in_process(capsys, "verify", root, *state)
+        assert r.returncode == 4 and "stale: 1" in r.stdout and "by the watch daemon" in r.stdout
+        r = in_process(capsys, "verify", root, "--repair", "--json", *state)
+        assert r.returncode == 0 and json.loads(r.stdout)["repaired"] is True
+        assert d.points() == before
+        assert index.verify().in_sync
+        other = tmp_path / "other"
+        other.mkdir()
+        with pytest.raises(LockError, match=r"watches notes=.*restart it"):
+            Index.from_settings(settings_for(tmp_path, [other])).verify()
+    finally:
+        d.stop()
+    assert d.exit_code == 0
+
+
+class Changed(TinyEmbedder):
+    """Another model under the same name: every vector it makes differs."""
+
+    def vector(self, text: str) -> Any:
+        return super().vector(text + " changed model")[::-1].copy()
+
+
+@pytest.mark.slow
+def test_a_repair_the_daemon_refuses_exits_2_with_its_reason(
+    tmp_path: Path, root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The guard's refusal comes back as itself (exit 2, its one line), not as
+    the daemon failing (exit 3), and the daemon goes on answering."""
+    for n in range(3):  # points whose vectors verify samples (the tampered one is stale)
+        (root / f"n{n}.md").write_text(f"# Note {n}\n\nWords about topic {n}.\n")
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    run_rollout(s, TinyEmbedder())
+    victim, before = tamper(s)
+    d = Running(s, Changed()).start()
+    try:
+        with pytest.raises(RepairRefused, match="sampled vectors disagree"):
+            Index.from_settings(s).verify(repair=True)
+        r = in_process(capsys, "verify", root, "--repair", "--state-dir", s.state_dir)
+        assert r.returncode == 2 and "nothing repaired" in r.stderr
+        assert d.points() == before | {victim: before[victim] | {"section": "tampered"}}
+        assert d.daemon.api.health() == (True, "watching")
+        assert Index.from_settings(s).search("secret recipe", mode="sparse")
+    finally:
+        d.stop()

@@ -265,11 +265,7 @@ def _nested(key: str, value: Any, indent: str = "") -> list[str]:
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     report = Index.from_settings(settings).verify(repair=args.repair, force=args.force)
     data = report.as_dict()
-    lines = [
-        f"missing: {len(report.missing)}, stale: {len(report.stale)}, "
-        f"duplicates: {len(report.duplicates)}, graph: {len(report.graph)}, "
-        f"in sync: {report.in_sync}" + (" (repaired)" if report.repaired else "")
-    ]
+    lines = [report.line() + (" (verified by the watch daemon)" if report.daemon else "")]
     for kind in ("missing", "stale", "duplicates"):
         for e in data[kind][:50]:
             lines.append(f"  {kind}: {e['root']}:{e['doc_path']} #{e['chunk_index']} {e['id']}")

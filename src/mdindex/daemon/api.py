@@ -1,5 +1,5 @@
 """What the daemon answers on its API's threads: health, search, status (and
-waiting for freshness), reconcile, versions; the same for its MCP tools; and
+waiting for freshness), reconcile, verify, versions; the same for its MCP tools; and
 the endpoints it listens on (a Unix socket, a TCP port when set).
 
 These run beside the main loop, so they only read what it publishes (the
@@ -82,6 +82,12 @@ class DaemonApi:
         """A whole reconcile on the main loop, and its summary; {} when ``timeout``
         passes first. ``force``: deletions the guard would refuse are made."""
         return self.shared.mailbox.ask("reconcile", timeout, force=force) or {}
+
+    def verify(self, repair: bool = False, force: bool = False) -> dict[str, Any]:
+        """`mdindex verify [--repair]` of the live version, on the main loop once
+        it serves one: the report (``VerifyReport.as_dict``)."""
+        self.serving()
+        return self.shared.mailbox.ask("verify", repair=repair, force=force) or {}
 
     def caught_up(self, wait: float) -> tuple[dict[str, Any], str]:
         """Sync every change made before the call, within ``wait`` seconds: the
@@ -212,6 +218,7 @@ class Endpoints:
             token,
             mcp=self.mcp,
             versions=api.versions,
+            verify=api.verify,
         )
         # absolute: a client in another folder reads it from the lock file
         path = socket_path(s.state_dir, s.collection).absolute()

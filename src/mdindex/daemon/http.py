@@ -1,4 +1,5 @@
-"""The daemon's API: /healthz, /metrics, /search, /status[?wait=1&timeout=S] and POST /reconcile.
+"""The daemon's API: /healthz, /metrics, /search, /status[?wait=1&timeout=S], POST
+/reconcile and /verify[?repair=1&force=1], and /versions and /mcp.
 
 It is always served on a Unix socket in the state dir (mode 0600; other
 commands find it through the lock file), and on a TCP port when
@@ -43,7 +44,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from mdindex.daemon.connections import WORK_SLOTS, Connections
 from mdindex.daemon.metrics import Metrics
-from mdindex.errors import ConfigError, MdindexError
+from mdindex.errors import ConfigError, MdindexError, PruneRefused, RepairRefused
 from mdindex.jsonfile import JsonRefused, parse_json
 from mdindex.outside import integer, number, quoted
 
@@ -88,6 +89,7 @@ class Api:
         token: str,
         mcp: Any = None,
         versions: Callable[[str, list[str]], dict[str, Any]] | None = None,
+        verify: Callable[[bool, bool], dict[str, Any]] | None = None,
     ) -> None:
         self.metrics = metrics
         self.health = health
@@ -97,6 +99,7 @@ class Api:
         self.token = token
         self.mcp = mcp  # a daemon.mcp_http.McpBridge, or None
         self.versions = versions  # (action, fingerprints) -> result: `mdindex versions`
+        self.verify = verify  # (repair, force) -> the report: `mdindex verify`
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -218,10 +221,20 @@ class _Handler(BaseHTTPRequestHandler):
             except MdindexError as exc:
                 self._json(503, {"error": str(exc)})
             return
+        force = (query.get("force") or ["0"])[0] not in ("", "0")
+        if path == "/verify" and self.api.verify is not None:
+            repair = (query.get("repair") or ["0"])[0] not in ("", "0")
+            try:
+                self._json(200, self.api.verify(repair, force))
+            except (PruneRefused, RepairRefused) as exc:  # exit 2 at the client, as without
+                refused = "repair" if isinstance(exc, RepairRefused) else "prune"
+                self._json(409, {"error": str(exc), "refused": refused})
+            except MdindexError as exc:
+                self._json(503, {"error": str(exc), "exit_code": exc.exit_code})
+            return
         if path != "/reconcile":
             self._json(404, {"error": "not found"})
             return
-        force = (query.get("force") or ["0"])[0] not in ("", "0")
         try:
             self._json(200, self.api.reconcile(force=force))
         except MdindexError as exc:

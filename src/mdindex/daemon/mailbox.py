@@ -1,7 +1,7 @@
 """One channel for what the API's threads ask of the daemon's main loop.
 
-A request (a reconcile, a flush of the paths waiting, `versions use`,
-`versions drop`) is put in the mailbox
+A request (a reconcile, a flush of the paths waiting, a verify, `versions
+use`, `versions drop`) is put in the mailbox
 by the thread that serves it, which then waits for the answer, its timeout,
 or the daemon stopping. The main loop, which alone owns the state and the
 store's writes, takes everything that waits and answers each request.
@@ -18,7 +18,7 @@ from typing import Any
 
 from mdindex.errors import MdindexError, StoreError
 
-KINDS = ("reconcile", "flush", "use", "drop")
+KINDS = ("reconcile", "flush", "verify", "use", "drop")
 
 
 @dataclass(eq=False)

@@ -1,16 +1,20 @@
 """What the API's threads asked through the mailbox, answered on the main loop:
-a reconcile, a flush once a `status --wait` barrier passed, and `versions
-use|drop`. The syncs themselves are ``work.Work``'s."""
+a reconcile, a flush once a `status --wait` barrier passed, a verify, and
+`versions use|drop`. The syncs themselves are ``work.Work``'s."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from mdindex.daemon import heap
 from mdindex.daemon.mailbox import Request
 from mdindex.daemon.shared import Shared
 from mdindex.daemon.work import Work
 from mdindex.errors import MdindexError, StoreError
 from mdindex.index.summary import Summary
+
+log = logging.getLogger(__name__)
 
 
 class Requests:
@@ -37,7 +41,9 @@ class Requests:
                 else:
                     r.reply(summary.as_dict())
         for r in requests:
-            if r.kind not in ("reconcile", "flush"):
+            if r.kind == "verify":
+                self.verify(r)
+            elif r.kind not in ("reconcile", "flush"):
                 self.versions(r)
 
     def reconcile(self, asked: list[Request]) -> Summary | None:
@@ -57,6 +63,31 @@ class Requests:
         from_events = bool(batch.dirs)
         batch.dirs += self.shared.watcher.unwatched
         return self.work.process(batch, events=from_events) if batch else Summary()
+
+    def verify(self, request: Request) -> None:
+        """`mdindex verify [--repair]` while the daemon holds the store: its live
+        version's points against the files, as the command does without a
+        daemon; events wait meanwhile, as for a reconcile. A refused repair, a
+        store that fails or a fault of ours is that verify's answer alone."""
+        from mdindex.index.verify import verify
+
+        indexer = self.shared.builds.live
+        assert indexer is not None
+        self.shared.health.status("verifying")
+        try:
+            report = verify(indexer, **request.args)
+            log.info("verify: %s", report.line())
+            if report.repaired:
+                self.work.update_gauges()
+            request.reply(report.as_dict())
+        except MdindexError as exc:
+            request.reply(error=exc)
+        except Exception as exc:  # a fault of our own: this verify fails, never the daemon
+            log.error("verify failed", exc_info=exc)
+            request.reply(error=StoreError(f"verify failed: {type(exc).__name__}: {exc}"))
+        finally:
+            self.shared.health.status("watching")
+            heap.give_back()  # its groups' plans, freed but held by malloc
 
     def versions(self, request: Request) -> None:
         fingerprints = request.args["fingerprints"]

@@ -1,8 +1,10 @@
-"""What one sync did: the counts, the files that failed and why, and what was
-left out; printed by backfill, returned by the daemon's reconcile."""
+"""What one sync did (``Summary``): the counts, the files that failed and why,
+and what was left out; printed by backfill, returned by the daemon's
+reconcile. What one verify found (``VerifyReport``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,3 +91,74 @@ class Summary:
             f"{self.chunks_embedded} chunks embedded, {self.points_upserted} points upserted, "
             f"{self.points_deleted} deleted in {self.seconds:.2f}s"
         )
+
+
+# When more than this share of at least SUSPECT_MIN sampled vectors disagree,
+# or every one of fewer, repair suspects the embedder: a permuted model.onnx
+# once made it rewrite 10 of 10 documents with wrong vectors (and 3 of 3 went
+# through while a suspicion needed 5 samples).
+SUSPECT_SHARE = 0.5
+SUSPECT_MIN = 5
+
+
+@dataclass
+class VerifyReport:
+    missing: list[dict[str, Any]] = field(default_factory=list)
+    stale: list[dict[str, Any]] = field(default_factory=list)
+    duplicates: list[dict[str, Any]] = field(default_factory=list)
+    # documents whose recorded links, tags or headings differ from the file
+    graph: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    repaired: bool = False
+    vectors_checked: int = 0  # sampled and re-embedded
+    vectors_disagreeing: int = 0
+    daemon: bool = False  # the watch daemon verified (it holds the store)
+
+    @property
+    def embedder_suspect(self) -> bool:
+        n, bad = self.vectors_checked, self.vectors_disagreeing
+        if n < SUSPECT_MIN:
+            return 0 < bad == n
+        return bad > SUSPECT_SHARE * n
+
+    @property
+    def in_sync(self) -> bool:
+        return not (self.missing or self.stale or self.duplicates or self.graph)
+
+    def line(self) -> str:
+        return (
+            f"missing: {len(self.missing)}, stale: {len(self.stale)}, "
+            f"duplicates: {len(self.duplicates)}, graph: {len(self.graph)}, "
+            f"in sync: {self.in_sync}" + (" (repaired)" if self.repaired else "")
+        )
+
+    @classmethod
+    def from_dict(cls, data: Any) -> VerifyReport:
+        """The report ``as_dict`` gave (the daemon's answer), ``daemon`` set;
+        ValueError for anything else."""
+        if not isinstance(data, dict):
+            raise ValueError("not a report")
+        report = cls(daemon=True)
+        for f in dataclasses.fields(cls):
+            if f.name in data and f.name != "daemon":
+                kind = type(getattr(report, f.name))
+                value = data[f.name]
+                if not isinstance(value, kind) or (
+                    kind is list and not all(isinstance(e, dict) for e in value)
+                ):
+                    raise ValueError(f"{f.name} is not a {kind.__name__}")
+                setattr(report, f.name, value)
+        return report
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "missing": self.missing,
+            "stale": self.stale,
+            "duplicates": self.duplicates,
+            "graph": self.graph,
+            "in_sync": self.in_sync,
+            "repaired": self.repaired,
+            "errors": self.errors,
+            "vectors_checked": self.vectors_checked,
+            "vectors_disagreeing": self.vectors_disagreeing,
+        }

@@ -20,7 +20,6 @@ import math
 import os
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from mdindex.documents.files import under_failed_folder
@@ -30,7 +29,7 @@ from mdindex.index.changes import Key
 from mdindex.index.indexer import Indexer
 from mdindex.index.lookahead import tokens
 from mdindex.index.planning import DocWork, Planned
-from mdindex.index.summary import Summary
+from mdindex.index.summary import Summary, VerifyReport
 from mdindex.index.writer import LET_GO_EVERY
 
 log = logging.getLogger(__name__)
@@ -39,49 +38,6 @@ log = logging.getLogger(__name__)
 # stored vectors come from their text; bf16 against fp32 gives cosine 0.99998.
 VERIFY_SAMPLE = 256
 VECTOR_MATCH_COSINE = 0.98
-# When more than this share of at least SUSPECT_MIN sampled vectors disagree,
-# or every one of fewer, repair suspects the embedder: a permuted model.onnx
-# once made it rewrite 10 of 10 documents with wrong vectors (and 3 of 3 went
-# through while a suspicion needed 5 samples).
-SUSPECT_SHARE = 0.5
-SUSPECT_MIN = 5
-
-
-@dataclass
-class VerifyReport:
-    missing: list[dict[str, Any]] = field(default_factory=list)
-    stale: list[dict[str, Any]] = field(default_factory=list)
-    duplicates: list[dict[str, Any]] = field(default_factory=list)
-    # documents whose recorded links, tags or headings differ from the file
-    graph: list[dict[str, Any]] = field(default_factory=list)
-    errors: list[dict[str, str]] = field(default_factory=list)
-    repaired: bool = False
-    vectors_checked: int = 0  # sampled and re-embedded
-    vectors_disagreeing: int = 0
-
-    @property
-    def embedder_suspect(self) -> bool:
-        n, bad = self.vectors_checked, self.vectors_disagreeing
-        if n < SUSPECT_MIN:
-            return 0 < bad == n
-        return bad > SUSPECT_SHARE * n
-
-    @property
-    def in_sync(self) -> bool:
-        return not (self.missing or self.stale or self.duplicates or self.graph)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "missing": self.missing,
-            "stale": self.stale,
-            "duplicates": self.duplicates,
-            "graph": self.graph,
-            "in_sync": self.in_sync,
-            "repaired": self.repaired,
-            "errors": self.errors,
-            "vectors_checked": self.vectors_checked,
-            "vectors_disagreeing": self.vectors_disagreeing,
-        }
 
 
 def _entry(pid: str, p: Planned) -> dict[str, Any]:

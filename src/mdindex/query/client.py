@@ -1,5 +1,5 @@
 """Ask the running daemon, or open the store here: how the CLI and `mdindex mcp`
-reach the index, for search, status, waiting, versions and refresh.
+reach the index, for search, status, waiting, versions, verify and refresh.
 
 A daemon that holds the store is found (query.daemon) again for every call:
 a long-lived client (an assistant's MCP session) follows a daemon that
@@ -35,9 +35,10 @@ from mdindex.index.search import Query
 from mdindex.index.summary import Summary
 from mdindex.outside import shown
 from mdindex.query.daemon import DaemonClient, DaemonGone, find_daemon
-from mdindex.versions.catalog import Catalog
+from mdindex.versions.catalog import Catalog, require_indexed
 
 if TYPE_CHECKING:
+    from mdindex.index.summary import VerifyReport
     from mdindex.runtime import Models
 
 log = logging.getLogger(__name__)
@@ -200,6 +201,28 @@ class IndexClient:
         no daemon holds the store."""
         data = self.ask("/reconcile?force=1" if force else "/reconcile", post=True)
         return None if data is _NO_DAEMON else dict(data)
+
+    def verify(self, repair: bool, force: bool) -> VerifyReport:
+        """`mdindex verify [--repair]`: by the daemon when one holds the store (its
+        live version, on its main loop), else here under the writer lock."""
+        from mdindex.index.summary import VerifyReport
+        from mdindex.index.verify import verify
+        from mdindex.runtime import make_indexer
+
+        if find_daemon(self.settings, required=False) is not None:  # its roots, if none given
+            self._same_roots()
+            query = urllib.parse.urlencode({"repair": int(repair), "force": int(force)})
+            data = self.ask(f"/verify?{query}", post=True)
+            if data is not _NO_DAEMON:
+                try:
+                    return VerifyReport.from_dict(data)
+                except ValueError as exc:
+                    raise StoreUnavailable(f"the daemon's verify answer: {exc}") from None
+        s = self.settings
+        s.require_roots()
+        live = require_indexed(s)  # a verify creates no collection, nor state
+        with WriterLock(s.state_dir, s.collection, "verify"), make_indexer(live) as indexer:
+            return verify(indexer, repair=repair, force=force)
 
     def refresh(self, timeout_s: float) -> dict[str, Any]:
         """Every change made before the call, searchable (or the timeout): the

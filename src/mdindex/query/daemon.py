@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from mdindex.config import Settings
-from mdindex.errors import ConfigError, MdindexError, StoreUnavailable
+from mdindex.errors import (
+    ConfigError,
+    MdindexError,
+    PruneRefused,
+    RepairRefused,
+    StoreUnavailable,
+)
 from mdindex.index.lock import lock_path, read_holder, token_path
 from mdindex.jsonfile import open_regular, parse_json
 from mdindex.outside import integer, shown
@@ -80,6 +86,9 @@ class DaemonClient:
                 raise DaemonGone(f"the daemon at {self.where} refused the token: {detail}")
             if resp.status == 400:  # our request, not the daemon, is at fault
                 raise ConfigError(f"the daemon refused {path.split('?')[0]}: {detail}")
+            if resp.status == 409:  # a guarded repair: exit 2 here, as without a daemon
+                refused = data.get("refused") if isinstance(data, dict) else None
+                raise (RepairRefused if refused == "repair" else PruneRefused)(detail)
             raise StoreUnavailable(f"the daemon at {self.where} refused {path}: {detail}")
         return data
 
