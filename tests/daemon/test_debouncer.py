@@ -104,3 +104,42 @@ def test_take_all_hands_on_every_path_due_or_not(tmp_path: Path) -> None:
     batch = d.take_all()
     assert batch.files == [str(tmp_path / "a.md")] and batch.dirs == [str(tmp_path / "sub")]
     assert len(d) == 0
+
+
+def test_the_ends_of_a_move_go_together_when_one_is_due_before_the_other(
+    tmp_path: Path,
+) -> None:
+    """A note edited, then moved while other files kept changing: its old path
+    had waited max_wait and went alone, its new path a batch later, so the
+    sync core deleted its points before it saw the new path and embedded the
+    file again. A chain of moves (a to b, b to c) goes as one group."""
+    clock = Clock()
+    d = Debouncer(0.3, max_wait=2.0, clock=clock)
+    a, b, c = (str(tmp_path / f"{n}.md") for n in "abc")
+    busy = str(tmp_path / "busy.md")
+    d.add_event((Change(a),))  # the edit
+    released: list[list[str]] = []
+    for step in range(15):  # an event every 0.2 s: never quiet for 0.3 s
+        d.add_event((Change(busy),))
+        if step == 9:
+            d.add_event((Change(a), Change(b)))  # the move, 1.8 s after the edit
+        if step == 10:
+            d.add_event((Change(b), Change(c)))  # and on again
+        clock.now += 0.2
+        if batch := d.ready().files:
+            released.append(sorted(batch))
+    [group] = [r for r in released if a in r]
+    assert {a, b, c} <= set(group)  # due: a (waited max_wait); b and c with it
+    assert not d.moves and all(p not in d.pending for p in (a, b, c))
+
+
+def test_a_bounded_batch_keeps_a_moves_ends_together(tmp_path: Path) -> None:
+    clock = Clock()
+    d = Debouncer(0.3, clock=clock)
+    paths = [str(tmp_path / f"{i}.md") for i in range(5)]
+    for p in paths[:3]:
+        d.add_event((Change(p),))
+    d.add_event((Change(paths[3]), Change(paths[4])))
+    clock.now += 1
+    first = d.ready(limit=4)  # the limit falls between the move's two ends
+    assert sorted(first.files) == sorted(paths) and not d.pending

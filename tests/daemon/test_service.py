@@ -149,6 +149,40 @@ def test_slow_writer_is_indexed_once_with_final_content(
     assert "Piece 11" in "".join(texts)
 
 
+def test_a_move_due_on_one_end_first_costs_no_embedding(
+    daemon: Running, root: Path, tmp_path: Path
+) -> None:
+    """A note saved, then renamed 1.9 s later while another file kept changing:
+    its old path had waited the debouncer's max_wait (2 s) and went alone, so
+    its points were deleted before the new path came, and it was embedded
+    again. The debouncer's clock is the test's, as in the slow writer's test."""
+    d = daemon
+    converges(d, tmp_path, root)
+    debouncer = d.daemon.shared.debouncer
+    now = [time.monotonic()]
+    debouncer.clock = lambda: now[0]
+
+    def arrived(*paths: Path) -> None:
+        wait_for(lambda: all(str(p) in debouncer.pending for p in paths), 10, "the events")
+
+    old, new, busy = root / "sub" / "b.md", root / "sub" / "moved.md", root / "busy.md"
+    before = d.embedder.texts_embedded
+    old.write_text(old.read_text())  # saved, unchanged
+    arrived(old)
+    now[0] += 1.9
+    os.rename(old, new)
+    arrived(old, new)
+    now[0] += 0.1
+    busy.write_text("# Busy\n\nKept changing.\n")  # nothing is quiet yet
+    arrived(busy)
+    now[0] += 0.1  # the old path is due (quiet 0.2 s, waiting 2.1), the new one not
+    wait_for(lambda: str(old) not in debouncer.pending, 10, "the old path released")
+    assert str(new) not in debouncer.pending  # it went in the same batch
+    debouncer.clock = time.monotonic
+    converges(d, tmp_path, root)
+    assert d.embedder.texts_embedded - before == 1  # busy.md's one chunk alone
+
+
 def test_queue_overflow_and_dead_observer_trigger_rescans(tmp_path: Path, root: Path) -> None:
     s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS, queue_size=3)
     d = Running(s, TinyEmbedder()).start()

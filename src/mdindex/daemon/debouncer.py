@@ -40,10 +40,10 @@ class Debouncer:
     """Coalesces changes per path and releases them together once things are quiet.
 
     Paths are released when no event at all has arrived for ``quiet`` seconds,
-    so the two ends of a move (or a whole ``git checkout``) land in one batch;
-    a path waiting ``max_wait`` is released even while other paths keep
-    changing. A file whose size or mtime moved since its last event is still
-    being written and waits another quiet period.
+    so a whole ``git checkout`` lands in one batch; a path waiting
+    ``max_wait`` is released even while other paths keep changing, and the
+    two ends of a move always go together. A file whose size or mtime moved
+    since its last event is still being written and waits another quiet period.
     """
 
     def __init__(
@@ -58,6 +58,8 @@ class Debouncer:
         self.latest = 0.0  # time of the newest event of any path
         # path -> (is_dir, not ready before, stat seen at its last event, first event time)
         self.pending: dict[str, tuple[bool, float, tuple[int, int] | None, float]] = {}
+        # path -> every path of the moves it was an end of (one set, shared)
+        self.moves: dict[str, set[str]] = {}
 
     def add(self, change: Change) -> None:
         now = self.clock()
@@ -66,6 +68,16 @@ class Debouncer:
         first = old[3] if old else now
         is_dir = change.is_dir or (old[0] if old else False)
         self.pending[change.path] = (is_dir, now, _stat(change.path), first)
+
+    def add_event(self, changes: tuple[Change, ...]) -> None:
+        """The paths one event touched; a move's two ends are released together."""
+        for change in changes:
+            self.add(change)
+        if len(changes) == 2:
+            src, dst = (c.path for c in changes)
+            group = self.moves.get(src, {src}) | self.moves.get(dst, {dst})
+            for path in group:
+                self.moves[path] = group
 
     def take(self, events: queue.Queue[tuple[Change, ...]], timeout: float) -> None:
         """Add the queued events (each the paths one event touched); wait up to
@@ -77,8 +89,7 @@ class Debouncer:
         except queue.Empty:
             return
         while True:
-            for change in changes:
-                self.add(change)
+            self.add_event(changes)
             try:
                 changes = events.get_nowait()
             except queue.Empty:
@@ -110,13 +121,14 @@ class Debouncer:
         for path, (is_dir, _, _, _) in self.pending.items():
             (batch.dirs if is_dir else batch.files).append(path)
         self.pending.clear()
+        self.moves.clear()
         return batch
 
     def ready(self, limit: int = 1000) -> Batch:
         """Pop the paths that may go now; restart the clock of files still being written."""
         now = self.clock()
         all_quiet = now - self.latest >= self.quiet
-        batch = Batch()
+        batch, released = Batch(), []
         for path, (is_dir, last, seen, first) in list(self.pending.items()):
             if now - last < self.quiet or not (all_quiet or now - first >= self.max_wait):
                 continue
@@ -127,6 +139,16 @@ class Debouncer:
                 continue
             del self.pending[path]
             (batch.dirs if is_dir else batch.files).append(path)
+            released.append(path)
             if len(batch.files) + len(batch.dirs) >= limit:
                 break
+        # The other ends of a move go with it, due or not: the sync core reuses a
+        # moved file's vectors only when its delete comes in the batch of its
+        # new path (deletes run after writes); apart, the file was embedded again.
+        for path in released:
+            for other in self.moves.pop(path, ()):
+                self.moves.pop(other, None)
+                entry = self.pending.pop(other, None)
+                if entry is not None:
+                    (batch.dirs if entry[0] else batch.files).append(other)
         return batch
