@@ -96,6 +96,22 @@ def test_backfill_search_status_chunk_verify(
 
 
 @pytest.mark.slow
+def test_verify_prints_a_hostile_file_name_escaped(
+    docs_tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a review: verify printed each entry's path as it was, so a note
+    named with an escape sequence cleared the terminal (or set its title)."""
+    state = ["--state-dir", str(tmp_path / "state")]
+    hostile = docs_tree / "esc\x1b]0;owned\x07\x1b[2J.md"
+    hostile.write_text("# Esc\n\nA note with a hostile name.\n")
+    assert in_process(capsys, "backfill", docs_tree, *state).returncode == 0
+    hostile.write_text("# Esc\n\nChanged behind the index.\n")
+    r = in_process(capsys, "verify", docs_tree, *state)
+    assert r.returncode == 4 and "\x1b" not in r.stdout + r.stderr
+    assert "esc\\u001b]0;owned\\u0007\\u001b[2J.md" in r.stdout
+
+
+@pytest.mark.slow
 def test_exit_codes(docs_tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = ["--state-dir", str(tmp_path / "state")]
     r = in_process(capsys, "backfill", str(docs_tree), *state, env={"MDINDEX_BATCH_SIZE": "zero"})

@@ -46,12 +46,14 @@ def test_another_writer_exits_2_naming_it(
 ) -> None:
     state = tmp_path / "state"
     run_backfill(settings_for(tmp_path, [docs_tree]), TinyEmbedder())  # else nothing to verify
-    with WriterLock(state, "mdindex", "watch"):
+    # a backfill: a watch daemon that holds the lock is asked (and waited for
+    # while it opens its socket), as search waits for it
+    with WriterLock(state, "mdindex", "backfill"):
         code = main(["verify", str(docs_tree), "--state-dir", str(state)])
     err = capsys.readouterr().err
     assert code == 2
     assert err.splitlines() == error_lines(err) and len(err.splitlines()) == 1
-    assert f"pid {os.getpid()} (watch)" in err
+    assert f"pid {os.getpid()} (backfill)" in err
 
 
 def test_a_folder_that_cannot_be_used_exits_2_traceback_only_with_debug(

@@ -400,3 +400,25 @@ def test_a_socket_that_cannot_be_removed_leaves_the_rest_of_the_stop(
     with WriterLock(s.state_dir, s.collection, "backfill"):  # released
         pass
     assert (sock / "kept").read_text() == "not ours to remove\n"
+
+
+@pytest.mark.slow
+def test_verify_and_reconcile_take_only_0_or_1(daemon: Running) -> None:
+    """Found by a review: `/verify?repair=false` repaired (any value but "" and
+    "0" was yes), and `repiar=1` was silently a plain verify."""
+    port, token = tcp_port(daemon), token_of(daemon)
+    auth = {"Authorization": f"Bearer {token}"}
+    for path in (
+        "/verify?repair=false",
+        "/verify?repair=yes",
+        "/verify?repiar=1",
+        "/verify?force=2",
+        "/reconcile?force=true",
+        "/reconcile?repair=1",
+    ):
+        code, body = request(port, path, auth, method="POST")
+        assert code == 400 and "\n" not in body["error"], (path, code, body)
+    code, body = request(port, "/verify?repair=0&force=0", auth, method="POST")
+    assert code == 200 and body["in_sync"] is True and body["repaired"] is False
+    code, body = request(port, "/reconcile?force=0", auth, method="POST")
+    assert code == 200 and body["files_seen"] == 1

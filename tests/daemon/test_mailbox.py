@@ -1,5 +1,6 @@
 """What the API's threads ask of the daemon's main loop: a request put, taken and
-answered (or refused), a timeout, and a daemon that stops meanwhile."""
+answered (or refused), a timeout, a daemon that stops meanwhile, and askers
+that join one request."""
 
 from __future__ import annotations
 
@@ -128,3 +129,51 @@ def test_an_answer_adds_to_what_the_request_holds() -> None:
     request.answer["partial"] = True
     request.reply({"files_seen": 3})
     assert asker.done().answer == {"partial": True, "files_seen": 3} and asker.error is None
+
+
+def test_askers_that_join_share_one_request_and_its_answer() -> None:
+    """Found by a review: a verify asked again after a Ctrl-C, or by several
+    clients, ran once for each, one after another, each holding an API slot.
+    Joined, the same request (kind and arguments) is waited for: one answer
+    for all; other arguments are another request."""
+    mailbox = Mailbox(stopping=never)
+    first = Asker(mailbox, "verify", join=True, repair=False, force=False)
+    waiting(mailbox, 1)
+    [running] = mailbox.take()  # under way on the main loop
+    again = Asker(mailbox, "verify", join=True, repair=False, force=False)
+    other = Asker(mailbox, "verify", join=True, repair=True, force=False)
+    waiting(mailbox, 1)  # only the repair was put
+    deadline = time.monotonic() + 10
+    while running.waiting < 2:  # the second asker joined the first's request
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    running.reply({"in_sync": True})
+    assert first.done().answer == again.done().answer == {"in_sync": True}
+    [repair] = mailbox.take()
+    assert repair.args == {"repair": True, "force": False} and other.thread.is_alive()
+    repair.reply({"repaired": True})
+    assert other.done().answer == {"repaired": True}
+    # answered: the next one asked is a new request
+    later = Asker(mailbox, "verify", join=True, repair=False, force=False)
+    waiting(mailbox, 1)
+    [new] = mailbox.take()
+    assert new is not running
+    new.reply({})
+    assert later.done().answer == {}
+
+
+@pytest.mark.serial
+def test_a_joined_request_runs_while_one_asker_still_waits() -> None:
+    """Abandoned only when every asker gave up: one asker's timeout left the
+    request skipped while another waited for it without end."""
+    mailbox = Mailbox(stopping=never)
+    assert mailbox.ask("verify", timeout=0.2, join=True, repair=False, force=False) is None
+    patient = Asker(mailbox, "verify", join=True, repair=False, force=False)
+    deadline = time.monotonic() + 10
+    while not patient.thread.is_alive() or mailbox._queue.qsize() < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(0.1)  # the patient asker has joined (or made a new one)
+    [request] = mailbox.take()
+    request.reply({"in_sync": True})
+    assert patient.done().answer == {"in_sync": True}

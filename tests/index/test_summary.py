@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mdindex.documents.files import Failure
-from mdindex.index.summary import Summary
+from mdindex.index.summary import Summary, VerifyReport
 
 
 def test_a_failure_is_counted_kept_and_listed_printably() -> None:
@@ -93,3 +95,27 @@ def test_line_says_what_changed_or_would() -> None:
     )
     summary.dry_run = True
     assert summary.line().startswith("10 files: 3 would change, 5 unchanged,")
+
+
+def test_a_verify_report_read_back_is_the_one_written_and_nothing_else() -> None:
+    """The daemon's answer to `verify`: found by a review, "{}" (or a status
+    answer) read as in sync, exit 0, and an entry without its keys failed
+    with KeyError (exit 3)."""
+    entry = {"id": "p1", "root": "docs", "doc_path": "a.md", "chunk_index": 0}
+    report = VerifyReport(missing=[entry], vectors_checked=3)
+    back = VerifyReport.from_dict(report.as_dict())
+    assert back.daemon and back.missing == [entry] and back.vectors_checked == 3
+    assert not back.in_sync and back.as_dict() == report.as_dict()
+    good = report.as_dict()
+    for bad in (
+        {},
+        {"documents": 3, "points": 5},
+        {k: v for k, v in good.items() if k != "stale"},
+        good | {"missing": [{"id": "p1"}]},
+        good | {"graph": [{"root": "docs", "doc_path": "a.md"}]},
+        good | {"stale": "none"},
+        good | {"vectors_checked": "3"},
+        [good],
+    ):
+        with pytest.raises(ValueError):
+            VerifyReport.from_dict(bad)

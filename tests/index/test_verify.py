@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mdindex.errors import PruneRefused, RepairRefused
+from mdindex.errors import PruneRefused, RepairRefused, StoreError
 from mdindex.index.verify import verify
 from tests.cli_helper import in_process
 from tests.conftest import (
@@ -382,3 +382,26 @@ def test_verify_and_repair_in_groups_of_two_match_the_whole_tree_at_once(
     assert not {ids["dup"], ids["stray"], ids["orphan"]} & in_groups.keys()
     assert in_groups[ids["moved"]]["doc_path"] == "d0.md"
     assert in_groups[ids["edited"]].get("heading") != "changed"
+
+
+def test_a_stop_ends_a_verify_between_groups_with_nothing_repaired(
+    docs_tree: Path, make_settings, tiny
+) -> None:
+    """Found by a review: a daemon's SIGTERM waited for the whole verify (644 s
+    at 100,000 files, where systemd kills it after 15 s)."""
+    s = make_settings(docs_tree)
+    run_backfill(s, tiny)
+    before = stored_points(s, vectors=True)
+    (docs_tree / "guide" / "b.md").unlink()
+    asked: list[int] = []
+
+    def stop() -> bool:  # asked before each group: true from the second on
+        asked.append(1)
+        return len(asked) > 1
+
+    with build_indexer(s, tiny, group_docs=1) as indexer:
+        with pytest.raises(StoreError, match="stopping; verify not done, nothing repaired"):
+            verify(indexer, repair=True, stop=stop)
+        assert len(asked) == 2
+        assert not verify(indexer).in_sync
+    assert stored_points(s, vectors=True) == before

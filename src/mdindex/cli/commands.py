@@ -268,9 +268,11 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     lines = [report.line() + (" (verified by the watch daemon)" if report.daemon else "")]
     for kind in ("missing", "stale", "duplicates"):
         for e in data[kind][:50]:
-            lines.append(f"  {kind}: {e['root']}:{e['doc_path']} #{e['chunk_index']} {e['id']}")
+            where = shown(f"{e['root']}:{e['doc_path']} #{e['chunk_index']} {e['id']}")
+            lines.append(f"  {kind}: {where}")
     for e in report.graph[:50]:
-        lines.append(f"  graph: {e['root']}:{e['doc_path']}: {e['reason']}")
+        where = shown(f"{e['root']}:{e['doc_path']}: {e['reason']}")
+        lines.append(f"  graph: {where}")
     emit(args, data, "\n".join(lines))
     if report.in_sync or report.repaired:
         return EXIT_OK

@@ -87,7 +87,7 @@ class DaemonApi:
         """`mdindex verify [--repair]` of the live version, on the main loop once
         it serves one: the report (``VerifyReport.as_dict``)."""
         self.serving()
-        return self.shared.mailbox.ask("verify", repair=repair, force=force) or {}
+        return self.shared.mailbox.ask("verify", join=True, repair=repair, force=force) or {}
 
     def caught_up(self, wait: float) -> tuple[dict[str, Any], str]:
         """Sync every change made before the call, within ``wait`` seconds: the

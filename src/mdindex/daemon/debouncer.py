@@ -100,6 +100,24 @@ class Debouncer:
         now = self.clock()
         self.pending[path] = (is_dir, now + max(0.0, delay - self.quiet), _stat(path), now)
 
+    def requeue(self, batch: Batch, delay: float) -> None:
+        """A batch the sync core could not take, queued again (``add_path``) as one
+        group, so that the ends of its moves go together again."""
+        group = set(batch.files) | set(batch.dirs)
+        for path in batch.files:
+            self.add_path(path, False, delay)
+        for path in batch.dirs:
+            self.add_path(path, True, delay)
+        for path in list(group):  # with the groups of events that came meanwhile
+            group |= self.moves.get(path, set())
+        for path in group:
+            self.moves[path] = group
+
+    def clear(self) -> None:
+        """Forget every path waiting (a root replaced: they name the old folder)."""
+        self.pending.clear()
+        self.moves.clear()
+
     def __len__(self) -> int:
         return len(self.pending)
 
@@ -120,35 +138,49 @@ class Debouncer:
         batch = Batch()
         for path, (is_dir, _, _, _) in self.pending.items():
             (batch.dirs if is_dir else batch.files).append(path)
-        self.pending.clear()
-        self.moves.clear()
+        self.clear()
         return batch
 
     def ready(self, limit: int = 1000) -> Batch:
-        """Pop the paths that may go now; restart the clock of files still being written."""
+        """Pop the paths that may go now, each with the rest of its moves' group;
+        restart the clock of files still being written."""
         now = self.clock()
         all_quiet = now - self.latest >= self.quiet
-        batch, released = Batch(), []
-        for path, (is_dir, last, seen, first) in list(self.pending.items()):
+        batch = Batch()
+        for path, (_, last, _, first) in list(self.pending.items()):
+            if path not in self.pending:  # gone with a group
+                continue
             if now - last < self.quiet or not (all_quiet or now - first >= self.max_wait):
                 continue
-            current = _stat(path)
-            if not is_dir and current != seen:
-                # still being written (size or mtime moved without an event reaching us yet)
-                self.pending[path] = (is_dir, now, current, first)
+            if not self._settled(path, now):
                 continue
-            del self.pending[path]
-            (batch.dirs if is_dir else batch.files).append(path)
-            released.append(path)
-            if len(batch.files) + len(batch.dirs) >= limit:
+            # The other ends of its moves go with it: the sync core reuses a moved
+            # file's vectors only when its delete comes in the batch of its new path
+            # (deletes run after writes); apart, the file was embedded again. They
+            # must be settled too (a file appended after its move), up to 2 x max_wait.
+            group = [p for p in self.moves.get(path, ()) if p != path and p in self.pending]
+            if now - first < 2 * self.max_wait and not all(self._settled(p, now) for p in group):
+                continue
+            size = len(batch.files) + len(batch.dirs)
+            if size and size + 1 + len(group) > limit:
+                break  # a group larger than the room left goes first in the next batch
+            for p in (path, *group):
+                self.moves.pop(p, None)
+                is_dir = self.pending.pop(p)[0]
+                (batch.dirs if is_dir else batch.files).append(p)
+            if size + 1 + len(group) >= limit:
                 break
-        # The other ends of a move go with it, due or not: the sync core reuses a
-        # moved file's vectors only when its delete comes in the batch of its
-        # new path (deletes run after writes); apart, the file was embedded again.
-        for path in released:
-            for other in self.moves.pop(path, ()):
-                self.moves.pop(other, None)
-                entry = self.pending.pop(other, None)
-                if entry is not None:
-                    (batch.dirs if entry[0] else batch.files).append(other)
         return batch
+
+    def _settled(self, path: str, now: float) -> bool:
+        """Quiet for ``quiet`` and, a file, its size and mtime as at its last event;
+        a file still being written starts another quiet period."""
+        is_dir, last, seen, first = self.pending[path]
+        if now - last < self.quiet:
+            return False
+        if not is_dir:
+            current = _stat(path)
+            if current != seen:  # moved without an event reaching us yet
+                self.pending[path] = (is_dir, now, current, first)
+                return False
+        return True

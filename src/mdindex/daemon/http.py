@@ -76,6 +76,21 @@ def parameters(query: str) -> dict[str, list[str]]:
     }
 
 
+def switches(query: dict[str, list[str]], names: tuple[str, ...]) -> dict[str, bool]:
+    """A POST's on/off parameters, each 0 or 1 (absent: 0); ValueError for any
+    other value or parameter (`repair=false` repaired, `repiar=1` did nothing)."""
+    for key in query:
+        if key not in names:
+            raise ValueError(f"{quoted(key)} is not a parameter here ({', '.join(names)})")
+    out = {}
+    for name in names:
+        value = (query.get(name) or ["0"])[0]
+        if value not in ("0", "1"):
+            raise ValueError(f"{name} must be 0 or 1, not {quoted(value[:40])}")
+        out[name] = value == "1"
+    return out
+
+
 class Api:
     """What the HTTP handler needs from the daemon, as plain callables."""
 
@@ -221,11 +236,15 @@ class _Handler(BaseHTTPRequestHandler):
             except MdindexError as exc:
                 self._json(503, {"error": str(exc)})
             return
-        force = (query.get("force") or ["0"])[0] not in ("", "0")
+        try:
+            flags = switches(query, ("repair", "force") if path == "/verify" else ("force",))
+        except ValueError as exc:
+            self._json(400, {"error": str(exc)})
+            return
+        force = flags["force"]
         if path == "/verify" and self.api.verify is not None:
-            repair = (query.get("repair") or ["0"])[0] not in ("", "0")
             try:
-                self._json(200, self.api.verify(repair, force))
+                self._json(200, self.api.verify(flags["repair"], force))
             except (PruneRefused, RepairRefused) as exc:  # exit 2 at the client, as without
                 refused = "repair" if isinstance(exc, RepairRefused) else "prune"
                 self._json(409, {"error": str(exc), "refused": refused})

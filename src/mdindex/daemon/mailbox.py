@@ -28,7 +28,8 @@ class Request:
     answer: dict[str, Any] = field(default_factory=dict)
     error: MdindexError | None = None
     done: threading.Event = field(default_factory=threading.Event)
-    abandoned: bool = False  # its asker stopped waiting: nobody reads the answer
+    abandoned: bool = False  # its askers stopped waiting: nobody reads the answer
+    waiting: int = 0  # askers waiting for it (more than one: joined)
 
     def reply(
         self, answer: dict[str, Any] | None = None, error: MdindexError | None = None
@@ -43,19 +44,36 @@ class Mailbox:
     def __init__(self, stopping: Callable[[], bool]) -> None:
         self._queue: queue.Queue[Request] = queue.Queue()
         self._stopping = stopping
+        self._lock = threading.Lock()
+        self._asked: dict[tuple[str, tuple[tuple[str, Any], ...]], Request] = {}  # join=True
 
-    def ask(self, kind: str, timeout: float | None = None, **args: Any) -> dict[str, Any] | None:
+    def ask(
+        self, kind: str, timeout: float | None = None, join: bool = False, **args: Any
+    ) -> dict[str, Any] | None:
         """Put a request and wait for its answer (API thread); None when
-        ``timeout`` passes first. The main loop's error is raised here."""
+        ``timeout`` passes first. The main loop's error is raised here. With
+        ``join``, the same request (kind and arguments) still waiting or under
+        way is waited for instead: a verify asked again after a Ctrl-C, or by
+        16 clients, ran once each, one after another, holding the API's slots."""
         assert kind in KINDS
-        request = Request(kind, args)
-        self._queue.put(request)
+        key = (kind, tuple(sorted(args.items())))
+        with self._lock:
+            request = self._asked.get(key) if join else None
+            if request is None or request.done.is_set():
+                request = Request(kind, args)
+                self._queue.put(request)
+                if join:
+                    self._asked[key] = request
+            request.waiting += 1
+            request.abandoned = False
         deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
         while not request.done.wait(max(0.0, min(1.0, deadline - time.monotonic()))):
             if self._stopping():
                 raise StoreError(f"the daemon is stopping; {kind} not done")
             if time.monotonic() >= deadline:
-                request.abandoned = True
+                with self._lock:
+                    request.waiting -= 1
+                    request.abandoned = request.waiting == 0
                 return None
         if request.error is not None:
             raise request.error
@@ -69,8 +87,11 @@ class Mailbox:
                 request = self._queue.get_nowait()
             except queue.Empty:
                 return out
-            if not request.abandoned:
-                out.append(request)
+            with self._lock:  # never one a new asker has just joined
+                if not request.abandoned:
+                    out.append(request)
+                else:
+                    request.done.set()  # nobody waits; one asked again makes a new one
 
     def __bool__(self) -> bool:
         """Something waits."""

@@ -75,7 +75,7 @@ class Requests:
         assert indexer is not None
         self.shared.health.status("verifying")
         try:
-            report = verify(indexer, **request.args)
+            report = verify(indexer, **request.args, stop=lambda: self.shared.should_exit)
             log.info("verify: %s", report.line())
             if report.repaired:
                 self.work.update_gauges()

@@ -76,7 +76,7 @@ class Shared:
         guard) catches up. True when that happened."""
         if not self.watcher.follow_roots():
             return False
-        self.debouncer.pending.clear()  # paths of the old folder say nothing about the new
+        self.debouncer.clear()  # paths of the old folder say nothing about the new
         self.watcher.overflowed.set()  # rescan now
         return True
 

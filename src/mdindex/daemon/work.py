@@ -177,10 +177,7 @@ class Work:
         except Exception as exc:  # PASSING, or a fault of our own: degraded, never down
             self.shared.health.store_failed(exc)
             wait = self.backoff()
-            for path in batch.files:  # try these paths again later
-                self.shared.debouncer.add_path(path, False, delay=wait)
-            for path in batch.dirs:
-                self.shared.debouncer.add_path(path, True, delay=wait)
+            self.shared.debouncer.requeue(batch, delay=wait)  # try these paths again later
             return None
         if batch.dirs:  # new folders: does the kernel watch them?
             self.check_coverage(whole=False)

@@ -101,6 +101,16 @@ SUSPECT_SHARE = 0.5
 SUSPECT_MIN = 5
 
 
+# What an entry of a VerifyReport list holds (the command line prints them).
+_ENTRY_KEYS = {
+    "missing": ("id", "root", "doc_path", "chunk_index"),
+    "stale": ("id", "root", "doc_path", "chunk_index"),
+    "duplicates": ("id", "root", "doc_path", "chunk_index"),
+    "graph": ("root", "doc_path", "reason"),
+    "errors": ("root", "path", "reason"),
+}
+
+
 @dataclass
 class VerifyReport:
     missing: list[dict[str, Any]] = field(default_factory=list)
@@ -135,19 +145,24 @@ class VerifyReport:
     @classmethod
     def from_dict(cls, data: Any) -> VerifyReport:
         """The report ``as_dict`` gave (the daemon's answer), ``daemon`` set;
-        ValueError for anything else."""
+        ValueError for anything else: a key missing ("{}" read as in sync), or
+        an entry without what the command line prints of it."""
         if not isinstance(data, dict):
             raise ValueError("not a report")
         report = cls(daemon=True)
         for f in dataclasses.fields(cls):
-            if f.name in data and f.name != "daemon":
-                kind = type(getattr(report, f.name))
-                value = data[f.name]
-                if not isinstance(value, kind) or (
-                    kind is list and not all(isinstance(e, dict) for e in value)
-                ):
-                    raise ValueError(f"{f.name} is not a {kind.__name__}")
-                setattr(report, f.name, value)
+            if f.name == "daemon":
+                continue
+            if f.name not in data:
+                raise ValueError(f"{f.name} is missing")
+            kind, value = type(getattr(report, f.name)), data[f.name]
+            if not isinstance(value, kind):
+                raise ValueError(f"{f.name} is not a {kind.__name__}")
+            if kind is list:
+                need = _ENTRY_KEYS.get(f.name, ())
+                if not all(isinstance(e, dict) and all(k in e for k in need) for e in value):
+                    raise ValueError(f"an entry of {f.name} is not one")
+            setattr(report, f.name, value)
         return report
 
     def as_dict(self) -> dict[str, Any]:

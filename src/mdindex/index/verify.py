@@ -19,12 +19,12 @@ import logging
 import math
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from mdindex.documents.files import under_failed_folder
 from mdindex.embedding.sparse import Sparse
-from mdindex.errors import PruneRefused, RepairRefused
+from mdindex.errors import PruneRefused, RepairRefused, StoreError
 from mdindex.index.changes import Key
 from mdindex.index.indexer import Indexer
 from mdindex.index.lookahead import tokens
@@ -267,14 +267,23 @@ def plan_groups(indexer: Indexer, summary: Summary) -> tuple[Iterator[list[DocWo
     return groups(), kept
 
 
-def verify(indexer: Indexer, *, repair: bool = False, force: bool = False) -> VerifyReport:
+def verify(
+    indexer: Indexer,
+    *,
+    repair: bool = False,
+    force: bool = False,
+    stop: Callable[[], bool] = lambda: False,
+) -> VerifyReport:
     """Compare the store with the files; with ``repair``, fix what differs, under
-    the same guard on deletions as backfill (``force`` overrides it)."""
+    the same guard on deletions as backfill (``force`` overrides it). ``stop``
+    (the daemon's shutdown) ends it between groups, with nothing repaired."""
     indexer.open_store()
     summary = Summary()
     groups, kept = plan_groups(indexer, summary)
     check = Check(indexer, keep_plans=repair)
     for group in groups:
+        if stop():  # a SIGTERM waited for the whole verify (644 s at 100,000 files)
+            raise StoreError("the daemon is stopping; verify not done, nothing repaired")
         check.group(group)
     failed = {f.key for f in summary.failures} | kept
     report = check.finish(failed)

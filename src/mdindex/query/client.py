@@ -209,7 +209,8 @@ class IndexClient:
         from mdindex.index.verify import verify
         from mdindex.runtime import make_indexer
 
-        if find_daemon(self.settings, required=False) is not None:  # its roots, if none given
+        # a daemon in its first moments (the lock held, no socket yet) is waited for
+        if find_daemon(self.settings) is not None:  # its roots, if none are given
             self._same_roots()
             query = urllib.parse.urlencode({"repair": int(repair), "force": int(force)})
             data = self.ask(f"/verify?{query}", post=True)
