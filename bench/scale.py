@@ -382,6 +382,15 @@ def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -
     }
     print(f"[{size}] cold backfill {cold['wall_s']:.0f}s, {row['points']} points", file=sys.stderr)
     keep_so_far(work, row)
+    batch_stages(env, row, work)
+    if not args.batch_only:
+        daemon_stages(env, row, files, args)
+    return sizes(env, work, row, args.keep)
+
+
+def batch_stages(env: Env, row: dict[str, Any], work: Path) -> None:
+    """The one-shot commands on the indexed tree: no-op, status, verify."""
+    size = row["files"]
     noop = env.run("backfill", str(env.root), "--json")
     row["noop_s"] = noop["wall_s"]
     row["noop_peak_rss_mb"] = noop["peak_rss_mb"]
@@ -399,19 +408,19 @@ def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -
         file=sys.stderr,
     )
     keep_so_far(work, row)
-    if not args.batch_only:
-        daemon_stages(env, row, files, args)
-    return sizes(env, work, row, args.keep)
 
 
 def kept(work: Path, files: list[tuple[str, str]], args: argparse.Namespace) -> dict[str, Any]:
     """The daemon's stages again on the tree, git and state an earlier run kept
     in ``work`` (``--keep``), with its one-shot figures from its row.json: the
-    searches of the code checked out now, without a cold run."""
+    searches of the code checked out now, without a cold run. A run stopped
+    after its cold stage gets its one-shot commands first."""
     row = json.loads((work / "row.json").read_text())
     for key in [k for k in row if k.startswith(DAEMON_FIGURES)]:
         del row[key]
     env = Env(work, stand_in=row["embedder"] == "fixed", layout=row["layout"])
+    if "verify_s" not in row:
+        batch_stages(env, row, work)
     daemon_stages(env, row, files, args)
     return sizes(env, work, row, keep=True)
 
