@@ -28,8 +28,13 @@ class Request:
     answer: dict[str, Any] = field(default_factory=dict)
     error: MdindexError | None = None
     done: threading.Event = field(default_factory=threading.Event)
-    abandoned: bool = False  # its askers stopped waiting: nobody reads the answer
     waiting: int = 0  # askers waiting for it (more than one: joined)
+
+    @property
+    def abandoned(self) -> bool:
+        """Its askers stopped waiting: nobody reads the answer. (Put and its
+        first asker counted under the mailbox's lock, so never a new one.)"""
+        return self.waiting == 0
 
     def reply(
         self, answer: dict[str, Any] | None = None, error: MdindexError | None = None
@@ -65,7 +70,6 @@ class Mailbox:
                 if join:
                     self._asked[key] = request
             request.waiting += 1
-            request.abandoned = False
         deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
         while not request.done.wait(max(0.0, min(1.0, deadline - time.monotonic()))):
             if self._stopping():
@@ -73,7 +77,6 @@ class Mailbox:
             if time.monotonic() >= deadline:
                 with self._lock:
                     request.waiting -= 1
-                    request.abandoned = request.waiting == 0
                 return None
         if request.error is not None:
             raise request.error
