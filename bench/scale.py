@@ -62,8 +62,17 @@ from common import (
 
 # The stand-in embedder, put in place of the model in every mdindex process the
 # bench starts (the one place the model is made: mdindex.runtime).
+#
+# Its vectors are a numpy product that OpenBLAS splits over both cores, and
+# OpenBLAS's worker then spins, waiting for more, for long after: it took a core
+# from the engine's search threads. On the 100k-file store through the daemon
+# (Intel Xeon with AMX, 2 cores), hybrid p50 was 20.4 ms and 36 CPU ms a search
+# with it, 13.5 ms and 21 CPU ms with one BLAS thread; in process 14.9 and 9.4.
+# So the stand-in takes one (before numpy loads), as a model's query costs
+# nothing here. The real model's thread pool does the same: see docs/benchmarks.md.
 STAND_IN = f"""
 import os, sys, time
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
 from common import HashEmbedder
 import mdindex.runtime as runtime
