@@ -121,10 +121,12 @@ class Indexer(IndexView):
 
     # -- store and state consistency ---------------------------------------
 
-    def open_store(self) -> None:
-        """Open the store and make sure the state describes it; rebuild the state if not."""
+    def open_store(self) -> bool:
+        """Open the store and make sure the state describes it; rebuild the state
+        if not. Whether it looked now: the state may then have changed (rebuilt,
+        or writes left unfinished taken in); after, it is the process's to keep."""
         if self._store_checked:
-            return
+            return False
         self.store.open()
         self.store.ensure_collection(self.embedder.dimension, sparse=self.settings.sparse_vectors)
         check_model(self.store, self.planner.payload_model)  # before anything is written
@@ -133,6 +135,7 @@ class Indexer(IndexView):
             consistency.rebuild_state(self.store, self.state, reason)
         self.state.put("store", consistency.store_identity(self.store))
         self._store_checked = True
+        return True
 
     # -- backfill ----------------------------------------------------------
 
@@ -160,9 +163,8 @@ class Indexer(IndexView):
         changes = self.detector.compare(seen, self.state, prune)
         changes = self._guarded(changes, force, keep_going)
         must_open = bool(changes or self.state.fresh)
-        if not dry_run and (must_open or not self.store_unchanged_since_last_run()):
-            self.open_store()
-            # the state may have been rebuilt from the store
+        opens = not dry_run and (must_open or not self.store_unchanged_since_last_run())
+        if opens and self.open_store():  # the state may have changed: compare again
             changes = self.detector.compare(seen, self.state, prune)
             changes = self._guarded(changes, force, keep_going)
         summary.refused = changes.refused

@@ -107,7 +107,7 @@ class Writer:
         state: State,
         embedder: Embedder,
         fingerprint: str,
-        ensure_open: Callable[[], None],
+        ensure_open: Callable[[], object],
         on_indexed: Callable[[list[FileRef]], None] | None = None,
         siblings: Sequence[tuple[Store, State]] = (),
     ) -> None:
