@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from mdindex.documents.files import PathFilter
-from mdindex.index.changes import collector_held
+from mdindex.index.changes import full_collections_held
 from tests.conftest import TinyEmbedder, build_indexer, run_backfill, settings_for
 
 
@@ -177,49 +177,56 @@ def test_a_file_in_a_new_folder_named_with_it_is_one_file_seen(
     assert summary.line().startswith("2 files: 1 changed, 1 unchanged, 0 deleted")
 
 
-def test_the_collector_is_held_off_during_a_look_and_restored_after(
+def test_full_collections_are_held_off_during_a_look_and_restored_after(
     docs_tree: Path, tmp_path: Path
 ) -> None:
-    """A whole tree's look and its comparison run with the cyclic collector off
-    (its full passes made a rescan grow 2.3x for 2x files), and leave it as
-    they found it: on, or off where the program had turned it off."""
+    """A whole tree's look runs without full collections (each walked every
+    object the daemon holds, over and over), young ones going on, and leaves the
+    thresholds as it found them; two threads holding at once give them back
+    only when both have let go, and a child forked meanwhile starts afresh."""
     s = settings_for(tmp_path, [str(docs_tree)])
     run_backfill(s, TinyEmbedder())
-    seen_on: list[bool] = []
+    before = gc.get_threshold()
+    during: list[tuple[int, int, int]] = []
 
-    class Watching(PathFilter):  # the filter asked of every file: is the collector on?
+    class Watching(PathFilter):  # asked of every file: the thresholds then
         def __call__(self, rel: str) -> bool:
-            seen_on.append(gc.isenabled())
+            during.append(gc.get_threshold())
             return super().__call__(rel)
 
     with build_indexer(s, TinyEmbedder()) as indexer:
         indexer.detector.accept = Watching(s.include, s.exclude)
-        assert gc.isenabled()
         changes = indexer.changes()
-        assert gc.isenabled()
-        assert seen_on and not any(seen_on)  # every file was looked at with it off
-        assert changes.unchanged == len(seen_on) - len(changes.files)
-        gc.disable()
-        try:
-            indexer.changes()
-            assert not gc.isenabled()  # the program's choice stands
-        finally:
-            gc.enable()
+    assert during and all(t[:2] == before[:2] and t[2] >= 1 << 30 for t in during)
+    assert changes.unchanged == len(during) - len(changes.files)
+    assert gc.get_threshold() == before and gc.isenabled()
 
-    # held from two threads at once: on again only when both have let go
     inside, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with collector_held():
+        with full_collections_held():
             inside.set()
             release.wait(10)
 
     other = threading.Thread(target=hold)
     other.start()
-    inside.wait(10)
-    with collector_held():
-        assert not gc.isenabled()
-    assert not gc.isenabled()  # the other thread still holds it
-    release.set()
-    other.join(10)
-    assert gc.isenabled()
+    try:
+        assert inside.wait(10)
+        with full_collections_held():
+            assert gc.get_threshold()[2] >= 1 << 30
+        assert gc.get_threshold()[2] >= 1 << 30  # the other thread still holds them
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child reports through the pipe
+            with full_collections_held():
+                pass
+            os.write(write, repr(gc.get_threshold()).encode())
+            os._exit(0)
+        os.close(write)
+        os.waitpid(child, 0)
+        assert os.read(read, 100).decode() == repr(before)
+        os.close(read)
+    finally:
+        release.set()
+        other.join(10)
+    assert gc.get_threshold() == before

@@ -170,6 +170,7 @@ class Work:
                 log.debug("dropped with a replaced root: %s", path)
             return Summary()  # the rescan it asked for comes next
         try:
+            indexer.open_store()  # before the state is read: opening may rebuild it
             changes = indexer.changes(batch.files, batch.dirs)
             summary = indexer.apply(changes)
         except StoreMismatch:

@@ -10,6 +10,7 @@ text did is decided when it is read. The state is only read here.
 from __future__ import annotations
 
 import gc
+import os
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -33,33 +34,44 @@ from mdindex.index.state import DocRow, State
 Key = tuple[str, str]  # (root label, path relative to the root)
 UNNAMEABLE = "file name is not valid UTF-8"
 
-_held = 0  # looks holding the collector off now, in every thread
+_held = 0  # looks holding full collections off now, in every thread
 _held_lock = threading.Lock()
-_was_enabled = True
+_thresholds = gc.get_threshold()  # the program's, while a look holds them
 
 
 @contextmanager
-def collector_held() -> Iterator[None]:
-    """Python's cyclic garbage collector held off while a look builds its lists.
+def full_collections_held() -> Iterator[None]:
+    """Python's full garbage collections held off while a look builds its lists.
     Each file leaves objects that outlive the look (its FileRef, its row, its
-    key), so the collector's full passes, which walk every object the process
-    holds, came again and again, each longer: a no-op backfill's look took 2.0x
-    for 2x files with it held off and 2.4x to 2.9x with it on in a process
-    holding more objects (as the daemon does; its rescan grew 2.3x). Nothing
-    the look makes is a cycle, so nothing is left to collect after."""
-    global _held, _was_enabled
+    key), and each full collection walks every object the process holds: the
+    daemon's rescan took 2.6 s held and 3.3 s not at 100,000 files, 4.9 and 5.6
+    at 200,000 (5 rescans each, Intel Xeon with AMX). Young collections go on,
+    so cycles other threads make meanwhile are still freed. A threshold the
+    program sets while a look runs is replaced by the one from before it."""
+    global _held, _thresholds
     with _held_lock:
         if _held == 0:
-            _was_enabled = gc.isenabled()
-            gc.disable()
+            _thresholds = gc.get_threshold()
+            gc.set_threshold(_thresholds[0], _thresholds[1], 1 << 30)
         _held += 1
     try:
         yield
     finally:
         with _held_lock:
             _held -= 1
-            if _held == 0 and _was_enabled:
-                gc.enable()
+            if _held == 0:
+                gc.set_threshold(*_thresholds)
+
+
+def _forked() -> None:
+    """A child forked during a look has no thread to let go: it starts afresh."""
+    global _held, _held_lock
+    if _held:
+        gc.set_threshold(*_thresholds)
+    _held, _held_lock = 0, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 @dataclass
@@ -123,7 +135,7 @@ class Detector:
         """Every file under every root."""
         seen = Seen()
         self.folders = {}
-        with collector_held():
+        with full_collections_held():
             for root in self.roots:
                 if not root.path.is_dir():
                     seen.missing_roots.append(root.label)
@@ -185,7 +197,7 @@ class Detector:
 
     def compare(self, seen: Seen, state: State, prune: bool = True) -> Changes:
         """The state's half: candidates, deletions (when ``prune``), and counts."""
-        with collector_held():
+        with full_collections_held():
             return self._compare(seen, state, prune)
 
     def _compare(self, seen: Seen, state: State, prune: bool) -> Changes:
