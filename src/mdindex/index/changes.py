@@ -44,8 +44,8 @@ def full_collections_held() -> Iterator[None]:
     """Python's full garbage collections held off while a look builds its lists.
     Each file leaves objects that outlive the look (its FileRef, its row, its
     key), and each full collection walks every object the process holds: the
-    daemon's rescan took 2.6 s held and 3.3 s not at 100,000 files, 4.9 and 5.6
-    at 200,000 (5 rescans each, Intel Xeon with AMX). Young collections go on,
+    daemon's rescan took 2.65 s held and 3.66 s not at 100,000 files, 4.81 and
+    5.99 at 200,000 (medians of 5, Intel Xeon with AMX). Young collections go on,
     so cycles other threads make meanwhile are still freed. A threshold the
     program sets while a look runs is replaced by the one from before it."""
     global _held, _thresholds
