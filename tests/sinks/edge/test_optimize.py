@@ -416,3 +416,29 @@ def test_a_build_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
         assert store.shard.info().points_count == 50
     finally:
         store.close()
+
+
+def test_a_search_during_a_build_makes_it_give_way_and_is_answered(tmp_path: Path) -> None:
+    """The daemon builds (settle) with the store closed while its HTTP thread
+    searches: the search waited for the whole build without telling it, then
+    loaded the shard the build had opened again, found it locked (by its own
+    process) for 10 s, and failed (a daemon's search at 100,000 files)."""
+    import threading
+
+    store = EdgeStore("c", path=tmp_path / "c", index_min_points=100, segment_points=0, **SMALL)
+    store.ensure_collection(16)
+    vectors = np.random.default_rng(5).standard_normal((3000, 16)).astype(np.float32)
+    more(store, vectors, 3000, start=1)
+    settled: list[bool] = []
+    build = threading.Thread(target=lambda: settled.append(store.settle()))
+    try:
+        build.start()
+        wait_for(lambda: store._shard is None or not build.is_alive(), 30, "the build to start")
+        assert build.is_alive(), "the build ended before a search could arrive"
+        hits = store.search(StoreQuery(1, dense=vectors[1234].tolist()))
+        build.join(60)
+        assert hits[0].payload == {"i": 1234} and store.count() == 3000
+        assert settled == [False] and graphs(store.path) == 0  # it gave way to the search
+    finally:
+        build.join(60)
+        store.close()

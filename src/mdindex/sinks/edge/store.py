@@ -124,9 +124,15 @@ class EdgeStore(Scrolling):
     def open(self) -> EdgeStore:
         # Creation waits for ensure_collection, which knows the vector size.
         if self._shard is None and self.exists():
-            self._shard = waiting_for_lock(lambda: self._retry("open", lambda: load(self.path)))
-            self._graphs = graphs(self.path)  # a build (settle) opens the shard again
+            waiting_for_lock(lambda: self._retry("open", self._load_if_closed))
         return self
+
+    def _load_if_closed(self) -> None:
+        # Looked at again under the lock: a search that waited for a build finds
+        # the shard it opened (loaded twice, it is locked by this very process).
+        if self._shard is None:
+            self._shard = load(self.path)
+            self._graphs = graphs(self.path)  # a build (settle) opens the shard again
 
     @property
     def shard(self) -> EdgeShard:
@@ -219,12 +225,12 @@ class EdgeStore(Scrolling):
         if not self.exists():
             return []
         wanted = query.k
-        self.open()  # a closed store's graphs are counted as it opens
-        request, query, checked = plan(query, self.has_sparse, self._graphs)
-        if request is None:
-            return []
-        self._searches_waiting += 1  # tells a running optimization to give way
+        self._searches_waiting += 1  # tells a running build to give way, the store closed
         try:
+            self.open()  # a closed store's graphs are counted as it opens
+            request, query, checked = plan(query, self.has_sparse, self._graphs)
+            if request is None:
+                return []
             points = self._retry("search", lambda: self.shard.query(request))
         finally:
             self._searches_waiting -= 1
