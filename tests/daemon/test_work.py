@@ -161,6 +161,49 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(tmp_path: Path) -> 
         d.stop()
 
 
+def test_searches_put_off_the_index_build_until_they_stop(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A build closes the store and gives way to a search; tried again between
+    searches, it closed the store under them again and again. It waits for
+    quiet from searches as from writes, then builds."""
+    import logging
+    import time
+
+    from tests.faults.helpers import make_tree
+
+    root = make_tree(tmp_path / "docs")
+    s = settings_for(tmp_path, [str(root)], store="edge", quiet_period_ms=QUIET_MS)
+    d = Running(s, TinyEmbedder(), timings=Timings(settle_after_s=0.5))
+
+    def factory(settings: Any, **options: Any) -> Any:
+        store = small_edge_store(settings)
+        return build_indexer(settings, d.embedder, store=store, **options)
+
+    d.daemon.indexer_factory = factory
+    d.start()
+    try:
+        points = len(fresh(tmp_path, root))
+        wait_for(lambda: d.daemon.status().get("indexed_points") == points, 30, "index built")
+        for n in range(6):
+            (root / f"added{n}.md").write_text(
+                f"# Added {n}\n\nText {n}.\n\n## More\n\nMore {n}.\n"
+            )
+        more = len(fresh(tmp_path, root))
+        wait_for(lambda: len(d.points()) == more, 30, "the new files synced")
+        caplog.set_level(logging.INFO, logger="mdindex.sinks.edge.optimize")
+        caplog.clear()
+        until = time.monotonic() + 3  # six times settle_after_s of searches, 0.1 s apart
+        while time.monotonic() < until:
+            assert d.daemon.api.search({"q": "Added text", "k": 3, "mode": "dense"})
+            assert d.daemon.status().get("indexed_points") == points  # not built meanwhile
+            time.sleep(0.1)
+        assert "gave way" not in caplog.text  # never started under the searches
+        wait_for(lambda: d.daemon.status().get("indexed_points") == more, 30, "built when quiet")
+    finally:
+        d.stop()
+
+
 @pytest.mark.serial
 def test_systemd_hears_from_the_daemon_while_a_segment_is_built(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -76,7 +76,10 @@ class DaemonApi:
     def search(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         """A search from the API's parameters; ValueError for a bad one."""
         s = self.shared.settings
-        return self.serving().search(Query.from_params(params, s.search_mode, s.fusion))
+        try:
+            return self.serving().search(Query.from_params(params, s.search_mode, s.fusion))
+        finally:
+            self.shared.last_search = time.monotonic()
 
     def reconcile(self, timeout: float | None = None, force: bool = False) -> dict[str, Any]:
         """A whole reconcile on the main loop, and its summary; {} when ``timeout``

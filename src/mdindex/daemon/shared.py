@@ -42,6 +42,9 @@ class Shared:
         self.ready = threading.Event()  # the model is loaded: searches can be answered
         self.queue: tuple[int, float | None] = (0, None)  # paths waiting, oldest event
         self.files_seen = 0  # by the last look at the files
+        # when the API last answered a search (monotonic): an index build waits
+        # for quiet from searches too, as it closes the store and gives way to one
+        self.last_search = 0.0
         # The catalog is read once the writer lock is held (startup): read before,
         # a backfill slipping in between could change it under the daemon.
         self.rollout: Rollout

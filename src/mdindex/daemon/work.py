@@ -59,10 +59,13 @@ class Work:
         return time.monotonic() >= self.next_rescan
 
     def settle_time(self) -> bool:
-        """Housekeeping is due and things have been quiet long enough."""
+        """Housekeeping is due and things have been quiet long enough: no writes
+        and no searches. A build closes the store and gives way to a search
+        that comes; tried again 5 s after the last write while searches went on,
+        it closed the store under them again and again."""
+        quiet_since = max(self.last_work, self.shared.last_search)
         return (
-            self.settle_due
-            and time.monotonic() - self.last_work >= self.shared.timings.settle_after_s
+            self.settle_due and time.monotonic() - quiet_since >= self.shared.timings.settle_after_s
         )
 
     def build_step(self) -> None:
