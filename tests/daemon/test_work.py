@@ -34,6 +34,21 @@ from tests.daemon.test_mailbox import Asker, waiting
 pytestmark = pytest.mark.slow  # running daemons waiting out retries
 
 
+def on_small_edge_store(
+    settings: Settings, timings: Timings | None = None, **store_options: Any
+) -> Running:
+    """A daemon whose indexers write the settings' edge store with tiny
+    thresholds (``small_edge_store``: a few dozen points get an HNSW index)."""
+    d = Running(settings, TinyEmbedder(), timings=timings)
+
+    def factory(s: Any, **options: Any) -> Any:
+        store = small_edge_store(s, **store_options)
+        return build_indexer(s, d.embedder, store=store, **options)
+
+    d.daemon.indexer_factory = factory
+    return d
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     r = tmp_path / "notes"
@@ -137,13 +152,7 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(tmp_path: Path) -> 
 
     root = make_tree(tmp_path / "docs")
     s = settings_for(tmp_path, [str(root)], store="edge", quiet_period_ms=QUIET_MS)
-    d = Running(s, TinyEmbedder(), timings=Timings(settle_after_s=0.3))
-
-    def factory(settings: Any, **options: Any) -> Any:
-        store = small_edge_store(settings)
-        return build_indexer(settings, d.embedder, store=store, **options)
-
-    d.daemon.indexer_factory = factory
+    d = on_small_edge_store(s, Timings(settle_after_s=0.3))
     d.start()
     try:
         points = len(fresh(tmp_path, root))
@@ -174,13 +183,7 @@ def test_searches_put_off_the_index_build_until_they_stop(
 
     root = make_tree(tmp_path / "docs")
     s = settings_for(tmp_path, [str(root)], store="edge", quiet_period_ms=QUIET_MS)
-    d = Running(s, TinyEmbedder(), timings=Timings(settle_after_s=0.5))
-
-    def factory(settings: Any, **options: Any) -> Any:
-        store = small_edge_store(settings)
-        return build_indexer(settings, d.embedder, store=store, **options)
-
-    d.daemon.indexer_factory = factory
+    d = on_small_edge_store(s, Timings(settle_after_s=0.5))
     d.start()
     try:
         points = len(fresh(tmp_path, root))
@@ -227,13 +230,7 @@ def test_systemd_hears_from_the_daemon_while_a_segment_is_built(
     root = tmp_path / "notes"
     root.mkdir()
     s = settings_for(tmp_path, [str(root)], store="edge", quiet_period_ms=QUIET_MS)
-    d = Running(s, TinyEmbedder())
-
-    def factory(settings: Any, **options: Any) -> Any:
-        store = small_edge_store(settings, segment_points=40)
-        return build_indexer(settings, d.embedder, store=store, **options)
-
-    d.daemon.indexer_factory = factory
+    d = on_small_edge_store(s, segment_points=40)
     d.start()
     try:
         receiver.messages(0.5)  # what the start said
