@@ -5,6 +5,7 @@
     python bench/scale.py --sizes 2000 --embedder fixed --edits 5   # a quick look
     python bench/scale.py --large --layout on_disk_int8   # the store's other layout
     python bench/scale.py --kept DIR,DIR       # the daemon's stages again on --keep runs
+    python bench/scale.py --kept DIR,DIR --batch-again   # and no-op, status, verify again
 
 The tree is generated from the corpus (../shared/corpus, and examples/docs):
 file i is corpus file i mod n under ``setNNN/`` (its folders kept, as a docs
@@ -64,13 +65,16 @@ from common import (
 # The stand-in embedder, put in place of the model in every mdindex process the
 # bench starts (the one place the model is made: mdindex.runtime).
 #
-# Its vectors are a numpy product that OpenBLAS splits over both cores, and
-# OpenBLAS's worker then spins, waiting for more, for long after: it took a core
+# Its vectors were a numpy product that OpenBLAS split over both cores, and
+# OpenBLAS's worker then spun, waiting for more, for long after: it took a core
 # from the engine's search threads. On the 100k-file store through the daemon
 # (Intel Xeon with AMX, 2 cores), hybrid p50 was 20.4 ms and 36 CPU ms a search
 # with it, 13.5 ms and 21 CPU ms with one BLAS thread; in process 14.9 and 9.4.
-# So the stand-in takes one (before numpy loads), as a model's query costs
-# nothing here. The real model's thread pool does the same: see docs/benchmarks.md.
+# So the stand-in takes one (before numpy loads), and its query vector is now
+# summed from rows with no product at all (common.HashEmbedder: 0.06 ms, from
+# 1.1 ms at p50 in the daemon), as a model's query costs nothing here: the
+# searches are timed without the query's embedding. The real model's thread
+# pool does the same: see docs/benchmarks.md.
 STAND_IN = f"""
 import os, sys, time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -424,12 +428,13 @@ def kept(work: Path, files: list[tuple[str, str]], args: argparse.Namespace) -> 
     """The daemon's stages again on the tree, git and state an earlier run kept
     in ``work`` (``--keep``), with its one-shot figures from its row.json: the
     searches of the code checked out now, without a cold run. A run stopped
-    after its cold stage gets its one-shot commands first."""
+    after its cold stage gets its one-shot commands first, and so does every
+    run with ``--batch-again``."""
     row = json.loads((work / "row.json").read_text())
     for key in [k for k in row if k.startswith(DAEMON_FIGURES)]:
         del row[key]
     env = Env(work, stand_in=row["embedder"] == "fixed", layout=row["layout"])
-    if "verify_s" not in row:
+    if "verify_s" not in row or args.batch_again:
         batch_stages(env, row, work)
     daemon_stages(env, row, files, args)
     return sizes(env, work, row, keep=True)
@@ -768,6 +773,12 @@ def main() -> None:
         "--kept",
         help="run folders kept by an earlier --keep run, comma-separated: the daemon's "
         "stages again on each (the code checked out now), its one-shot figures kept",
+    )
+    ap.add_argument(
+        "--batch-again",
+        action="store_true",
+        help="with --kept: the one-shot commands (no-op, status, verify) again too, "
+        "with the code checked out now (only the cold run's figures kept)",
     )
     args = ap.parse_args()
     if args.large:
