@@ -170,6 +170,32 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(tmp_path: Path) -> 
         d.stop()
 
 
+def test_a_build_owed_from_before_a_restart_is_made_when_quiet(tmp_path: Path) -> None:
+    """A daemon stopped before a quiet moment leaves its points outside the
+    index; the next one builds them once quiet, with no write to prompt it."""
+    from tests.faults.helpers import make_tree
+
+    root = make_tree(tmp_path / "docs")
+    s = settings_for(tmp_path, [str(root)], store="edge", quiet_period_ms=QUIET_MS)
+    first = on_small_edge_store(s, Timings(settle_after_s=3600))
+    first.start()
+    try:
+        points = len(fresh(tmp_path, root))
+        wait_for(lambda: len(first.points()) == points, 30, "the tree synced")
+        assert first.daemon.status().get("indexed_points") == 0
+    finally:
+        first.stop()
+    second = on_small_edge_store(s, Timings(settle_after_s=0.3))
+    second.start()
+    try:
+        wait_for(
+            lambda: second.daemon.status().get("indexed_points") == points, 30, "the owed build"
+        )
+        assert len(second.points()) == points
+    finally:
+        second.stop()
+
+
 def test_searches_put_off_the_index_build_until_they_stop(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -45,7 +45,7 @@ class Work:
         self.next_rescan = 0.0
         self.rollout_pending = False  # the versions' opening waits for the store
         self.force_next = False  # the next reconcile deletes what the guard would refuse
-        self.settle_due = False  # the store may want housekeeping once things are quiet
+        self.settle_due = True  # housekeeping once quiet; at the start too, for a build owed
         self.last_work = 0.0
         self.next_unwatched_scan = 0.0
         self.watch_limit = coverage.limit()  # as it was when the watches were added
