@@ -7,7 +7,7 @@ from pathlib import Path
 from unittest import mock
 
 from mdindex.documents.files import Failure
-from mdindex.index.state import DocRow, PointRow, State, points_under
+from mdindex.index.state import DocRow, PointRow, State, points_under, store_reopened
 from mdindex.index.tables import languages, put_languages
 
 
@@ -216,3 +216,30 @@ def test_a_state_another_holds_locked_is_refused_not_rebuilt(tmp_path: Path) -> 
     state = State(path)  # whole: nothing was discarded
     assert not state.fresh and state.point_counts() == (1, 0) and state.doc_count() == 1
     state.close()
+
+
+def test_a_readers_record_of_the_stores_files_is_a_compare_and_set(tmp_path: Path) -> None:
+    """A search records the store's files as it left them only where the state
+    still records them as it found them: a writer's record in between stands."""
+    path = tmp_path / "s.sqlite3"
+    state = State(path)
+    state.put("store_signature", "written")
+    state.close()
+
+    def recorded() -> str | None:
+        state = State(path)
+        try:
+            return state.get("store_signature")
+        finally:
+            state.close()
+
+    store_reopened(path, "found", "left")  # the state records another: it stands
+    assert recorded() == "written"
+    store_reopened(path, "written", "left")
+    assert recorded() == "left"
+    store_reopened(path, "", "again")  # no signature (a server): nothing to trust
+    assert recorded() == "left"
+    store_reopened(tmp_path / "none.sqlite3", "left", "again")  # no state: none made
+    assert not (tmp_path / "none.sqlite3").exists()
+    os.mkfifo(tmp_path / "fifo")
+    store_reopened(tmp_path / "fifo", "left", "again")  # returns, holds nothing

@@ -131,6 +131,33 @@ def test_without_a_daemon_the_store_is_opened_here(tmp_path: Path, root: Path) -
         IndexClient(rootless).status(wait=0.3)
 
 
+def test_a_search_without_a_daemon_keeps_the_no_ops_fast_path(
+    tmp_path: Path, root: Path, engine: str
+) -> None:
+    """Opening an edge store rewrites some of its files. A search here records
+    what it left, when the state recorded what it found, so the next no-op and
+    offline status trust the state instead of opening the store (a no-op at
+    1.09M points after one took 11.7 s and 1.2 GB, not 4.8 s and 430 MB)."""
+    from mdindex.runtime import make_indexer, make_store
+
+    s = settings_for(tmp_path, [str(root)], store=engine)
+    run_rollout(s, TinyEmbedder())
+    client = IndexClient(s)
+    live = client.live_settings()
+    assert client.search(sparse("secret recipe"))
+    with make_indexer(live, embedder=TinyEmbedder()) as indexer:
+        assert indexer.store_unchanged_since_last_run()
+    # a store changed behind the state's back is not trusted after a search either
+    victim = next(iter(stored_points(live)))
+    store = make_store(live)
+    store.open()
+    store.delete([victim])
+    store.close()
+    client.search(sparse("secret recipe"))
+    with make_indexer(live, embedder=TinyEmbedder()) as indexer:
+        assert not indexer.store_unchanged_since_last_run()
+
+
 @pytest.mark.slow
 def test_a_client_follows_a_daemon_that_restarts(tmp_path: Path, root: Path) -> None:
     s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)

@@ -262,11 +262,13 @@ class IndexClient:
 
     def search_here(self, query: Query) -> list[dict[str, Any]]:
         """Search without a daemon: the live version's model and store, opened here."""
+        from mdindex.index.state import store_reopened
         from mdindex.runtime import make_models, make_store, state_path, version_of
         from mdindex.versions.catalog import nothing_indexed, require_live
 
         live = self.live_settings()
         store = make_store(live)
+        opened, before = False, ""
         try:  # closed on every way out: a local client left open holds its folder
             if not store.exists() and Catalog.load(self.settings).live is None:
                 # "no results", exit 0, was all a mistyped --state-dir got; nothing
@@ -278,13 +280,17 @@ class IndexClient:
             if self._models is None or self._models[0] != fp:
                 self._models = (fp, make_models(live, queries_only=True))
             models = self._models[1]
+            before = store.signature()
             store.open()
+            opened = True
             try:
                 return models.search(store, query, state_path(live))
             except ValueError as exc:
                 raise ConfigError(f"search: {exc}") from None
         finally:
             store.close()
+            if opened:  # what its open and close rewrote, so the next no-op trusts it
+                store_reopened(state_path(live), before, store.signature())
 
 
 _NO_DAEMON: Any = object()
