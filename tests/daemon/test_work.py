@@ -8,6 +8,7 @@ import json
 import random
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -194,6 +195,42 @@ def test_a_build_owed_from_before_a_restart_is_made_when_quiet(tmp_path: Path) -
         assert len(second.points()) == points
     finally:
         second.stop()
+
+
+def test_a_build_owed_stays_owed_while_the_store_is_down_at_the_start(tmp_path: Path) -> None:
+    """A daemon that starts with its store unreadable cannot build what it
+    owes; the build stays owed (it was dropped at the first quiet moment) and
+    is made once the store reads again, with no write to prompt it."""
+    from tests.faults.helpers import make_tree, unprivileged
+
+    def body() -> dict[str, Any]:
+        root = make_tree(tmp_path / "docs")
+        s = settings_for(tmp_path, [str(root)], store="edge", quiet_period_ms=QUIET_MS)
+        first = on_small_edge_store(s, Timings(settle_after_s=3600))
+        first.start()
+        try:
+            points = len(fresh(tmp_path, root))
+            wait_for(lambda: len(first.points()) == points, 30, "the tree synced")
+        finally:
+            first.stop()
+        s.store_path.chmod(0)
+        second = on_small_edge_store(s, Timings(settle_after_s=0.2, store_retry_s=0.2))
+        try:
+            second.start()
+            wait_for(lambda: second.daemon.phase == "degraded", 30, "degraded by the store")
+            time.sleep(1)  # quiet moments pass while the store is down
+            s.store_path.chmod(0o755)
+            wait_for(lambda: second.daemon.phase == "watching", 60, "healthy again")
+            wait_for(
+                lambda: second.daemon.status().get("indexed_points") == points, 60, "the build"
+            )
+            return {"points": len(second.points()), "want": points}
+        finally:
+            s.store_path.chmod(0o755)
+            second.stop()
+
+    out = unprivileged(body)
+    assert out["points"] == out["want"] > 0
 
 
 def test_searches_put_off_the_index_build_until_they_stop(

@@ -508,3 +508,27 @@ def test_a_stop_is_not_held_up_by_a_segments_build(tmp_path, make_settings) -> N
         summary = indexer.backfill()
         assert not summary.interrupted and graphs(store.path) >= 2
     assert len(stored_points(s)) == 150
+
+
+def test_a_writer_leaves_the_stores_files_unknown_until_it_closes(
+    tmp_path: Path, docs_tree: Path
+) -> None:
+    """From its open to its close a writer changes the store's files: the state
+    records them as unknown meanwhile, so a writer killed in between leaves no
+    record that a search could take as the files it found and move on
+    (index.state.store_reopened), and the next run checks the store."""
+    from mdindex.index.state import store_reopened
+    from mdindex.runtime import state_path
+
+    s = settings_for(tmp_path, [str(docs_tree)], store="edge")
+    run_backfill(s, TinyEmbedder())
+    with build_indexer(s, TinyEmbedder()) as indexer:
+        found = indexer.store.signature()
+        assert indexer.store_unchanged_since_last_run()
+        indexer.open_store()
+        assert indexer.state.get("store_signature") == ""
+        store_reopened(state_path(s), found, "what a search left")  # as if killed now
+        assert indexer.state.get("store_signature") == ""
+        assert not indexer.store_unchanged_since_last_run()
+    with build_indexer(s, TinyEmbedder()) as indexer:  # closed: recorded again
+        assert indexer.store_unchanged_since_last_run()

@@ -46,7 +46,7 @@ class Work:
         self.rollout_pending = False  # the versions' opening waits for the store
         self.force_next = False  # the next reconcile deletes what the guard would refuse
         self.settle_due = True  # housekeeping once quiet; at the start too, for a build owed
-        self.last_work = 0.0
+        self.last_work = time.monotonic()  # an owed build waits for quiet after the start too
         self.next_unwatched_scan = 0.0
         self.watch_limit = coverage.limit()  # as it was when the watches were added
         self.unreadable_tries = 0  # rescans in a row that found files unreadable

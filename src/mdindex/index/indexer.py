@@ -114,9 +114,10 @@ class Indexer(IndexView):
 
     def settle(self, idle: Callable[[], bool] | None = None) -> bool:
         """The store's housekeeping after a sync (an edge store may build its
-        search index); False when it gave way to ``idle()`` turning False."""
+        search index); False when it gave way to ``idle()`` turning False, or
+        the store was never reached (a build it owes waits until it is)."""
         if not self._store_checked:
-            return True
+            return False
         return self.store.settle(idle)
 
     # -- store and state consistency ---------------------------------------
@@ -127,6 +128,9 @@ class Indexer(IndexView):
         or writes left unfinished taken in); after, it is the process's to keep."""
         if self._store_checked:
             return False
+        # the files are about to change: until close() records them, no reader
+        # takes them as the last run left them (index.state.store_reopened)
+        self.state.put("store_signature", "")
         self.store.open()
         self.store.ensure_collection(self.embedder.dimension, sparse=self.settings.sparse_vectors)
         check_model(self.store, self.planner.payload_model)  # before anything is written

@@ -280,7 +280,7 @@ class IndexClient:
             if self._models is None or self._models[0] != fp:
                 self._models = (fp, make_models(live, queries_only=True))
             models = self._models[1]
-            before = store.signature()
+            before = _signature(store)
             store.open()
             opened = True
             try:
@@ -290,7 +290,16 @@ class IndexClient:
         finally:
             store.close()
             if opened:  # what its open and close rewrote, so the next no-op trusts it
-                store_reopened(state_path(live), before, store.signature())
+                store_reopened(state_path(live), before, _signature(store))
+
+
+def _signature(store: Any) -> str:
+    """The store's files' signature; "" (nothing recorded) where its folder
+    cannot be looked at (EACCES from is_dir), which must not fail a search."""
+    try:
+        return str(store.signature())
+    except OSError:
+        return ""
 
 
 _NO_DAEMON: Any = object()
