@@ -8,7 +8,6 @@ import json
 import random
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -171,9 +170,9 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(tmp_path: Path) -> 
         d.stop()
 
 
-def test_a_build_owed_from_before_a_restart_is_made_when_quiet(tmp_path: Path) -> None:
-    """A daemon stopped before a quiet moment leaves its points outside the
-    index; the next one builds them once quiet, with no write to prompt it."""
+def owing_a_build(tmp_path: Path) -> tuple[Settings, int]:
+    """A tree synced by a daemon stopped before any quiet moment: its edge store
+    owes the index of every point. The settings and the points."""
     from tests.faults.helpers import make_tree
 
     root = make_tree(tmp_path / "docs")
@@ -186,6 +185,13 @@ def test_a_build_owed_from_before_a_restart_is_made_when_quiet(tmp_path: Path) -
         assert first.daemon.status().get("indexed_points") == 0
     finally:
         first.stop()
+    return s, points
+
+
+def test_a_build_owed_from_before_a_restart_is_made_when_quiet(tmp_path: Path) -> None:
+    """A daemon stopped before a quiet moment leaves its points outside the
+    index; the next one builds them once quiet, with no write to prompt it."""
+    s, points = owing_a_build(tmp_path)
     second = on_small_edge_store(s, Timings(settle_after_s=0.3))
     second.start()
     try:
@@ -201,24 +207,17 @@ def test_a_build_owed_stays_owed_while_the_store_is_down_at_the_start(tmp_path: 
     """A daemon that starts with its store unreadable cannot build what it
     owes; the build stays owed (it was dropped at the first quiet moment) and
     is made once the store reads again, with no write to prompt it."""
-    from tests.faults.helpers import make_tree, unprivileged
+    from tests.faults.helpers import unprivileged
 
     def body() -> dict[str, Any]:
-        root = make_tree(tmp_path / "docs")
-        s = settings_for(tmp_path, [str(root)], store="edge", quiet_period_ms=QUIET_MS)
-        first = on_small_edge_store(s, Timings(settle_after_s=3600))
-        first.start()
-        try:
-            points = len(fresh(tmp_path, root))
-            wait_for(lambda: len(first.points()) == points, 30, "the tree synced")
-        finally:
-            first.stop()
+        s, points = owing_a_build(tmp_path)
         s.store_path.chmod(0)
         second = on_small_edge_store(s, Timings(settle_after_s=0.2, store_retry_s=0.2))
         try:
             second.start()
             wait_for(lambda: second.daemon.phase == "degraded", 30, "degraded by the store")
-            time.sleep(1)  # quiet moments pass while the store is down
+            # tried again with a doubling backoff: quiet moments passed meanwhile
+            wait_for(lambda: second.daemon.shared.health.failures >= 3, 30, "tried again")
             s.store_path.chmod(0o755)
             wait_for(lambda: second.daemon.phase == "watching", 60, "healthy again")
             wait_for(
