@@ -131,7 +131,9 @@ from mdindex.versions.catalog import reader_settings
 
 settings = reader_settings(load_settings({'state_dir': sys.argv[1]}))
 models = make_models(settings)
-store = make_store(settings).open()
+store = make_store(settings)
+before = store.signature()  # recorded after, as a search without the daemon does
+store.open()
 out = {}
 for mode in ('dense', 'hybrid'):
     found = []
@@ -145,6 +147,9 @@ for mode in ('dense', 'hybrid'):
         found.append(len(set(got) & set(want)) / max(len(want), 1))
     out[f'recall10_{mode}'] = statistics.mean(found)
 store.close()
+from mdindex.index.state import store_reopened
+from mdindex.runtime import state_path
+store_reopened(state_path(settings), before, store.signature())
 print(json.dumps(out))
 """
 
