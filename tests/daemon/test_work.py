@@ -147,16 +147,30 @@ def test_a_batch_the_store_refused_is_tried_again(tmp_path: Path, root: Path) ->
         d.stop()
 
 
-def test_edge_store_builds_its_index_when_quiet_and_keeps_up(tmp_path: Path) -> None:
-    from tests.faults.helpers import make_tree, mutate
+@contextmanager
+def indexed_on_small_edge_store(
+    tmp_path: Path, settle_after_s: float
+) -> Iterator[tuple[Running, Path, int]]:
+    """A daemon on a small edge store (``on_small_edge_store``) over a generated
+    tree, its index built: the daemon, the tree and its points."""
+    from tests.faults.helpers import make_tree
 
     root = make_tree(tmp_path / "docs")
     s = settings_for(tmp_path, [str(root)], store="edge", quiet_period_ms=QUIET_MS)
-    d = on_small_edge_store(s, Timings(settle_after_s=0.3))
+    d = on_small_edge_store(s, Timings(settle_after_s=settle_after_s))
     d.start()
     try:
         points = len(fresh(tmp_path, root))
         wait_for(lambda: d.daemon.status().get("indexed_points") == points, 30, "index built")
+        yield d, root, points
+    finally:
+        d.stop()
+
+
+def test_edge_store_builds_its_index_when_quiet_and_keeps_up(tmp_path: Path) -> None:
+    from tests.faults.helpers import mutate
+
+    with indexed_on_small_edge_store(tmp_path, 0.3) as (d, root, _):
         mutate(root)
         converges(d, tmp_path, root)
         # every chunk finds itself first through the index, asked (densely, for a
@@ -166,8 +180,6 @@ def test_edge_store_builds_its_index_when_quiet_and_keeps_up(tmp_path: Path) -> 
             query = {"q": f"{embedded}\n\n{payload['text']}", "k": 1, "mode": "dense"}
             top = d.daemon.api.search(query)[0]
             assert top["text"] == payload["text"] and top["score"] > 0.999
-    finally:
-        d.stop()
 
 
 def owing_a_build(tmp_path: Path) -> tuple[Settings, int]:
@@ -241,15 +253,7 @@ def test_searches_put_off_the_index_build_until_they_stop(
     import logging
     import time
 
-    from tests.faults.helpers import make_tree
-
-    root = make_tree(tmp_path / "docs")
-    s = settings_for(tmp_path, [str(root)], store="edge", quiet_period_ms=QUIET_MS)
-    d = on_small_edge_store(s, Timings(settle_after_s=0.5))
-    d.start()
-    try:
-        points = len(fresh(tmp_path, root))
-        wait_for(lambda: d.daemon.status().get("indexed_points") == points, 30, "index built")
+    with indexed_on_small_edge_store(tmp_path, 0.5) as (d, root, points):
         for n in range(6):
             (root / f"added{n}.md").write_text(
                 f"# Added {n}\n\nText {n}.\n\n## More\n\nMore {n}.\n"
@@ -265,8 +269,6 @@ def test_searches_put_off_the_index_build_until_they_stop(
             time.sleep(0.1)
         assert "gave way" not in caplog.text  # never started under the searches
         wait_for(lambda: d.daemon.status().get("indexed_points") == more, 30, "built when quiet")
-    finally:
-        d.stop()
 
 
 @pytest.mark.serial
