@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mdindex.config import Root
-from mdindex.daemon.watcher import Watcher, _file_to_open, _open_and_close
+from mdindex.daemon.watcher import Watcher
 
 
 def queued(watcher: Watcher) -> list[str]:
@@ -172,24 +172,6 @@ def test_no_barrier_without_a_file_to_open_or_without_inotify(tmp_path: Path) ->
     finally:
         watcher.stop()
     assert watcher.barrier() is None  # stopped: no observer
-
-
-@pytest.mark.serial
-def test_the_barrier_opens_only_a_regular_file_and_never_waits(tmp_path: Path) -> None:
-    fifo = tmp_path / "pipe"
-    os.mkfifo(fifo)
-    link = tmp_path / "link"
-    (tmp_path / "target").write_text("x")
-    link.symlink_to(tmp_path / "target")
-    started = time.monotonic()
-    assert not _open_and_close(str(fifo))  # opened without blocking, then refused
-    assert not _open_and_close(str(link))  # O_NOFOLLOW
-    assert not _open_and_close(str(tmp_path / "gone"))
-    assert _open_and_close(str(tmp_path / "target"))
-    assert time.monotonic() - started < 1
-    # and the search for one skips both
-    (tmp_path / "target").unlink()
-    assert _file_to_open(str(tmp_path)) is None
 
 
 @pytest.mark.serial  # it cuts the machine's inotify queue: no watcher may start beside it
