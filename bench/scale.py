@@ -6,6 +6,7 @@
     python bench/scale.py --large --layout on_disk_int8   # the store's other layout
     python bench/scale.py --kept DIR,DIR       # the daemon's stages again on --keep runs
     python bench/scale.py --kept DIR,DIR --batch-again   # and no-op, status, verify again
+    python bench/scale.py --kept DIR,DIR --batch-again --keep-verify   # no-op and status again
 
 The tree is generated from the corpus (../shared/corpus, and examples/docs):
 file i is corpus file i mod n under ``setNNN/`` (its folders kept, as a docs
@@ -20,6 +21,12 @@ deterministic stand-in (word-hash vectors at the model's size, a fixed cost per
 batch), named as such in the table: what is measured is everything but the
 model; the real model's cost is its chunks embedded over its chunks/s
 (measured here by the model run, or given with ``--model-chunks-per-s``).
+
+The daemon's stages (``daemon_stages``) start each size's daemon in turn, make
+its edits and its burst, and then measure every size's rescans and searches
+side by side, each rescan and each question asked of one size and then the
+other: the machine's speed moves 2x from one second to the next, and a
+figure's growth is a ratio of two sizes measured in the same moments.
 
 ``--layout`` picks the store's layout for every process, as a user's
 ``MDINDEX_*`` settings would: ``default``, ``on_disk`` (``on_disk_vectors``)
@@ -231,6 +238,9 @@ class Env:
             **os.environ,
             "HF_HUB_OFFLINE": "1",
             "MDINDEX_LOG_LEVEL": "WARNING",
+            # the rescans are asked for (``timed``): a periodic one (every 600 s by
+            # default) in an idle daemon would take a core from the other size's
+            "MDINDEX_RESCAN_INTERVAL_S": "86400",
             # git outside the tree: its objects are not part of the docs
             "GIT_DIR": str(work / "git"),
             "GIT_WORK_TREE": str(self.root),
@@ -430,12 +440,13 @@ def measure(size: int, files: list[tuple[str, str]], args: argparse.Namespace) -
     keep_so_far(work, row)
     batch_stages(env, row, work)
     if not args.batch_only:
-        daemon_stages(env, row, files, args)
+        daemon_stages([(env, row)], files, args)
     return sizes(env, work, row, args.keep)
 
 
-def batch_stages(env: Env, row: dict[str, Any], work: Path) -> None:
-    """The one-shot commands on the indexed tree: no-op, status, verify."""
+def batch_stages(env: Env, row: dict[str, Any], work: Path, verify: bool = True) -> None:
+    """The one-shot commands on the indexed tree: no-op, status, verify (unless
+    not ``verify``: the row's own verify figures stay)."""
     size = row["files"]
     noop = env.run("backfill", str(env.root), "--json")
     row["noop_s"] = noop["wall_s"]
@@ -444,11 +455,12 @@ def batch_stages(env: Env, row: dict[str, Any], work: Path) -> None:
     row["status_s"] = status["wall_s"]
     row["status_peak_rss_mb"] = status["peak_rss_mb"]
     row["indexed_points"] = found(json.loads(status["stdout"] or "{}"), "indexed_points")
-    verify = env.run("verify", str(env.root), "--json")
-    row["verify_s"] = verify["wall_s"]
-    row["verify_peak_rss_mb"] = verify["peak_rss_mb"]
-    row["verify_cpu_s"] = verify["cpu_s"]
-    row["verify_in_sync"] = bool(json.loads(verify["stdout"]).get("in_sync"))
+    if verify:
+        out = env.run("verify", str(env.root), "--json")
+        row["verify_s"] = out["wall_s"]
+        row["verify_peak_rss_mb"] = out["peak_rss_mb"]
+        row["verify_cpu_s"] = out["cpu_s"]
+        row["verify_in_sync"] = bool(json.loads(out["stdout"]).get("in_sync"))
     print(
         f"[{size}] no-op {row['noop_s']:.1f}s, status {row['status_s']:.1f}s, verify {row['verify_s']:.1f}s",
         file=sys.stderr,
@@ -456,10 +468,12 @@ def batch_stages(env: Env, row: dict[str, Any], work: Path) -> None:
     keep_so_far(work, row)
 
 
-def kept(work: Path, files: list[tuple[str, str]], args: argparse.Namespace) -> dict[str, Any]:
-    """The daemon's stages again on the tree, git and state an earlier run kept
-    in ``work`` (``--keep``), with its one-shot figures from its row.json: the
-    searches of the code checked out now, without a cold run. A run stopped
+def kept(
+    work: Path, files: list[tuple[str, str]], args: argparse.Namespace
+) -> tuple[Env, dict[str, Any]]:
+    """The tree, git and state an earlier run kept in ``work`` (``--keep``),
+    with its one-shot figures from its row.json, for the daemon's stages again:
+    the searches of the code checked out now, without a cold run. A run stopped
     after its cold stage gets its one-shot commands first, and so does every
     run with ``--batch-again``."""
     row = json.loads((work / "row.json").read_text())
@@ -467,9 +481,8 @@ def kept(work: Path, files: list[tuple[str, str]], args: argparse.Namespace) -> 
         del row[key]
     env = Env(work, stand_in=row["embedder"] == "fixed", layout=row["layout"])
     if "verify_s" not in row or args.batch_again:
-        batch_stages(env, row, work)
-    daemon_stages(env, row, files, args)
-    return sizes(env, work, row, keep=True)
+        batch_stages(env, row, work, verify="verify_s" not in row or not args.keep_verify)
+    return env, row
 
 
 # the figures daemon_stages measures, cleared before it runs again on a kept tree
@@ -477,13 +490,38 @@ DAEMON_FIGURES = ("daemon_", "rescan_", "edit_", "burst_", "search_", "recall10_
 
 # rounds of warm searches over every set (SEARCH_ROUNDS x --queries each)
 SEARCH_ROUNDS = 5
+RESCANS = 5
 
 
 def daemon_stages(
-    env: Env, row: dict[str, Any], files: list[tuple[str, str]], args: argparse.Namespace
+    sized: list[tuple[Env, dict[str, Any]]], files: list[tuple[str, str]], args: argparse.Namespace
 ) -> None:
-    """`mdindex watch` on the indexed tree: start, rescan, edits, a burst,
-    searches and their recall, into ``row``."""
+    """`mdindex watch` on each indexed tree: start, edits and a burst, one size
+    after another; then the rescans and searches of every size side by side.
+
+    Side by side: every size's daemon runs, and each rescan and each question
+    goes to one size and then the other (the order turned each time), so the
+    machine's slow and fast moments fall on both. Asked one size after the
+    other, minutes apart, the same code's growth from 100,000 to 200,000 files
+    read 1.33x to 2.99x for hybrid p95 and 1.33x to 2.70x for the rescan over
+    seven runs (bench/results/scale_kept_400k_*.json): the machine's speed
+    moves 2x from one second to the next (common.speed_probe)."""
+    running: list[tuple[Env, dict[str, Any], Daemon]] = []
+    try:
+        for env, row in sized:
+            running.append((env, row, started(env, row, args)))
+        timed(running, files, args)
+    finally:
+        for _, _, daemon in running:
+            daemon.stop()
+    for env, row, _ in running:
+        keep_so_far(env.work, row)
+        recall(env, row)
+
+
+def started(env: Env, row: dict[str, Any], args: argparse.Namespace) -> Daemon:
+    """The daemon on one tree: started, its owed build made, then edits and a
+    burst, each waited for as a script would (`status --wait`)."""
     size = row["files"]
     # Whatever ran before (verify, a probe of the kept store) left more or less
     # of the store's pages cached; each size starts from none.
@@ -494,20 +532,6 @@ def daemon_stages(
         row["daemon_owed_build_s"] = owed_build(env, row["points"])
         time.sleep(2)
         row["daemon_idle_rss_mb"] = proc_mem_mb(daemon.proc.pid, "VmRSS")
-
-        # the periodic rescan: the daemon's reconcile, asked for over its socket;
-        # the median of five, as one varied by a fifth between runs (2.46 to
-        # 3.77 s at 100,000 files, 4.81 to 8.23 at 200,000), the machine's speed
-        # probed before each
-        walls, cpus, probes = [], [], []
-        for _ in range(5):
-            probes.append(speed_probe())
-            cpu0, t0 = proc_cpu_s(daemon.proc.pid), time.perf_counter()
-            daemon.ask("/reconcile", post=True)
-            walls.append(time.perf_counter() - t0)
-            cpus.append(proc_cpu_s(daemon.proc.pid) - cpu0)
-        row["rescan_s"], row["rescan_cpu_s"] = statistics.median(walls), statistics.median(cpus)
-        row["probe_rescan_ms"] = statistics.median(probes)
 
         # one edit to searchable, as a script sees it: write, then `status --wait`
         rng = random.Random(size)
@@ -546,77 +570,119 @@ def daemon_stages(
         last = changed[-1].relative_to(env.root).as_posix()
         if not searchable(daemon, f"zqburst{len(changed) - 1}x", last):
             sys.exit("the burst's last file is not searchable after status --wait returned")
-
-        # search with the model loaded, through the daemon as the CLI asks it
-        import urllib.parse
-
-        queries = [" ".join(random.Random(q).sample(WORDS, 3)) for q in range(args.queries)]
-        sets = {
-            f"search_{mode}{'_path' if filtered else ''}": (mode, filtered)
-            for mode in ("hybrid", "dense")
-            for filtered in (False, True)
-        }
-
-        def ask_all(mode: str, filtered: bool) -> list[float]:
-            times = []
-            for q in queries:
-                params = {"q": q, "k": 10, "mode": mode}
-                if filtered:
-                    params["path"] = "set000/"
-                t0 = time.perf_counter()
-                daemon.ask("/search?" + urllib.parse.urlencode(params))
-                times.append(time.perf_counter() - t0)
-            return times
-
-        # Each question first as it comes, right after the burst (the store's
-        # pages as the burst left them; on this machine DAMON pages out what sat
-        # idle for 60 s), then warm, in SEARCH_ROUNDS rounds over every set in
-        # turn, the machine's speed probed before each: 50 searches take under a
-        # second, and one second's p50 moved from 10.5 to 14.2 ms with the
-        # machine's speed (see common.speed_probe).
-        row["probe_search_first_ms"] = speed_probe()
-        for name, (mode, filtered) in sets.items():
-            times = ask_all(mode, filtered)
-            row[f"{name}_p50_ms"] = statistics.median(times) * 1000
-            row[f"{name}_p95_ms"] = pct(times, 0.95) * 1000
-        warm: dict[str, list[float]] = {name: [] for name in sets}
-        probes = []
-        for _ in range(SEARCH_ROUNDS):
-            probes.append(speed_probe())
-            for name, (mode, filtered) in sets.items():
-                warm[name] += ask_all(mode, filtered)
-        for name, times in warm.items():
-            row[f"{name}_warm_p50_ms"] = statistics.median(times) * 1000
-            row[f"{name}_warm_p95_ms"] = pct(times, 0.95) * 1000
-        row["probe_search_ms"] = statistics.median(probes)
-        # Every word of the queries above is in about 38 % of the chunks (the
-        # generated sentences draw on 50 words): a worst case for the sparse
-        # half. The corpus's own headings ask as people do.
-        headings = [
-            line.lstrip("#").strip()
-            for _, text in files
-            for line in text.splitlines()
-            if HEADING.match(line) and len(line.split()) >= 3
-        ]
-        for mode in ("hybrid", "dense"):
-            times = []
-            for q in random.Random(0).sample(headings, min(args.queries, len(headings))):
-                t0 = time.perf_counter()
-                daemon.ask("/search?" + urllib.parse.urlencode({"q": q, "k": 10, "mode": mode}))
-                times.append(time.perf_counter() - t0)
-            row[f"search_{mode}_headings_p50_ms"] = statistics.median(times) * 1000
-        time.sleep(2)
-        row["daemon_idle_rss_after_mb"] = proc_mem_mb(daemon.proc.pid, "VmRSS")
-        # the store's files mapped in count in RSS but are the page cache's to reclaim
-        row["daemon_idle_anon_mb"] = proc_mem_mb(daemon.proc.pid, "RssAnon")
-        row["daemon_idle_file_mb"] = proc_mem_mb(daemon.proc.pid, "RssFile")
-        row["daemon_peak_rss_mb"] = proc_mem_mb(daemon.proc.pid, "VmHWM")
-    finally:
+    except BaseException:
         daemon.stop()
-    keep_so_far(env.work, row)
-    # recall of the searches above against exact ones, in a process of its own
-    asked = json.dumps(queries + headings[: args.queries])
+        raise
+    return daemon
+
+
+def turns(count: int, i: int) -> list[int]:
+    """Which size goes first in turn ``i``: each in turn, so neither is always
+    asked right after the other's work."""
+    return [(i + k) % count for k in range(count)]
+
+
+def timed(
+    running: list[tuple[Env, dict[str, Any], Daemon]],
+    files: list[tuple[str, str]],
+    args: argparse.Namespace,
+) -> None:
+    """Rescans and searches, every size's in turn (``daemon_stages``); then the
+    daemons' memory after them."""
+    import urllib.parse
+
+    count = len(running)
+
+    # the periodic rescan: the daemon's reconcile, asked for over its socket;
+    # the median of five, the machine's speed probed before each
+    walls: list[list[float]] = [[] for _ in running]
+    cpus: list[list[float]] = [[] for _ in running]
+    probes: list[float] = []
+    for i in range(RESCANS):
+        probes.append(speed_probe())
+        for n in turns(count, i):
+            pid = running[n][2].proc.pid
+            cpu0, t0 = proc_cpu_s(pid), time.perf_counter()
+            running[n][2].ask("/reconcile", post=True)
+            walls[n].append(time.perf_counter() - t0)
+            cpus[n].append(proc_cpu_s(pid) - cpu0)
+    for n, (_, row, _) in enumerate(running):
+        row["rescan_s"], row["rescan_cpu_s"] = (
+            statistics.median(walls[n]),
+            statistics.median(cpus[n]),
+        )
+        row["probe_rescan_ms"] = statistics.median(probes)
+
+    # search with the model loaded, through the daemon as the CLI asks it
+    queries = [" ".join(random.Random(q).sample(WORDS, 3)) for q in range(args.queries)]
+    # Every word of the queries above is in about 38 % of the chunks (the
+    # generated sentences draw on 50 words): a worst case for the sparse
+    # half. The corpus's own headings ask as people do.
+    headings = [
+        line.lstrip("#").strip()
+        for _, text in files
+        for line in text.splitlines()
+        if HEADING.match(line) and len(line.split()) >= 3
+    ]
+    headings = random.Random(0).sample(headings, min(args.queries, len(headings)))
+    sets = {
+        f"search_{mode}{'_path' if filtered else ''}": (mode, filtered)
+        for mode in ("hybrid", "dense")
+        for filtered in (False, True)
+    }
+
+    def ask_all(asked: list[str], mode: str, filtered: bool) -> list[list[float]]:
+        times: list[list[float]] = [[] for _ in running]
+        for i, q in enumerate(asked):
+            params: dict[str, Any] = {"q": q, "k": 10, "mode": mode}
+            if filtered:
+                params["path"] = "set000/"
+            for n in turns(count, i):
+                t0 = time.perf_counter()
+                running[n][2].ask("/search?" + urllib.parse.urlencode(params))
+                times[n].append(time.perf_counter() - t0)
+        return times
+
+    # Each question first as it comes, after the burst, then warm, in
+    # SEARCH_ROUNDS rounds over every set in turn, the machine's speed probed
+    # before each: 50 searches take under a second, and one second's p50 moved
+    # from 10.5 to 14.2 ms with the machine's speed (see common.speed_probe).
+    first_probe = speed_probe()
+    for name, (mode, filtered) in sets.items():
+        for n, times in enumerate(ask_all(queries, mode, filtered)):
+            running[n][1][f"{name}_p50_ms"] = statistics.median(times) * 1000
+            running[n][1][f"{name}_p95_ms"] = pct(times, 0.95) * 1000
+    warm: dict[str, list[list[float]]] = {name: [[] for _ in running] for name in sets}
+    probes = []
+    for _ in range(SEARCH_ROUNDS):
+        probes.append(speed_probe())
+        for name, (mode, filtered) in sets.items():
+            for n, times in enumerate(ask_all(queries, mode, filtered)):
+                warm[name][n] += times
+    for mode in ("hybrid", "dense"):
+        for n, times in enumerate(ask_all(headings, mode, False)):
+            running[n][1][f"search_{mode}_headings_p50_ms"] = statistics.median(times) * 1000
+    time.sleep(2)
+    for n, (_, row, daemon) in enumerate(running):
+        for name in sets:
+            row[f"{name}_warm_p50_ms"] = statistics.median(warm[name][n]) * 1000
+            row[f"{name}_warm_p95_ms"] = pct(warm[name][n], 0.95) * 1000
+        row["probe_search_first_ms"] = first_probe
+        row["probe_search_ms"] = statistics.median(probes)
+        row["asked"] = queries + headings  # for the recall check, then dropped
+        pid = daemon.proc.pid
+        row["daemon_idle_rss_after_mb"] = proc_mem_mb(pid, "VmRSS")
+        # the store's files mapped in count in RSS but are the page cache's to reclaim
+        row["daemon_idle_anon_mb"] = proc_mem_mb(pid, "RssAnon")
+        row["daemon_idle_file_mb"] = proc_mem_mb(pid, "RssFile")
+        row["daemon_peak_rss_mb"] = proc_mem_mb(pid, "VmHWM")
+
+
+def recall(env: Env, row: dict[str, Any]) -> None:
+    """Recall of the searches ``timed`` asked against exact ones, in a process
+    of its own, once the daemon is gone."""
     code = (STAND_IN if env.stand_in else "") + RECALL
+    asked = json.dumps(row.pop("asked"))
     proc = subprocess.run(
         [sys.executable, "-c", code, str(env.state), asked],
         capture_output=True,
@@ -818,6 +884,12 @@ def main() -> None:
         help="with --kept: the one-shot commands (no-op, status, verify) again too, "
         "with the code checked out now (only the cold run's figures kept)",
     )
+    ap.add_argument(
+        "--keep-verify",
+        action="store_true",
+        help="with --batch-again: the kept run's verify figures kept (verify takes "
+        "34 minutes at 200,000 files)",
+    )
     args = ap.parse_args()
     if args.large:
         args.sizes, args.embedder = "25000,50000,100000,200000", "fixed"
@@ -825,7 +897,9 @@ def main() -> None:
     paging = reclaim()
     cpu = cpu_name() + (f"; {paging}" if paging else "")
     if args.kept:
-        rows = [kept(Path(w), files, args) for w in args.kept.split(",")]
+        sized = [kept(Path(w), files, args) for w in args.kept.split(",")]
+        daemon_stages(sized, files, args)
+        rows = [sizes(env, env.work, row, keep=True) for env, row in sized]
         args.embedder, args.layout = rows[0]["embedder"], rows[0]["layout"]
     else:
         rows = [measure(int(s), files, args) for s in args.sizes.split(",")]
