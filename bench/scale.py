@@ -128,7 +128,14 @@ sys.exit(rc)
 """
 
 # Run as `python -c STAND_IN + RECALL STATE QUERIES`: recall@10 of the store's
-# searches against exact ones (every vector scanned), dense and hybrid.
+# searches against exact ones (every vector scanned), dense and hybrid. A hit
+# counts when the exact search has it in its top 10, or scores it as its 10th
+# (ann-benchmarks counts ties the same way): the generated tree repeats each
+# corpus file about 90 times, so a heading's chunk has copies of equal text,
+# vector and score, and which of them fill the last places of a top 10 is the
+# engine's choice, not an error. On the 100,000-file store, of the 50 headings
+# asked, 0.952 of dense hits were among the exact top 10's ids and 0.986 were
+# those or tied with its 10th; both are recorded (``_ids``: ids alone).
 RECALL = """
 import json, statistics, sys
 from mdindex.config import load_settings
@@ -143,16 +150,21 @@ before = store.signature()  # recorded after, as a search without the daemon doe
 store.open()
 out = {}
 for mode in ('dense', 'hybrid'):
-    found = []
+    ids, tied = [], []
     for q in json.loads(sys.argv[2]):
         dense = models.embedder.embed_query(q).tolist()
         sparse = models.planner.sparse.query(q, ['en']) if mode == 'hybrid' else None
-        ask = lambda exact: [
-            h.id for h in store.search(StoreQuery(10, dense=dense, sparse=sparse, exact=exact))
-        ]
-        got, want = ask(False), ask(True)
-        found.append(len(set(got) & set(want)) / max(len(want), 1))
-    out[f'recall10_{mode}'] = statistics.mean(found)
+        # the same 100 candidates of each half, so the same fused scores
+        ask = lambda k, exact: store.search(StoreQuery(k, dense=dense, sparse=sparse, exact=exact))
+        got, exact = ask(10, False), ask(100, True)
+        want = {h.id for h in exact[:10]}
+        tenth = exact[min(9, len(exact) - 1)].score if exact else 0.0
+        scores = {h.id: h.score for h in exact}
+        ids.append(len({h.id for h in got} & want) / max(len(want), 1))
+        ties = [h for h in got if h.id in want or scores.get(h.id, tenth - 1) >= tenth - 1e-6]
+        tied.append(len(ties) / max(len(want), 1))
+    out[f'recall10_{mode}'] = statistics.mean(tied)
+    out[f'recall10_{mode}_ids'] = statistics.mean(ids)
 store.close()
 from mdindex.index.state import store_reopened
 from mdindex.runtime import state_path
@@ -747,6 +759,8 @@ COLUMNS = [
     "probe_search_ms",
     "recall10_dense",
     "recall10_hybrid",
+    "recall10_dense_ids",
+    "recall10_hybrid_ids",
     "daemon_idle_rss_mb",
     "daemon_idle_anon_mb",
     "daemon_idle_file_mb",
