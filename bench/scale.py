@@ -24,8 +24,8 @@ model; the real model's cost is its chunks embedded over its chunks/s
 
 The daemon's stages (``daemon_stages``) start each size's daemon in turn, make
 its edits and its burst, and then measure every size's rescans and searches
-side by side, each rescan and each question asked of one size and then the
-other: the machine's speed moves 2x from one second to the next, and a
+side by side, each rescan and each block of 10 questions asked of one size
+and then the other: the machine's speed moves 2x from one second to the next, and a
 figure's growth is a ratio of two sizes measured in the same moments.
 
 ``--layout`` picks the store's layout for every process, as a user's
@@ -503,6 +503,11 @@ DAEMON_FIGURES = ("daemon_", "rescan_", "edit_", "burst_", "search_", "recall10_
 # rounds of warm searches over every set (SEARCH_ROUNDS x --queries each)
 SEARCH_ROUNDS = 5
 RESCANS = 5
+# Side by side, the questions go to each size in blocks of this many (0.15 to
+# 0.25 s): asked one question each in turn, the 100,000-file daemon's hybrid
+# p50 was 14.6 and 15.1 ms, against 13.6 and 13.9 in blocks of 10 and 13.2 to
+# 14.7 alone (the other's search in between took its caches)
+BLOCK = 10
 
 
 def daemon_stages(
@@ -511,9 +516,9 @@ def daemon_stages(
     """`mdindex watch` on each indexed tree: start, edits and a burst, one size
     after another; then the rescans and searches of every size side by side.
 
-    Side by side: every size's daemon runs, and each rescan and each question
-    goes to one size and then the other (the order turned each time), so the
-    machine's slow and fast moments fall on both. Asked one size after the
+    Side by side: every size's daemon runs, and each rescan and each block of
+    ``BLOCK`` questions goes to one size and then the other (the order turned
+    each time), so the machine's slow and fast moments fall on both. Asked one size after the
     other, minutes apart, the same code's growth from 100,000 to 200,000 files
     read 1.33x to 2.99x for hybrid p95 and 1.33x to 2.70x for the rescan over
     seven runs (bench/results/scale_kept_400k_*.json): the machine's speed
@@ -645,14 +650,15 @@ def timed(
 
     def ask_all(asked: list[str], mode: str, filtered: bool) -> list[list[float]]:
         times: list[list[float]] = [[] for _ in running]
-        for i, q in enumerate(asked):
-            params: dict[str, Any] = {"q": q, "k": 10, "mode": mode}
-            if filtered:
-                params["path"] = "set000/"
-            for n in turns(count, i):
-                t0 = time.perf_counter()
-                running[n][2].ask("/search?" + urllib.parse.urlencode(params))
-                times[n].append(time.perf_counter() - t0)
+        for i in range(0, len(asked), BLOCK):
+            for n in turns(count, i // BLOCK):
+                for q in asked[i : i + BLOCK]:
+                    params: dict[str, Any] = {"q": q, "k": 10, "mode": mode}
+                    if filtered:
+                        params["path"] = "set000/"
+                    t0 = time.perf_counter()
+                    running[n][2].ask("/search?" + urllib.parse.urlencode(params))
+                    times[n].append(time.perf_counter() - t0)
         return times
 
     # Each question first as it comes, after the burst, then warm, in
