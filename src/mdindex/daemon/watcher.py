@@ -166,7 +166,8 @@ class Watcher:
                 if not isinstance(observer, _Observer):
                     continue  # stopped meanwhile: the deadline ends the wait
                 for path in waiting:
-                    if observer.watch_opens(os.path.dirname(path)):
+                    # not waited for: the next rearm asks again, within the deadline
+                    if observer.watch_opens(os.path.dirname(path), patience=0.0):
                         open_and_close(path)
         return True
 
@@ -322,11 +323,11 @@ if sys.platform == "linux":
             self._emitter_class = _Emitter
             self._emitter_kwargs["on_overflow"] = on_overflow
 
-        def watch_opens(self, folder: str) -> bool:
+        def watch_opens(self, folder: str, patience: float = WATCHED_WAIT_S) -> bool:
             """Opens in ``folder``, which watchdog watches, reach the handler from
             now on; False when it is gone or still not watched after
-            ``WATCHED_WAIT_S`` (the barrier is then not made, and a scan decides)."""
-            deadline = time.monotonic() + WATCHED_WAIT_S
+            ``patience`` s (the barrier is then not made, and a scan decides)."""
+            deadline = time.monotonic() + patience
             while not self._add_opens(folder):
                 if time.monotonic() >= deadline or not os.path.isdir(folder):
                     return False
