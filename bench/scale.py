@@ -480,9 +480,7 @@ def batch_stages(env: Env, row: dict[str, Any], work: Path, verify: bool = True)
     keep_so_far(work, row)
 
 
-def kept(
-    work: Path, files: list[tuple[str, str]], args: argparse.Namespace
-) -> tuple[Env, dict[str, Any]]:
+def kept(work: Path, args: argparse.Namespace) -> tuple[Env, dict[str, Any]]:
     """The tree, git and state an earlier run kept in ``work`` (``--keep``),
     with its one-shot figures from its row.json, for the daemon's stages again:
     the searches of the code checked out now, without a cold run. A run stopped
@@ -518,22 +516,23 @@ def daemon_stages(
 
     Side by side: every size's daemon runs, and each rescan and each block of
     ``BLOCK`` questions goes to one size and then the other (the order turned
-    each time), so the machine's slow and fast moments fall on both. Asked one size after the
-    other, minutes apart, the same code's growth from 100,000 to 200,000 files
-    read 1.33x to 2.99x for hybrid p95 and 1.33x to 2.70x for the rescan over
-    seven runs (bench/results/scale_kept_400k_*.json): the machine's speed
-    moves 2x from one second to the next (common.speed_probe)."""
+    each time), so the machine's slow and fast moments fall on both. Asked
+    one size after the other, minutes apart, the same code's growth from
+    100,000 to 200,000 files read 1.33x to 2.99x for hybrid p95 and 1.33x to
+    2.70x for the rescan over seven runs (bench/results/scale_kept_400k_*.json):
+    the machine's speed moves 2x from one second to the next
+    (common.speed_probe)."""
     running: list[tuple[Env, dict[str, Any], Daemon]] = []
     try:
         for env, row in sized:
             running.append((env, row, started(env, row, args)))
-        timed(running, files, args)
+        asked = timed(running, files, args)
     finally:
         for _, _, daemon in running:
             daemon.stop()
     for env, row, _ in running:
         keep_so_far(env.work, row)
-        recall(env, row)
+        recall(env, row, asked)
 
 
 def started(env: Env, row: dict[str, Any], args: argparse.Namespace) -> Daemon:
@@ -603,9 +602,9 @@ def timed(
     running: list[tuple[Env, dict[str, Any], Daemon]],
     files: list[tuple[str, str]],
     args: argparse.Namespace,
-) -> None:
+) -> list[str]:
     """Rescans and searches, every size's in turn (``daemon_stages``); then the
-    daemons' memory after them."""
+    daemons' memory after them. The questions asked, for ``recall``."""
     import urllib.parse
 
     count = len(running)
@@ -687,22 +686,21 @@ def timed(
             row[f"{name}_warm_p95_ms"] = pct(warm[name][n], 0.95) * 1000
         row["probe_search_first_ms"] = first_probe
         row["probe_search_ms"] = statistics.median(probes)
-        row["asked"] = queries + headings  # for the recall check, then dropped
         pid = daemon.proc.pid
         row["daemon_idle_rss_after_mb"] = proc_mem_mb(pid, "VmRSS")
         # the store's files mapped in count in RSS but are the page cache's to reclaim
         row["daemon_idle_anon_mb"] = proc_mem_mb(pid, "RssAnon")
         row["daemon_idle_file_mb"] = proc_mem_mb(pid, "RssFile")
         row["daemon_peak_rss_mb"] = proc_mem_mb(pid, "VmHWM")
+    return queries + headings
 
 
-def recall(env: Env, row: dict[str, Any]) -> None:
+def recall(env: Env, row: dict[str, Any], asked: list[str]) -> None:
     """Recall of the searches ``timed`` asked against exact ones, in a process
     of its own, once the daemon is gone."""
     code = (STAND_IN if env.stand_in else "") + RECALL
-    asked = json.dumps(row.pop("asked"))
     proc = subprocess.run(
-        [sys.executable, "-c", code, str(env.state), asked],
+        [sys.executable, "-c", code, str(env.state), json.dumps(asked)],
         capture_output=True,
         text=True,
         env=env.env,
@@ -917,7 +915,7 @@ def main() -> None:
     paging = reclaim()
     cpu = cpu_name() + (f"; {paging}" if paging else "")
     if args.kept:
-        sized = [kept(Path(w), files, args) for w in args.kept.split(",")]
+        sized = [kept(Path(w), args) for w in args.kept.split(",")]
         daemon_stages(sized, files, args)
         rows = [sizes(env, env.work, row, keep=True) for env, row in sized]
         args.embedder, args.layout = rows[0]["embedder"], rows[0]["layout"]
