@@ -21,7 +21,7 @@ from mdindex.index import graph, vectors
 from mdindex.index.changes import Changes, Detector, Key
 from mdindex.index.planning import Planner
 from mdindex.index.search import PathsUnder, Query, search
-from mdindex.index.state import DocRow, State, points_under
+from mdindex.index.state import DocRow, State, names_files, points_under
 from mdindex.index.tables import languages as state_languages
 from mdindex.sinks import Store
 
@@ -152,7 +152,7 @@ class IndexView:
     def store_unchanged_since_last_run(self) -> bool:
         """The store's files are as the last run that opened it left them."""
         sig = self.store.signature()
-        return bool(sig) and sig != "absent" and self.state.get("store_signature") == sig
+        return names_files(sig) and self.state.get("store_signature") == sig
 
     def known_points(self) -> int | None:
         """The store's points as the state counts them, where that count is the
