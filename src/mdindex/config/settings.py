@@ -19,7 +19,7 @@ from pydantic_settings import (
 from mdindex.config.groups import (
     CLUSTER_KEYS,
     EDGE_KEYS,
-    WHEN_SET_KEYS,
+    UNSET,
     EmbeddingGroup,
     IndexGroup,
     StoreGroup,
@@ -78,7 +78,8 @@ class Settings(BaseSettings):
     write_consistency_factor: int | None = Field(default=None, ge=1)
     on_disk_vectors: bool = False
     on_disk_payload: bool | None = None
-    quantization: Literal["none", "int8"] = "none"
+    # auto: int8, originals on disk, once an edge store is large (versions.quantization)
+    quantization: Literal["auto", "none", "int8"] = "auto"
     write_ordering: Literal["weak", "medium", "strong"] = "weak"
     # edge since bench/cold_search.py: a cold search takes 1.2 s on it against 3.9 s
     # on client (import qdrant_client 1.5 s, every point loaded into memory).
@@ -268,8 +269,10 @@ class Settings(BaseSettings):
     @property
     def index(self) -> IndexGroup:
         """The settings that decide a version (its fingerprint hashes ``params()``)."""
-        unset = {key: type(self).model_fields[key].default for key in WHEN_SET_KEYS}
-        return group_of(IndexGroup, self, unset=unset)
+        # "auto" left undecided counts as "none": only the catalog decides it, by the
+        # live version's size (versions.quantization)
+        quantization = "none" if self.quantization == "auto" else self.quantization
+        return group_of(IndexGroup, self, unset=UNSET, quantization=quantization)
 
     @property
     def timings(self) -> Timings:
@@ -338,9 +341,12 @@ def _check_combinations(s: Settings) -> None:
             raise ValueError(f"{key}: holds a control character; give plain text")
     if not s.qdrant_url:
         for key in CLUSTER_KEYS:
-            if getattr(s, key) != type(s).model_fields[key].default and not (
-                s.store == "edge" and key in EDGE_KEYS
-            ):
+            # quantization "none" is what "auto" is without a server's or edge's store
+            unset = (
+                type(s).model_fields[key].default,
+                *(("none",) if key == "quantization" else ()),
+            )
+            if getattr(s, key) not in unset and not (s.store == "edge" and key in EDGE_KEYS):
                 edge = " or to store = 'edge'" if key in EDGE_KEYS else ""
                 raise ValueError(f"{key} applies to a Qdrant server{edge}; set qdrant_url too")
     consistency, replicas = s.write_consistency_factor, s.replication_factor or 1

@@ -32,12 +32,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from mdindex.config import WHEN_SET_KEYS, Settings
+from mdindex.config import UNSET, Settings
 from mdindex.errors import CollectionMissing, ConfigError, StateError
 from mdindex.index.planning import now_iso
 from mdindex.jsonfile import load_json, write_json
 from mdindex.outside import quoted, shown
 from mdindex.runtime import code_versions, fingerprint, make_store, physical_name, version_of
+from mdindex.versions import quantization
 from mdindex.versions.catalog_file import CatalogFile, VersionFile, first_line
 
 Status = Literal["building", "complete", "dropping"]
@@ -149,7 +150,7 @@ class Catalog:
     def pin(self, fp: str, settings: Settings) -> None:
         """Make ``fp`` what ``settings`` ask for while they are what they are now
         (a rollback); the settings' own version ends the pin."""
-        own = version_of(settings)
+        own = version_of(self.decided(settings))
         self.pinned = None if fp == own else {"fingerprint": fp, "over": own}
         self.commit()
 
@@ -168,7 +169,7 @@ class Catalog:
 
     def target(self, settings: Settings) -> str:
         """The version the settings ask for: their own, or the one a rollback pinned."""
-        own = version_of(settings)
+        own = version_of(self.decided(settings))
         pin = self.pinned
         if pin and pin.get("over") == own and pin.get("fingerprint") in self.versions:
             return pin["fingerprint"]
@@ -178,20 +179,26 @@ class Catalog:
         """The settings a version was built with: ``settings`` with its index settings."""
         version = self.versions.get(fp)
         if version is None:
-            return settings
+            return self.decided(settings)
         # a key recorded only when set is at its default where it is absent
-        unset = {k: Settings.model_fields[k].default for k in WHEN_SET_KEYS}
-        update = unset | dict(version.params)
+        update = UNSET | dict(version.params)
+        update |= quantization.layout(settings, update["quantization"])
         if not update.get("embedding_model"):  # embedded here, whatever server is named now
             update |= {"embedding_url": None, "embedding_model": None}
         out = settings.model_copy(update=update)
         out.pin_version(fp)
         return out
 
+    def decided(self, settings: Settings) -> Settings:
+        """``settings`` with ``quantization = "auto"`` decided by the live version."""
+        live = self.versions.get(self.live or "")
+        points, layout = (live.points, live.params.get("quantization")) if live else (0, "")
+        return quantization.decided(settings, points, str(layout or "none"))
+
     def reader_settings(self, settings: Settings) -> Settings:
         """What a search uses: the live version's settings (its model), else the
         settings' own (a first build that is not complete yet)."""
-        return self.settings_for(settings, self.live) if self.live else settings
+        return self.settings_for(settings, self.live) if self.live else self.decided(settings)
 
     def find(self, prefix: str) -> str:
         """The version a fingerprint (or its unique start) names."""
