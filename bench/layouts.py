@@ -112,10 +112,11 @@ def memory() -> dict[str, int]:
     }
 
 
-def questions() -> list[str]:
+def questions(corpus: str | None = None) -> list[str]:
+    """The questions bench/scale.py times: 50 word triples, 50 of the corpus's headings."""
     import scale
 
-    files = scale.corpus_files(corpus_dir(None))
+    files = scale.corpus_files(corpus_dir(corpus))
     heads = [
         line.lstrip("#").strip()
         for _, text in files
@@ -126,7 +127,7 @@ def questions() -> list[str]:
     return words + random.Random(0).sample(heads, 50)
 
 
-def measure(state: Path, path: Path | None, recall: bool) -> dict[str, Any]:
+def measure(state: Path, path: Path | None, recall: bool, corpus: str) -> dict[str, Any]:
     """One store in this process: latency, memory, and recall when asked."""
     from mdindex.index.state import store_reopened
     from mdindex.runtime import make_models, state_path
@@ -141,7 +142,8 @@ def measure(state: Path, path: Path | None, recall: bool) -> dict[str, Any]:
     encoder = models.planner.sparse
     assert encoder is not None  # the run's store has sparse vectors
     vectors = [
-        (models.embedder.embed_query(q).tolist(), encoder.query(q, ["en"])) for q in questions()
+        (models.embedder.embed_query(q).tolist(), encoder.query(q, ["en"]))
+        for q in questions(corpus or None)
     ]
     times = []
     for _ in range(ROUNDS):
@@ -181,9 +183,18 @@ def main() -> None:
     ap.add_argument("--points", default="200000,0", help="sizes, comma-separated; 0: all")
     ap.add_argument("--work", default="", help="where the copies go (default: RUN/layouts)")
     ap.add_argument("--turns", type=int, default=2)
+    ap.add_argument("--corpus", default="", help="the corpus bench/scale.py generated from")
     ap.add_argument("--copy", nargs=4, help=argparse.SUPPRESS)  # STATE PATH LAYOUT POINTS
     ap.add_argument("--measure", nargs=3, help=argparse.SUPPRESS)  # STATE PATH RECALL
     args = ap.parse_args()
+    sizes = args.points.split(",")
+    if not all(p.isdigit() for p in sizes):
+        ap.error(f"--points takes sizes of 0 or more, comma-separated, not {args.points!r}")
+    if args.turns < 1:
+        ap.error("--turns must be at least 1")
+    run = Path(args.kept)
+    if not (args.copy or args.measure) and not (run / "row.json").is_file():
+        ap.error(f"--kept {args.kept}: no run bench/scale.py kept there (no row.json)")
     import scale
 
     exec(scale.STAND_IN, {})  # the stand-in embedder the run was built with
@@ -192,12 +203,12 @@ def main() -> None:
         return copy(Path(state), Path(path), layout, int(points))
     if args.measure:
         state, path, recall = args.measure
-        print(json.dumps(measure(Path(state), Path(path) if path else None, recall == "1")))
+        found = measure(Path(state), Path(path) if path else None, recall == "1", args.corpus)
+        print(json.dumps(found))
         return None
-    run = Path(args.kept)
     state, work = run / "state", Path(args.work or run / "layouts")
     rows = []
-    for points in (int(p) for p in args.points.split(",")):
+    for points in (int(p) for p in sizes):
         paths: dict[str, Path | None] = {}
         for layout in LAYOUTS:
             if points == 0 and layout == "on_disk_int8":
@@ -211,7 +222,8 @@ def main() -> None:
         for turn in range(args.turns):
             for layout in list(LAYOUTS)[:: 1 if turn % 2 == 0 else -1]:
                 where = str(paths[layout] or "")
-                out = child(["--measure", str(state), where, "1" if turn == 0 else "0"])
+                asked = ["--measure", str(state), where, "1" if turn == 0 else "0"]
+                out = child([*asked, "--corpus", args.corpus])
                 got[layout].append(json.loads(out.strip().splitlines()[-1]))
         for layout, runs in got.items():
             row: dict[str, Any] = {"points": points or "all", "layout": layout}

@@ -16,7 +16,7 @@ from mdindex.sinks.edge.shard import read_config
 from mdindex.versions import quantization
 from mdindex.versions.catalog import Catalog, reader_settings
 from mdindex.versions.quantization import AUTO_INT8_POINTS, decided
-from tests.conftest import TinyEmbedder, assert_same, run_rollout, stored_points
+from tests.conftest import TinyEmbedder, assert_same, rollout_for, run_rollout, stored_points
 
 
 def settings(tmp_path: Path, **given: Any) -> Settings:
@@ -94,9 +94,59 @@ def test_a_store_grown_past_the_size_is_built_again_quantized_from_its_own_vecto
     config = shard_config(s)
     assert config["quantization_config"]["scalar"]["type"] == "int8"
     assert config["vectors"][""]["memory"] == "cold"  # the originals on disk
+    # status and `versions list` say so (a review found both versions listed alike)
+    store = make_store(reader_settings(s))
+    described = store.open().describe()
+    store.close()
+    assert (described["quantization"], described["on_disk_vectors"]) == ("int8", True)
+    assert catalog.versions[large].summary().endswith(", int8")
+    assert not catalog.versions[small].summary().endswith(", int8")
     assert_same(stored_points(reader_settings(s), vectors=True), before)
 
     # the size no longer counts: a quantized store stays so, and nothing is built
     monkeypatch.setattr(quantization, "AUTO_INT8_POINTS", 10**9)
     assert run_rollout(s, TinyEmbedder())["files_changed"] == 0
     assert Catalog.load(s).live == large
+
+
+def test_a_first_build_already_large_is_not_pinned_and_is_quantized_next(
+    docs_tree: Path, make_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review found a first build at the size pinned as a rollback: its switch
+    asked "auto" again with itself live, large, and took the answer (int8) for
+    the settings' own, so nothing was ever quantized."""
+    monkeypatch.setattr(quantization, "AUTO_INT8_POINTS", 1)
+    s = make_settings(docs_tree, store="edge")
+    run_rollout(s, TinyEmbedder())
+    catalog = Catalog.load(s)
+    assert catalog.pinned is None
+    assert "quantization" not in catalog.versions[catalog.live or ""].params
+    second = run_rollout(s, TinyEmbedder())
+    catalog = Catalog.load(s)
+    assert catalog.versions[catalog.live or ""].params["quantization"] == "int8"
+    assert second["chunks_embedded"] == 0 and catalog.pinned is None
+
+
+def test_a_rollback_holds_while_its_version_grows_past_the_size(
+    docs_tree: Path, make_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review found `versions use` undone by the tree's growth alone: the pin
+    was over the version "auto" asked for, which moved with the live size."""
+    token = make_settings(docs_tree, store="edge", strategy="token", keep_versions=3)
+    run_rollout(token, TinyEmbedder())
+    old = Catalog.load(token).live
+    assert old is not None
+    s = make_settings(docs_tree, store="edge", keep_versions=3)
+    run_rollout(s, TinyEmbedder())
+    monkeypatch.setattr(quantization, "AUTO_INT8_POINTS", Catalog.load(s).versions[old].points + 1)
+    rollout_for(s, TinyEmbedder()).use(old)
+    assert Catalog.load(s).live == old and Catalog.load(s).pinned
+    (docs_tree / "grown.md").write_text("# Grown\n\nMore words for the index to hold.\n")
+    for _ in range(2):  # the pinned version grows past the size, then a sync after it
+        run_rollout(s, TinyEmbedder())
+        assert Catalog.load(s).live == old
+    # the settings changed end the pin, as before
+    monkeypatch.setattr(quantization, "AUTO_INT8_POINTS", 10**9)
+    wider = make_settings(docs_tree, store="edge", keep_versions=3, max_tokens=200)
+    run_rollout(wider, TinyEmbedder())
+    assert Catalog.load(wider).live == version_of(wider)

@@ -70,6 +70,8 @@ class Version:
         if p.get("query_prompt") or p.get("document_prompt"):
             parts.append("prompts")
         parts.append("sparse" if p.get("sparse_vectors") else "dense only")
+        if p.get("quantization") == "int8":
+            parts.append("int8")
         return ", ".join(parts)
 
 
@@ -147,17 +149,23 @@ class Catalog:
         except OSError as exc:  # a read-only or full disk: PermissionError ended the daemon
             raise StateError(f"versions: cannot write {self.path}: {exc.strerror or exc}") from None
 
-    def pin(self, fp: str, settings: Settings) -> None:
+    def pin(self, fp: str, settings: Settings, asked: str | None = None) -> None:
         """Make ``fp`` what ``settings`` ask for while they are what they are now
-        (a rollback); the settings' own version ends the pin."""
-        own = version_of(self.decided(settings))
-        self.pinned = None if fp == own else {"fingerprint": fp, "over": own}
+        (a rollback); the version they ask for (``asked``, by default the one
+        they ask for now) ends the pin. A pin is over the settings as written:
+        "auto" decided by the live version's size would end it as the size moves."""
+        asked = asked or version_of(self.decided(settings))
+        self.pinned = None if fp == asked else {"fingerprint": fp, "over": version_of(settings)}
         self.commit()
 
     def make_live(self, fp: str, settings: Settings | None) -> None:
         """Record ``fp`` as the live version (its alias already moved), pinned over
         ``settings`` when it is not theirs; ``None``: a switch a crash interrupted,
         whose run's settings are not known, so the pin is left as it was."""
+        # what the settings asked for before the switch: a version switched to
+        # because they asked for it is not pinned, though "auto" may ask for
+        # another once it is live (a first build already large: int8 next)
+        asked = version_of(self.decided(settings)) if settings is not None else ""
         self.live, self.switching = fp, None
         self.versions[fp].live_since = now_iso()
         if settings is None:
@@ -165,15 +173,18 @@ class Catalog:
                 self.pinned = None  # as a clean switch to fp would have ended it
             self.commit()
         else:
-            self.pin(fp, settings)
+            self.pin(fp, settings, asked)
 
     def target(self, settings: Settings) -> str:
         """The version the settings ask for: their own, or the one a rollback pinned."""
-        own = version_of(self.decided(settings))
         pin = self.pinned
-        if pin and pin.get("over") == own and pin.get("fingerprint") in self.versions:
+        if (
+            pin
+            and pin.get("over") == version_of(settings)
+            and pin.get("fingerprint") in self.versions
+        ):
             return pin["fingerprint"]
-        return own
+        return version_of(self.decided(settings))
 
     def settings_for(self, settings: Settings, fp: str) -> Settings:
         """The settings a version was built with: ``settings`` with its index settings."""

@@ -72,9 +72,9 @@ class VersionFile(_Strict):
     created_at: str = ""
     completed_at: str = ""
     live_since: str = ""
-    points: int = Field(default=0, ge=0)
-    documents: int = Field(default=0, ge=0)
-    embedded: int = Field(default=0, ge=0)
+    points: int = Field(default=0, ge=0, le=10**12)  # it decides quantization = "auto"
+    documents: int = Field(default=0, ge=0, le=10**12)
+    embedded: int = Field(default=0, ge=0, le=10**12)
     code: _Code | None = None  # None: a catalog from before versions recorded it
 
     @field_validator("created_at", "completed_at", "live_since")

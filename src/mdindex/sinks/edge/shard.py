@@ -226,4 +226,6 @@ def index_info(config: dict[str, Any], path: Path, points: int) -> dict[str, Any
         "indexed_points": points - unindexed(path, points),
         "dense_search": "HNSW index" if has_graph(path) else EXACT,
         "quantization": quantization_of(config),
+        # the originals read from disk (on_disk_vectors, or "auto" with int8)
+        "on_disk_vectors": (config.get("vectors") or {}).get("", {}).get("memory") == "cold",
     }
