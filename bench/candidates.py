@@ -28,24 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import cpu_name, table, write_json
-from layouts import live_store, questions
-
-
-def recall(
-    store: Any, vectors: list[tuple[Any, Any]], exact: list[Any], mode: str
-) -> tuple[float, float]:
-    """Recall@10 against ``exact``: with ties counted, and by ids."""
-    from mdindex.sinks.base import StoreQuery
-
-    tied, ids = [], []
-    for (dense, sparse), ex in zip(vectors, exact, strict=True):
-        hits = store.search(
-            StoreQuery(10, dense=dense, sparse=sparse if mode == "hybrid" else None)
-        )
-        scores, tenth = {h.id: h.score for h in ex}, ex[9].score
-        tied.append(sum(scores.get(h.id, -1.0) >= tenth - 1e-6 for h in hits) / 10)
-        ids.append(len({h.id for h in hits} & {h.id for h in ex[:10]}) / 10)
-    return statistics.mean(tied), statistics.mean(ids)
+from layouts import exact_top, live_store, questions, recall10
 
 
 def main() -> None:
@@ -80,22 +63,14 @@ def main() -> None:
         (models.embedder.embed_query(q).tolist(), encoder.query(q, ["en"]))
         for q in questions(args.corpus or None)
     ]
-    exact = {
-        mode: [
-            store.search(
-                StoreQuery(100, dense=d, sparse=s if mode == "hybrid" else None, exact=True)
-            )
-            for d, s in vectors
-        ]
-        for mode in ("dense", "hybrid")
-    }
+    exact = {mode: exact_top(store, vectors, mode) for mode in ("dense", "hybrid")}
     counts = [int(e) for e in args.ef.split(",")]
     rows: dict[int, dict[str, Any]] = {}
     for ef in counts:
         edge_query.HNSW_EF_LEAST, edge_query.HNSW_EF = ef, 2 * ef  # each graph's share: ef
         row: dict[str, Any] = {"ef": ef, "graphs": store._graphs}
         for mode in ("dense", "hybrid"):
-            row[f"recall10_{mode}"], row[f"recall10_{mode}_ids"] = recall(
+            row[f"recall10_{mode}"], row[f"recall10_{mode}_ids"] = recall10(
                 store, vectors, exact[mode], mode
             )
         row["times"] = []

@@ -471,8 +471,7 @@ def one_shot_figures(
     """The no-op's and status's figures of one size into ``row``: the median
     wall time of its runs, the highest peak RSS."""
     for name, runs in (("noop", noops), ("status", statuses)):
-        walls = sorted(r["wall_s"] for r in runs)
-        row[f"{name}_s"] = walls[len(walls) // 2]
+        row[f"{name}_s"] = statistics.median(r["wall_s"] for r in runs)
         row[f"{name}_peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
     row["indexed_points"] = found(json.loads(statuses[-1]["stdout"] or "{}"), "indexed_points")
 
@@ -658,6 +657,22 @@ def turns(count: int, i: int) -> list[int]:
     return [(i + k) % count for k in range(count)]
 
 
+def questions(files: list[tuple[str, str]], count: int) -> tuple[list[str], list[str]]:
+    """The questions the searches ask: ``count`` triples of the generated
+    words, and ``count`` of the corpus's headings (three words or more). Every
+    word of a triple is in about 38 % of the chunks (the generated sentences
+    draw on 50 words): a worst case for the sparse half. The headings ask as
+    people do."""
+    words = [" ".join(random.Random(q).sample(WORDS, 3)) for q in range(count)]
+    headings = [
+        line.lstrip("#").strip()
+        for _, text in files
+        for line in text.splitlines()
+        if HEADING.match(line) and len(line.split()) >= 3
+    ]
+    return words, random.Random(0).sample(headings, min(count, len(headings)))
+
+
 def timed(
     running: list[tuple[Env, dict[str, Any], Daemon]],
     files: list[tuple[str, str]],
@@ -690,17 +705,7 @@ def timed(
         row["probe_rescan_ms"] = statistics.median(probes)
 
     # search with the model loaded, through the daemon as the CLI asks it
-    queries = [" ".join(random.Random(q).sample(WORDS, 3)) for q in range(args.queries)]
-    # Every word of the queries above is in about 38 % of the chunks (the
-    # generated sentences draw on 50 words): a worst case for the sparse
-    # half. The corpus's own headings ask as people do.
-    headings = [
-        line.lstrip("#").strip()
-        for _, text in files
-        for line in text.splitlines()
-        if HEADING.match(line) and len(line.split()) >= 3
-    ]
-    headings = random.Random(0).sample(headings, min(args.queries, len(headings)))
+    queries, headings = questions(files, args.queries)
     sets = {
         f"search_{mode}{'_path' if filtered else ''}": (mode, filtered)
         for mode in ("hybrid", "dense")

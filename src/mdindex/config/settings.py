@@ -341,11 +341,8 @@ def _check_combinations(s: Settings) -> None:
             raise ValueError(f"{key}: holds a control character; give plain text")
     if not s.qdrant_url:
         for key in CLUSTER_KEYS:
-            # quantization "none" is what "auto" is without a server's or edge's store
-            unset = (
-                type(s).model_fields[key].default,
-                *(("none",) if key == "quantization" else ()),
-            )
+            # quantization "none" (UNSET's) is what "auto" is without a server or edge
+            unset = (type(s).model_fields[key].default, UNSET.get(key))
             if getattr(s, key) not in unset and not (s.store == "edge" and key in EDGE_KEYS):
                 edge = " or to store = 'edge'" if key in EDGE_KEYS else ""
                 raise ValueError(f"{key} applies to a Qdrant server{edge}; set qdrant_url too")
