@@ -335,6 +335,8 @@ def test_status_wait_without_a_daemon_or_roots_cannot_claim_freshness(
 
 @pytest.mark.slow
 def test_status_text_shows_the_embedding_choice_as_lines_not_a_dict() -> None:
+    """Mappings as indented lines, lists as words, and no empty fields (a new
+    user read `reason: ` and `missing_roots: []` as something wrong)."""
     from mdindex.cli.commands import _status_text
 
     text = _status_text(
@@ -347,7 +349,11 @@ def test_status_text_shows_the_embedding_choice_as_lines_not_a_dict() -> None:
             },
             "failed": [],
             "versions": [],
-            "reason": {},
+            "reason": "",
+            "missing_roots": [],
+            "model_languages": ["en", "zh"],
+            "last_sync": None,
+            "pending": {"changed": 0, "deleted": 0},
         }
     )
     assert text.splitlines() == [
@@ -362,7 +368,10 @@ def test_status_text_shows_the_embedding_choice_as_lines_not_a_dict() -> None:
         "failed: 0",
         "versions:",
         "  no versions",
-        "reason: {}",
+        "model_languages: en, zh",
+        "pending:",
+        "  changed: 0",
+        "  deleted: 0",
     ]
 
 

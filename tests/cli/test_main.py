@@ -202,6 +202,21 @@ def test_the_log_format_setting_reaches_the_logs(
     assert entry["level"] == "WARNING" and "frontmatter" in entry["message"]
 
 
+def test_watch_json_means_json_log_lines(tmp_path: Path) -> None:
+    """A daemon's output is its log: `watch --json` writes it as JSON lines (the
+    test above: log_format reaches the logs); a command's --json leaves its log
+    as text beside the JSON it prints."""
+    from mdindex.cli.parser import build_parser, settings_from
+
+    state = ["--state-dir", str(tmp_path / "state")]
+    for argv, fmt in (
+        (["watch", "--json", str(tmp_path), *state], "json"),
+        (["watch", str(tmp_path), *state], "text"),
+        (["backfill", "--json", str(tmp_path), *state], "text"),
+    ):
+        assert settings_from(build_parser().parse_args(argv)).log_format == fmt
+
+
 @pytest.mark.slow
 @pytest.mark.model
 def test_status_versions_eval_and_errors_do_not_print_terminal_escapes(

@@ -253,8 +253,13 @@ def _status_text(data: dict[str, Any]) -> str:
 
 def _nested(key: str, value: Any, indent: str = "") -> list[str]:
     """``key: value``, a mapping as its own indented lines (``embedding`` and its
-    ``last_run``), not as a Python dict."""
-    if not isinstance(value, dict) or not value:
+    ``last_run``), not as a Python dict; a list of words as words. An empty value
+    (no reason, no missing roots) is left out of the text; --json keeps it."""
+    if value in ("", None, [], {}):
+        return []
+    if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+        return [f"{indent}{key}: {', '.join(str(v) for v in value)}"]
+    if not isinstance(value, dict):
         return [f"{indent}{key}: {value}"]
     lines = [f"{indent}{key}:"]
     for k, v in value.items():

