@@ -9,7 +9,8 @@ with the defaults, MDINDEX_MODEL and MDINDEX_STATE_DIR=DIR/chroma-chunking-MODEL
 For each question it stores the top 300 of the dense half and of the BM25
 half as the engine ranks them (DIR/SET-MODEL.candidates.pkl, re-used by a
 later run), then fuses them on the client in each variant below, joins
-windows into passages as mdindex's search does, and prints recall@3 per set
+windows into passages and puts the sections a question names by heading first
+as mdindex's hybrid search does, and prints recall@3 per set
 and model. "DBSF, 100 of each" is the engine's own fusion, computed again
 here (the engine's figure is printed beside it, as a check). Questions in a
 language the model does not cover are answered by BM25 alone, as in search.
@@ -111,9 +112,12 @@ def of_top(items: list[Item]) -> dict[str, float]:
     return {x[0]: x[1] / top if top > 0 else 0.0 for x in items}
 
 
-def ranked(scores: dict[str, float], items: list[Item]) -> list[tuple[str, int, int]]:
-    """The best 30 as passages, as mdindex's search returns them."""
-    from mdindex.index.search import passages
+def ranked(
+    scores: dict[str, float], items: list[Item], question: str = ""
+) -> list[tuple[str, int, int]]:
+    """The best 30 as passages, as mdindex's search returns them; with the
+    ``question`` of a hybrid search, the sections it names by heading first."""
+    from mdindex.index.ranking import headings_first, passages
     from mdindex.sinks.base import Hit
 
     first: dict[str, Item] = {}
@@ -126,10 +130,9 @@ def ranked(scores: dict[str, float], items: list[Item]) -> list[tuple[str, int, 
         payload = {"doc_path": x[2], "char_start": x[3], "char_end": x[4]}
         payload |= {"heading_path": list(x[5]), "line_start": x[6], "line_end": x[7]}
         hits.append(Hit(k, scores[k], {**payload, "root": "r"}))
-    return [
-        (h.payload["doc_path"], h.payload["char_start"], h.payload["char_end"])
-        for h in passages(hits)
-    ]
+    hits = passages(hits)
+    hits = headings_first(question, hits) if question else hits
+    return [(h.payload["doc_path"], h.payload["char_start"], h.payload["char_end"]) for h in hits]
 
 
 def fuse(
@@ -138,11 +141,13 @@ def fuse(
     n: int = 100,
     bm25: float | Callable[[list[Item]], float] = 1.0,
     union: bool = False,
+    headings: bool = True,
 ) -> list[tuple[str, int, int]]:
     dense, sparse = rec["dense"], rec["sparse"]
+    question = rec["q"]["question"] if headings else ""
     if not dense or not sparse or not rec["covered"]:
         alone = sparse if sparse and not (dense and rec["covered"]) else dense
-        return ranked({x[0]: x[1] for x in alone}, alone)
+        return ranked({x[0]: x[1] for x in alone}, alone, question)
     d, s = dense[:n], sparse[:n]
     if union:  # every candidate of either half scored by both (the dense one from its top TOP)
         keys = {x[0] for x in d} | {x[0] for x in s}
@@ -150,7 +155,7 @@ def fuse(
     weight = bm25(sparse) if callable(bm25) else bm25
     a, b = norm(d), norm(s)
     scores = {k: a.get(k, 0.0) + weight * b.get(k, 0.0) for k in dict.fromkeys([*a, *b])}
-    return ranked(scores, dense + sparse)
+    return ranked(scores, dense + sparse, question)
 
 
 def lead(sparse: list[Item], gain: float = 2.0) -> float:
@@ -182,6 +187,7 @@ def dense_alone(rec: Record) -> list[tuple[str, int, int]]:
 P = functools.partial
 VARIANTS: dict[str, Callable[[Record], list[tuple[str, int, int]]]] = {
     "DBSF, 100 of each (the default)": fuse,
+    "DBSF, 100 of each, no headings first": P(fuse, headings=False),
     "DBSF, 300 of each": P(fuse, n=300),
     "DBSF over the union, both halves scored on every candidate": P(fuse, union=True),
     "min-max, 100 of each": P(fuse, norm=minmax),

@@ -230,20 +230,20 @@ class Mdindex:
         collapse: str = "passages",
     ) -> tuple[list[list[Hit]], list[float]]:
         from mdindex.config import load_settings
-        from mdindex.index import search as searching
+        from mdindex.index import ranking
         from mdindex.index.search import Query, search
         from mdindex.runtime import make_store
 
         # the rule that keeps hits of one section: "off" (every window), "section"
         # (the best window of each section, the rule before passages), "passagesN"
         # (touching windows joined, at most N passages a section), "passages" (the default)
-        default = (searching.MAX_PASSAGES, searching.DECAY, searching._touch)
+        default = (ranking.MAX_PASSAGES, ranking.DECAY, ranking._touch)
         if collapse == "section":
-            searching.MAX_PASSAGES, searching._touch = 1, lambda passage, payload: False
+            ranking.MAX_PASSAGES, ranking._touch = 1, lambda passage, payload: False
         elif collapse.startswith("passages") and collapse != "passages":
             cap, _, decay = collapse.removeprefix("passages").partition("-decay")
-            searching.MAX_PASSAGES = int(cap) if cap else 10**6
-            searching.DECAY = float(decay) if decay else 1.0
+            ranking.MAX_PASSAGES = int(cap) if cap else 10**6
+            ranking.DECAY = float(decay) if decay else 1.0
 
         settings = load_settings(
             {
@@ -274,7 +274,7 @@ class Mdindex:
                 answers.append([(h["doc_path"], h["char_start"], h["char_end"]) for h in hits])
         finally:
             store.close()
-            searching.MAX_PASSAGES, searching.DECAY, searching._touch = default
+            ranking.MAX_PASSAGES, ranking.DECAY, ranking._touch = default
         return answers, times
 
     def chunks(self, work: Path, corpus: Path, store_kind: str) -> list[tuple[Hit, str]]:

@@ -10,9 +10,11 @@ more candidates asked for so ``k`` hits survive it.
 
 By default the windows of one heading section that overlap or touch are
 joined into one passage, one hit, and a section's later passages count less
-(``passages``): one long page cannot fill the top ten, and a second answer
-in it is not lost. Text before the first heading, or in a file without
-headings, is never joined. ``per_section=False`` returns every window.
+(``ranking.passages``): one long page cannot fill the top ten, and a second
+answer in it is not lost. Text before the first heading, or in a file without
+headings, is never joined. ``per_section=False`` returns every window. In
+hybrid mode the sections a question names by their heading come first
+(``ranking.headings_first``).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from mdindex.documents.tags import normal_tag
 from mdindex.embedding.embedder import Embedder
 from mdindex.embedding.sparse import SparseEncoder
 from mdindex.index.payload import public
+from mdindex.index.ranking import headings_first, passages
 from mdindex.outside import flag, integer, quoted, string, strings
 from mdindex.sinks import Store
-from mdindex.sinks.base import FULL_SCAN_KB, SPARSE_SCAN, Hit, SearchFilter, StoreQuery
+from mdindex.sinks.base import FULL_SCAN_KB, SPARSE_SCAN, SearchFilter, StoreQuery
 
 MODES = ("dense", "sparse", "hybrid")
 FUSIONS = ("rrf", "dbsf")
@@ -46,16 +49,6 @@ CANDIDATES = 100
 # per section is kept from this many per hit wanted.
 GLOB_OVERSAMPLE = 10
 SECTION_OVERSAMPLE = 3
-# Windows of one section that overlap or touch are one passage; a section's
-# n-th passage counts DECAY ** (n - 1) of its score, so a second answer in a
-# long section stays in the top hits while repeats of a short one give way to
-# other sections; MAX_PASSAGES bounds the work (never reached at k=10). Chosen
-# on four sets (bench/retrieval.py, docs/search.md): against every window
-# kept, DECAY 0.8 raised hybrid recall@10 on the two long-section sets and
-# kept anthropic-docs' recall@3 (a cap of three passages without decay fell
-# short on both).
-DECAY = 0.8
-MAX_PASSAGES = 10
 MAX_HITS = 1000
 # Letters a question needs for its language to be detected (a CJK character
 # counts 3): two Chinese characters are a question, a Latin-script question is
@@ -288,6 +281,8 @@ def search(
         hits = [h for h in hits if fnmatch.fnmatchcase(str(h.payload.get("doc_path", "")), glob)]
     if query.per_section:
         hits = passages(hits)
+    if query.mode == "hybrid":
+        hits = headings_first(query.text, hits)
     return [{"score": h.score, **public(h.payload)} for h in hits[: query.k]]
 
 
@@ -323,77 +318,3 @@ def covers(model_languages: Sequence[str], lang: str, text: str = "") -> bool:
     letters = [c for c in text if c.isalpha()]
     latin = sum(c.isascii() for c in letters) * 2 >= len(letters)
     return latin if "en" in model_languages else True
-
-
-def passages(hits: list[Hit]) -> list[Hit]:
-    """Hits in rank order, windows of one section that touch made one passage.
-
-    A hit whose window overlaps, or is next to, a passage already kept of its
-    section joins it: the passage's span, lines and text grow to cover both,
-    and it keeps its score. A window apart from them starts a passage of its
-    own, up to MAX_PASSAGES per section, whose score is decayed by DECAY for
-    each passage of its section ranked before it; hits are then in order of
-    score. Windows of no section (before the first heading, a file without
-    headings) stay as they are."""
-    kept: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    out: list[Hit] = []
-    for h in hits:
-        path = h.payload.get("heading_path")
-        if not path:
-            out.append(h)
-            continue
-        key = (h.payload.get("root"), h.payload.get("doc_path"), tuple(path))
-        mine = kept.setdefault(key, [])
-        near = next((p for p in mine if _touch(p, h.payload)), None)
-        if near is not None:
-            _join(near, h.payload)
-            # a window between two passages bridges them: one passage, at the better rank
-            for other in [p for p in mine if p is not near and _touch(near, p)]:
-                first, last = sorted(
-                    (near, other), key=lambda p: next(i for i, q in enumerate(mine) if q is p)
-                )
-                _join(first, last)
-                mine.remove(last)
-                out = [x for x in out if x.payload is not last]
-                near = first
-        elif len(mine) < MAX_PASSAGES:
-            payload = dict(h.payload)
-            mine.append(payload)
-            out.append(Hit(h.id, h.score, payload))
-    if DECAY >= 1:
-        return out
-    # a section's n-th passage counts DECAY ** (n - 1) of its score
-    order = {id(p): n for mine in kept.values() for n, p in enumerate(mine)}
-    decayed = [Hit(h.id, h.score * DECAY ** order.get(id(h.payload), 0), h.payload) for h in out]
-    return sorted(decayed, key=lambda h: -h.score)
-
-
-def _touch(passage: dict[str, Any], payload: dict[str, Any]) -> bool:
-    """The window overlaps the passage, or begins or ends where it does."""
-    try:
-        start, end = int(payload["char_start"]), int(payload["char_end"])
-    except (KeyError, TypeError, ValueError):
-        return False
-    return bool(start <= passage["char_end"] and passage["char_start"] <= end)
-
-
-def _join(passage: dict[str, Any], payload: dict[str, Any]) -> None:
-    """Grow the passage to cover the window: offsets, lines and text (a chunk's
-    text is its document's between its offsets, so the joined text is too)."""
-    a0, a1, text = passage["char_start"], passage["char_end"], str(passage.get("text", ""))
-    b0, b1, other = (
-        int(payload["char_start"]),
-        int(payload["char_end"]),
-        str(payload.get("text", "")),
-    )
-    if b0 < a0:
-        text = other[: a0 - b0] + text
-    if b1 > a1:
-        text = text + other[a1 - b0 :]
-    passage.update(
-        text=text,
-        char_start=min(a0, b0),
-        char_end=max(a1, b1),
-        line_start=min(passage.get("line_start", 0), payload.get("line_start", 0)),
-        line_end=max(passage.get("line_end", 0), payload.get("line_end", 0)),
-    )

@@ -124,7 +124,8 @@ def build_server(
         description=(
             "Find the passages of the indexed markdown that answer a question. Returns "
             "hits with text, title, section, url (with #anchor), root, path and line range; "
-            "stale=true means the file changed since indexing. Examples: "
+            "stale=true means the file changed since indexing; a section's heading as the "
+            "query finds that section first. Examples: "
             '{"query": "how do I rotate API keys"}; '
             '{"query": "max_tokens", "k": 3, "path": "api/", "where": ["tags=release"]}; '
             '{"query": "部署步骤", "lang": "zh"}'
