@@ -7,6 +7,7 @@ import stat
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -353,7 +354,12 @@ def test_status_text_shows_the_embedding_choice_as_lines_not_a_dict() -> None:
             "missing_roots": [],
             "model_languages": ["en", "zh"],
             "last_sync": None,
+            "daemon": False,
+            "caught_up": True,
             "pending": {"changed": 0, "deleted": 0},
+            "failures_by": {"a": None, "b": ""},  # nothing under it: no bare header
+            "languages": {"en": 3, "": 1},
+            "missing": ["gone, really", "gone2"],  # a name with a comma: not joined
         }
     )
     assert text.splitlines() == [
@@ -369,10 +375,35 @@ def test_status_text_shows_the_embedding_choice_as_lines_not_a_dict() -> None:
         "versions:",
         "  no versions",
         "model_languages: en, zh",
+        "daemon: no",
+        "caught_up: yes",
         "pending:",
         "  changed: 0",
         "  deleted: 0",
+        "languages:",
+        "  en: 3",
+        "  unknown: 1",
+        "missing: ['gone, really', 'gone2']",
     ]
+
+
+@pytest.mark.parametrize(
+    ("hit", "label"),
+    [
+        ({"title": "Server", "heading_path": ["Server", "Backups", "Restore"]},
+         "Server › Backups › Restore"),
+        ({"title": "Otters", "heading_path": ["Otters"]}, "Otters"),
+        ({"title": "Guide", "heading_path": ["Install"]}, "Guide › Install"),
+        ({"title": "", "doc_path": "a.md", "heading_path": None}, "a.md"),
+        ({"title": "T", "heading_path": "not a list"}, "T"),
+    ],
+)  # fmt: skip
+def test_a_hit_is_labelled_with_its_whole_heading_path(hit: dict[str, Any], label: str) -> None:
+    """A new user read "Server › Restore" for a section under Backups, and
+    "Otters › Otters" for a page's only section."""
+    from mdindex.cli.commands import _section_label
+
+    assert _section_label(hit) == label
 
 
 @pytest.mark.slow

@@ -254,7 +254,7 @@ def test_hybrid_finds_a_rare_identifier_that_dense_misses(tmp_path: Path, store:
 @pytest.mark.model
 @pytest.mark.parametrize("store", STORES)
 def test_a_question_that_names_a_heading_finds_that_section_first(
-    tmp_path: Path, store: str
+    tmp_path: Path, store: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Three pages talk about starting the server; one section is called
     Startup and says little. The real model ranks the talk first and the
@@ -309,6 +309,17 @@ def test_a_question_that_names_a_heading_finds_that_section_first(
         # words of the section, not its heading, are ranked as the engine ranks them
         ranked = hits("server startup time", "hybrid")
         assert [h["score"] for h in ranked] == sorted((h["score"] for h in ranked), reverse=True)
+
+    # the CLI says why a hit is above a better score, and names the whole path
+    from tests.cli_helper import in_process
+
+    out = in_process(capsys, "search", "Startup", "--state-dir", str(tmp_path / "state"),
+                     "--store", store, "-k", "2").stdout.splitlines()  # fmt: skip
+    assert out[0].endswith("server.md:3-5  Server › Startup  (its heading)"), out
+    assert "(its heading)" not in out[2]
+    dense = in_process(capsys, "search", "Startup", "--mode", "dense", "--state-dir",
+                       str(tmp_path / "state"), "--store", store).stdout  # fmt: skip
+    assert "(its heading)" not in dense
 
 
 @pytest.mark.slow

@@ -26,6 +26,7 @@ from mdindex.errors import (
 from mdindex.index.lock import WriterLock
 from mdindex.index.payload import public
 from mdindex.index.planning import DocWork
+from mdindex.index.ranking import names, words
 from mdindex.index.search import MAX_K, Query, parse_where
 from mdindex.outside import integer, quoted, shown
 from mdindex.runtime import make_models
@@ -105,17 +106,30 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     except ValueError as exc:
         raise ConfigError(f"search: {exc}") from None
     hits = [hit.fields for hit in Index.from_settings(settings).search(query)]
+    asked = words(query.text) if query.mode == "hybrid" else ""
     lines = []
     for hit in hits:  # every field escaped: a document's text must not drive the terminal
         where = shown(f"{hit.get('doc_path')}:{hit.get('line_start')}-{hit.get('line_end')}")
-        title = shown(f"{hit.get('title')} › {hit.get('section')}")
-        lines.append(f"{hit['score']:.3f}  {where}  {title}")
+        # hybrid search puts a section the query names first, at the engine's score
+        named = "  (its heading)" if asked and names(asked, hit.get("heading_path")) else ""
+        lines.append(f"{hit['score']:.3f}  {where}  {shown(_section_label(hit))}{named}")
         if hit.get("url"):
             lines.append(f"       {shown(str(hit['url']))}")
         snippet = " ".join(str(hit.get("text", "")).split())[:160]
         lines.append(f"       {shown(snippet)}")
     emit(args, hits, "\n".join(lines) or "no results")
     return EXIT_OK
+
+
+def _section_label(hit: dict[str, Any]) -> str:
+    """ "Title › Heading › Subheading": the whole heading path, its first heading
+    left out when it is the title (a page's `# Title`)."""
+    title = str(hit.get("title") or hit.get("doc_path") or "")
+    path = hit.get("heading_path")
+    path = [str(h) for h in path] if isinstance(path, list) else []
+    if path and path[0] == title:
+        path = path[1:]
+    return " › ".join([title, *path])
 
 
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
@@ -253,18 +267,22 @@ def _status_text(data: dict[str, Any]) -> str:
 
 def _nested(key: str, value: Any, indent: str = "") -> list[str]:
     """``key: value``, a mapping as its own indented lines (``embedding`` and its
-    ``last_run``), not as a Python dict; a list of words as words. An empty value
-    (no reason, no missing roots) is left out of the text; --json keeps it."""
+    ``last_run``), not as a Python dict; a list of words as words, a boolean as
+    yes or no. An empty value (no reason, no missing roots) is left out of the
+    text; --json keeps it."""
+    if isinstance(value, bool):
+        return [f"{indent}{key}: {'yes' if value else 'no'}"]
     if value in ("", None, [], {}):
         return []
-    if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+    words = isinstance(value, list) and all(isinstance(v, str | int | float) for v in value)
+    if words and not any("," in str(v) for v in value):  # a root's name may hold a comma
         return [f"{indent}{key}: {', '.join(str(v) for v in value)}"]
     if not isinstance(value, dict):
         return [f"{indent}{key}: {value}"]
-    lines = [f"{indent}{key}:"]
+    lines = []
     for k, v in value.items():
-        lines.extend(_nested(str(k), v, indent + "  "))
-    return lines
+        lines.extend(_nested(str(k) or "unknown", v, indent + "  "))  # languages: "" undetected
+    return [f"{indent}{key}:", *lines] if lines else []
 
 
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:

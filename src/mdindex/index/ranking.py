@@ -8,7 +8,7 @@ the question names, word for word, before the others.
 
 from __future__ import annotations
 
-import re
+import functools
 import unicodedata
 from typing import Any
 
@@ -104,7 +104,15 @@ def _join(passage: dict[str, Any], payload: dict[str, Any]) -> None:
 # A heading path is at most six markdown levels; a longer one in a payload is
 # not mdindex's and is not read past this.
 MAX_LEVELS = 16
-_WORD = re.compile(r"\w+")
+# A heading longer than this is never named: nobody types it, and its words
+# are not worth their cost. A hostile heading of 1,024 U+FDFA (each 18
+# characters once normalized) cost 50 ms a hit to compare before this bound.
+MAX_NAMED_CHARS = 256
+# Inside a word besides letters and digits: C++, C#, F# are not C.
+_WORD_SYMBOLS = frozenset("+#")
+# Dropped before comparing, as INVISIBLE is: the combining grapheme joiner and
+# the variation selectors (format characters, category Cf, are dropped too).
+_IGNORED = frozenset([0x034F, *range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)])
 
 
 def headings_first(question: str, hits: list[Hit]) -> list[Hit]:
@@ -131,16 +139,49 @@ def headings_first(question: str, hits: list[Hit]) -> list[Hit]:
 
 
 def names(asked: str, path: Any) -> bool:
-    """Whether ``asked`` (``words`` of a question) is ``path`` from some level down."""
+    """Whether ``asked`` (``words`` of a question) is ``path`` from some level down.
+    The section's own heading must have words: "## 🚀" under "# Ownership" is not
+    named by "ownership"."""
     if not isinstance(path, list | tuple) or not path or len(path) > MAX_LEVELS:
         return False
     if not all(isinstance(h, str) for h in path):
         return False
-    return any(words(" ".join(path[i:])) == asked for i in range(len(path)))
+    tail = ""
+    for level in reversed(path):  # the section's own heading first, then its parents
+        said = _level_words(level)
+        if said is None or (not said and not tail):
+            return False
+        tail = f"{said} {tail}" if tail and said else said or tail
+        if tail == asked:
+            return True
+        if len(tail) > len(asked):
+            return False
+    return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _level_words(heading: str) -> str | None:
+    """A heading's ``words``, None when it is too long to be named; cached, since
+    the same sections come back search after search."""
+    return words(heading) if len(heading) <= MAX_NAMED_CHARS else None
 
 
 def words(text: str) -> str:
-    """``text``'s words, compatibility-normalized and case-folded, one space apart;
-    zero-width and direction marks dropped first, as the sparse analysis does."""
-    folded = unicodedata.normalize("NFKC", text.translate(INVISIBLE)).casefold()
-    return " ".join(_WORD.findall(folded))
+    """``text``'s words, compatibility-normalized and case-folded, one space apart.
+    Zero-width, direction and other format characters are dropped first, as the
+    sparse analysis drops them; a word keeps its combining marks (the vowel signs
+    of Devanagari or Thai: "दान" is not "दिन") and + and # ("c++", "c#")."""
+    text = text.translate(INVISIBLE)
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    kept = "".join(_kind(c) for c in folded)
+    return " ".join(w for w in kept.split() if any(c.isalnum() for c in w))
+
+
+def _kind(c: str) -> str:
+    """``c`` as part of a word, "" when ignored, else a space."""
+    if c.isalnum() or c in _WORD_SYMBOLS:
+        return c
+    category = unicodedata.category(c)
+    if category == "Cf" or ord(c) in _IGNORED:
+        return ""
+    return c if category[0] == "M" else " "

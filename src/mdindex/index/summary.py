@@ -88,7 +88,8 @@ class Summary:
             f"{files}: {self.files_changed} {verb}, "
             f"{self.files_unchanged} unchanged, "
             f"{self.files_deleted} deleted, {self.files_failed} failed; "
-            f"{self.chunks_embedded} chunks embedded, {self.points_upserted} points upserted, "
+            f"{_count(self.chunks_embedded, 'chunk')} embedded, "
+            f"{_count(self.points_upserted, 'point')} upserted, "
             f"{self.points_deleted} deleted in {self.seconds:.2f}s"
         )
 
@@ -177,3 +178,7 @@ class VerifyReport:
             "vectors_checked": self.vectors_checked,
             "vectors_disagreeing": self.vectors_disagreeing,
         }
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
