@@ -179,7 +179,8 @@ class Index:
         lang: str = "",
         per_section: bool = True,
     ) -> list[Hit]:
-        """The passages that best answer ``query``, best first. ``mode``: dense,
+        """The passages that best answer ``query``, best first (in hybrid mode the
+        sections it names by heading come first, at the engine's scores). ``mode``: dense,
         sparse or hybrid (default: the ``search_mode`` setting); ``roots``,
         ``path`` (a prefix or a glob), ``where`` (frontmatter key = value),
         ``tags`` and ``lang`` filter; ``per_section=False`` gives every chunk
