@@ -24,7 +24,7 @@ from mdindex.errors import (
     ConfigError,
 )
 from mdindex.index.lock import WriterLock
-from mdindex.index.payload import public
+from mdindex.index.payload import public, titled
 from mdindex.index.planning import DocWork
 from mdindex.index.ranking import names, words
 from mdindex.index.search import MAX_K, Query, parse_where
@@ -122,14 +122,10 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _section_label(hit: dict[str, Any]) -> str:
-    """ "Title › Heading › Subheading": the whole heading path, its first heading
-    left out when it is the title (a page's `# Title`)."""
-    title = str(hit.get("title") or hit.get("doc_path") or "")
+    """The hit's title and its whole heading path (``payload.titled``)."""
     path = hit.get("heading_path")
-    path = [str(h) for h in path] if isinstance(path, list) else []
-    if path and path[0] == title:
-        path = path[1:]
-    return " › ".join([title, *path])
+    headings = [str(h) for h in path] if isinstance(path, list) else []
+    return titled(str(hit.get("title") or hit.get("doc_path") or ""), headings)
 
 
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:

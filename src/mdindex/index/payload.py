@@ -5,6 +5,7 @@ carries"), beside a few of our own bookkeeping that users never see."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 # Payload keys for our own bookkeeping, not part of the interface users see.
@@ -34,3 +35,12 @@ PAYLOAD_LAYOUT = 4
 def public(payload: dict[str, Any]) -> dict[str, Any]:
     """A payload as users see it: the interface's keys, not our bookkeeping."""
     return {k: v for k, v in payload.items() if k not in INTERNAL_KEYS}
+
+
+def titled(title: str, headings: Sequence[str]) -> str:
+    """ "Title › Heading › Subheading", as the CLI shows a section: its first
+    heading left out where it only repeats the title (a page's `# Title`)."""
+    path = list(headings)
+    if path and path[0] == title:
+        path = path[1:]
+    return " › ".join([title, *path])

@@ -151,7 +151,7 @@ def names(asked: str, path: Any) -> bool:
         said = _level_words(level)
         if said is None or (not said and not tail):
             return False
-        tail = f"{said} {tail}" if tail and said else said or tail
+        tail = " ".join(part for part in (said, tail) if part)
         if tail == asked:
             return True
         if len(tail) > len(asked):

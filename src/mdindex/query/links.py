@@ -26,6 +26,7 @@ from mdindex.documents.links import EMBED, WIKI
 from mdindex.documents.parsing import github_slug
 from mdindex.errors import ConfigError
 from mdindex.index import graph
+from mdindex.index.payload import titled
 from mdindex.jsonfile import parse_json
 from mdindex.outside import cut, quoted, shown
 
@@ -357,8 +358,8 @@ def related_text(data: dict[str, Any]) -> str:
 
 def _titled(entry: dict[str, Any]) -> str:
     """Title › section, the section left out where it only repeats the title."""
-    title, section = entry["title"], entry["section"]
-    return f"{title} › {section}" if section and section != title else title
+    section = entry["section"]
+    return titled(str(entry["title"]), [str(section)] if section else [])
 
 
 def broken_text(found: list[dict[str, Any]]) -> str:
